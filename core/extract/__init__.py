@@ -1,0 +1,1 @@
+"""Candidate extraction: rules propose, the policy decides (seed 十二)."""

@@ -1,0 +1,102 @@
+"""Entity extraction: API/service/environment/ticket/error-code patterns plus a dictionary.
+
+Entities feed the STM entity index, candidate canonical keys and recall scoring, so they
+are normalised (dictionary aliases → one canonical name) and returned in text order.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+
+from core.extract.lexicon import Lexicon
+
+_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
+    (
+        "ticket",
+        re.compile(
+            r"(?<![\w-])(?:bug|issue|ticket|BUG|ISSUE|TICKET|[A-Z]{2,10})[-_#]?\d{2,7}(?![\w-])"
+        ),
+    ),
+    (
+        "env",
+        re.compile(
+            r"(?<![\w-])(?:prod|production|staging|stage|dev|qa|uat|canary|test)(?:[-_][a-z0-9]+)+(?![\w-])|(?<![\w-])(?:prod|production|staging|uat|canary)(?![\w-])",
+            re.IGNORECASE,
+        ),
+    ),
+    (
+        "service",
+        re.compile(
+            r"(?<![\w-])[a-z][a-z0-9]*(?:-[a-z0-9]+)*-(?:service|svc|api|gateway|worker|server|proxy|db)(?![\w-])"
+        ),
+    ),
+    ("api", re.compile(r"(?<![\w/])[a-z][a-z0-9]*(?:[A-Z][a-z0-9]+)+(?![\w])")),
+    (
+        "call",
+        re.compile(
+            r"(?<![\w.])[a-z_][a-z0-9_]*(?:\.[a-z_][a-z0-9_]*)+(?=\()|(?<![\w.])[a-z]+_[a-z0-9_]+(?=\()"
+        ),
+    ),
+    ("path", re.compile(r"(?<![\w/])/(?:api|v\d+)(?:/[\w\-{}.]+)+")),
+    (
+        "error",
+        re.compile(
+            r"(?<![\w-])(?:[A-Z][a-zA-Z]+(?:Exception|Error)|E[A-Z]{4,}|ORA-\d{4,5}"
+            r"|HTTP ?[45]\d\d)(?![\w])"
+        ),
+    ),
+)
+
+
+def _dictionary_hits(text: str, lexicon: Lexicon, extra: Iterable[str]) -> list[tuple[int, str]]:
+    folded = text.casefold()
+    hits: list[tuple[int, str]] = []
+    for surface, canonical in list(lexicon.aliases.items()) + [(e.casefold(), e) for e in extra]:
+        start = 0
+        while True:
+            pos = folded.find(surface, start)
+            if pos < 0:
+                break
+            end = pos + len(surface)
+            ascii_word = surface.isascii()
+            before = folded[pos - 1] if pos > 0 else " "
+            after = folded[end] if end < len(folded) else " "
+            if not ascii_word or (
+                not (before.isalnum() or before == "_") and not (after.isalnum() or after == "_")
+            ):
+                hits.append((pos, canonical))
+                break
+            start = end
+    return hits
+
+
+def extract_entities(
+    text: str, lexicon: Lexicon, *, extra: Iterable[str] = (), limit: int = 16
+) -> list[str]:
+    """Entities in order of first appearance, de-duplicated case-insensitively."""
+    found: list[tuple[int, str]] = []
+    for _kind, pattern in _PATTERNS:
+        for m in pattern.finditer(text):
+            found.append((m.start(), m.group(0).replace("HTTP ", "HTTP")))
+    found.extend(_dictionary_hits(text, lexicon, extra))
+    found.sort(key=lambda x: x[0])
+    out: list[str] = []
+    seen: set[str] = set()
+    for _pos, name in found:
+        key = name.casefold()
+        if key not in seen:
+            seen.add(key)
+            out.append(name)
+        if len(out) >= limit:
+            break
+    return out
+
+
+def topic_of(text: str, kind: str, lexicon: Lexicon) -> str | None:
+    """The first topic of ``kind`` (preference / constraint) whose words occur in ``text``."""
+    folded = text.casefold()
+    for topic, words in lexicon.topics.get(kind, {}).items():
+        if any(w in folded for w in words):
+            return topic
+    return None

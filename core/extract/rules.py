@@ -1,0 +1,374 @@
+"""Rule-based candidate extractor over user, assistant and tool messages (zh + en).
+
+Each clause of a message is tested against the lexicon rules in a fixed priority order
+and yields at most one candidate.  The extractor only *proposes*: chit-chat, guesses and
+raw tool dumps come out as candidates too, flagged, so the policy can refuse them with
+a recorded reason (seed 十二: the extractor proposes, the policy engine decides).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from core.extract.entities import extract_entities, topic_of
+from core.extract.lexicon import Lexicon, default_lexicon
+from core.models.candidate import Candidate, CandidateSignals
+from core.models.memory import MemorySource, MemoryType
+from core.models.transcript import Role, TranscriptRecord
+
+_CLAUSE_SPLIT = re.compile(
+    r"(?<=[。！？；!?;，])|\n+|(?<=[a-z0-9)\]'\"])\.\s+(?=[A-Z\u4e00-\u9fff])"
+)
+_REASONING_BLOCK = re.compile(
+    r"<(thought|think|thinking)>.*?</\1>|_Thinking:_.*?(?:\n\s*\n|$)", re.IGNORECASE | re.DOTALL
+)
+_WS = re.compile(r"\s+")
+_BULLET = re.compile(r"^\s*(?:[-*•>]|\d+[.)])\s*")
+MAX_CLAUSE_CHARS = 300
+MAX_SUMMARY_CHARS = 200
+RAW_BLOB_CHARS = 1000
+OBSERVATIONS_PER_TOOL_RESULT = 2
+
+
+@dataclass(frozen=True)
+class ExtractionContext:
+    """What the extractor knows besides the turn itself."""
+
+    user_id: str
+    session_id: str
+    task_id: str | None = None
+    turn_index: int = 1
+    known_entities: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def scope(self) -> str:
+        return self.task_id or self.session_id
+
+
+class Extractor(Protocol):
+    def extract(self, turn: Sequence[TranscriptRecord], ctx: ExtractionContext) -> list[Candidate]:
+        """Propose candidate memories for one recorded turn."""
+        ...
+
+
+def short_hash(text: str, n: int = 10) -> str:
+    return hashlib.sha1(text.encode("utf-8")).hexdigest()[:n]
+
+
+def normalise_fact(text: str) -> str:
+    """Case-folded, digit-masked, whitespace-collapsed text: the basis of slot hashes."""
+    return _WS.sub(" ", re.sub(r"\d+", "#", text.casefold())).strip(" .。!！")
+
+
+def clip(text: str, limit: int = MAX_SUMMARY_CHARS) -> str:
+    text = _WS.sub(" ", text).strip().rstrip("，,;；:")
+    return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
+
+
+def split_clauses(text: str) -> list[str]:
+    out = []
+    for part in _CLAUSE_SPLIT.split(text):
+        part = _BULLET.sub("", part or "").strip()
+        if len(part) >= 2:
+            out.append(part[:MAX_CLAUSE_CHARS])
+    return out
+
+
+def strip_reasoning(text: str, lexicon: Lexicon) -> str:
+    """Drop model reasoning (seed 四.5: never store intermediate reasoning)."""
+    text = _REASONING_BLOCK.sub(" ", text)
+    for marker in lexicon.reasoning_markers:
+        if text.lstrip().startswith(marker):
+            return ""
+    return text
+
+
+@dataclass(frozen=True)
+class _Rule:
+    name: str
+    memory_type: MemoryType
+    subtype: str
+    confidence: float
+
+
+_USER_RULES = ("explicit_remember", "user_preference", "user_constraint")
+_STATE_RULES = ("excluded_cause", "conclusion", "decision", "next_step")
+
+
+class RuleExtractor:
+    """The v1 extractor: lexicon rules, entity patterns, no model calls."""
+
+    def __init__(self, lexicon: Lexicon | None = None) -> None:
+        self.lexicon = lexicon or default_lexicon()
+
+    # ------------------------------------------------------------------ public
+    def extract(self, turn: Sequence[TranscriptRecord], ctx: ExtractionContext) -> list[Candidate]:
+        tool_names = {c.id: c.name for r in turn for c in r.tool_calls}
+        has_tool_result = any(r.role is Role.TOOL for r in turn)
+        out: list[Candidate] = []
+        for record in turn:
+            if record.role is Role.USER:
+                out.extend(self._from_user(record, ctx))
+            elif record.role is Role.ASSISTANT:
+                out.extend(self._from_assistant(record, ctx, verified=has_tool_result))
+            elif record.role is Role.TOOL:
+                name = tool_names.get(record.tool_call_id or "", record.name or "tool")
+                out.extend(self._from_tool(record, ctx, name))
+        return out
+
+    # ------------------------------------------------------------------ per role
+    def _from_user(self, rec: TranscriptRecord, ctx: ExtractionContext) -> Iterable[Candidate]:
+        text = rec.content.strip()
+        if not text:
+            return []
+        if self.lexicon.matches("chit_chat", text):
+            return [self._chit_chat(rec, ctx, text)]
+        remember_all = self.lexicon.matches("explicit_remember", text)
+        out = []
+        for clause in split_clauses(text):
+            cand = self._classify(clause, rec, ctx, user=True, verified=True, remember=remember_all)
+            if cand is not None:
+                out.append(cand)
+        return out
+
+    def _from_assistant(
+        self, rec: TranscriptRecord, ctx: ExtractionContext, *, verified: bool
+    ) -> Iterable[Candidate]:
+        text = strip_reasoning(rec.content, self.lexicon).strip()
+        if not text or self.lexicon.matches("chit_chat", text):
+            return []
+        out = []
+        for clause in split_clauses(text):
+            cand = self._classify(clause, rec, ctx, user=False, verified=verified, remember=False)
+            if cand is not None:
+                out.append(cand)
+        return out
+
+    def _from_tool(
+        self, rec: TranscriptRecord, ctx: ExtractionContext, tool: str
+    ) -> list[Candidate]:
+        text = rec.content
+        if not text.strip():
+            return []
+        out: list[Candidate] = []
+        seen: set[str] = set()
+        for line in text.splitlines():
+            line = line.strip()
+            if not (8 <= len(line) <= 400) or not self.lexicon.matches("observation", line):
+                continue
+            norm = normalise_fact(line)
+            if norm in seen:
+                continue
+            seen.add(norm)
+            entities = self._entities(line, ctx)
+            slot = (
+                f"{entities[0].casefold()}:{short_hash(norm, 8)}" if entities else short_hash(norm)
+            )
+            out.append(
+                self._candidate(
+                    _Rule("tool_observation", MemoryType.OBSERVATION, "tool_result", 0.9),
+                    summary=f"[{tool}] {clip(line)}",
+                    rec=rec,
+                    ctx=ctx,
+                    entities=entities,
+                    key=f"{ctx.scope}:obs:{tool.casefold()}:{slot}",
+                    signals=CandidateSignals(is_verified=True, is_stable_for_current_task=True),
+                    detail={"tool": tool, "line": clip(line, 400)},
+                )
+            )
+            if len(out) >= OBSERVATIONS_PER_TOOL_RESULT:
+                break
+        if not out or len(text) > RAW_BLOB_CHARS:
+            out.append(
+                self._candidate(
+                    _Rule("raw_tool_output", MemoryType.OBSERVATION, "raw_output", 0.5),
+                    summary=f"raw output of {tool} ({len(text)} chars)",
+                    rec=rec,
+                    ctx=ctx,
+                    entities=[],
+                    key=f"{ctx.scope}:raw:{rec.message_id}",
+                    signals=CandidateSignals(
+                        is_verified=True, raw_unstructured_blob=True, transient=True
+                    ),
+                    detail={"tool": tool, "chars": len(text)},
+                )
+            )
+        return out
+
+    # ------------------------------------------------------------------ classification
+    def _classify(
+        self,
+        clause: str,
+        rec: TranscriptRecord,
+        ctx: ExtractionContext,
+        *,
+        user: bool,
+        verified: bool,
+        remember: bool,
+    ) -> Candidate | None:
+        lx = self.lexicon
+        if lx.matches("question", clause):
+            return None
+        entities = self._entities(clause, ctx)
+        norm = normalise_fact(clause)
+        is_guess = lx.matches("hypothesis", clause) and not lx.matches("conclusion", clause)
+        if user and (remember or lx.matches("explicit_remember", clause)):
+            return self._user_memory(clause, rec, ctx, entities, norm, explicit=True)
+        if user and lx.matches("user_preference", clause):
+            return self._user_memory(clause, rec, ctx, entities, norm, explicit=False)
+        if user and lx.matches("user_constraint", clause) and not is_guess:
+            topic = topic_of(clause, "constraint", lx) or (
+                entities[0].casefold() if entities else short_hash(norm)
+            )
+            return self._candidate(
+                _Rule("user_constraint", MemoryType.CONSTRAINT, "user_constraint", 0.95),
+                summary=clip(clause), rec=rec, ctx=ctx, entities=entities,
+                key=f"{ctx.scope}:constraint:{topic}",
+                signals=CandidateSignals(
+                    is_verified=True, is_user_constraint=True, is_stable_for_current_task=True
+                ),
+                detail={"topic": topic},
+            )  # fmt: skip
+        if is_guess:
+            return self._candidate(
+                _Rule("hypothesis", MemoryType.HYPOTHESIS, "hypothesis", 0.4),
+                summary=clip(clause), rec=rec, ctx=ctx, entities=entities,
+                key=f"{ctx.scope}:hypothesis:{short_hash(norm)}",
+                signals=CandidateSignals(transient=True),
+            )  # fmt: skip
+        for rule_name in _STATE_RULES:
+            if lx.matches(rule_name, clause):
+                return self._state(rule_name, clause, rec, ctx, entities, norm, verified, user)
+        return None
+
+    def _state(
+        self,
+        rule_name: str,
+        clause: str,
+        rec: TranscriptRecord,
+        ctx: ExtractionContext,
+        entities: list[str],
+        norm: str,
+        verified: bool,
+        user: bool,
+    ) -> Candidate:
+        main = entities[0].casefold() if entities else short_hash(norm)
+        evidence = verified or user
+        if rule_name == "excluded_cause":
+            return self._candidate(
+                _Rule(rule_name, MemoryType.FACT, "excluded_cause", 0.9 if evidence else 0.75),
+                summary=clip(clause), rec=rec, ctx=ctx, entities=entities,
+                key=f"{ctx.scope}:excluded:{main}",
+                signals=CandidateSignals(is_verified=evidence, is_stable_for_current_task=True),
+                detail={"excluded_root_causes": entities[:3]},
+            )  # fmt: skip
+        if rule_name == "conclusion":
+            return self._candidate(
+                _Rule(rule_name, MemoryType.FACT, "conclusion", 0.85 if evidence else 0.7),
+                summary=clip(clause), rec=rec, ctx=ctx, entities=entities,
+                key=f"{ctx.scope}:conclusion:{main}",
+                signals=CandidateSignals(is_verified=evidence, is_stable_for_current_task=True),
+            )  # fmt: skip
+        if rule_name == "decision":
+            return self._candidate(
+                _Rule(rule_name, MemoryType.DECISION, "current_decision", 0.85),
+                summary=clip(clause), rec=rec, ctx=ctx, entities=entities,
+                key=f"{ctx.scope}:decision:{main}",
+                signals=CandidateSignals(is_decision=True, is_stable_for_current_task=True),
+            )  # fmt: skip
+        # next step: one slot per scope, so a newer plan supersedes the older one
+        return self._candidate(
+            _Rule("next_step", MemoryType.DECISION, "next_step", 0.8),
+            summary=clip(clause), rec=rec, ctx=ctx, entities=entities,
+            key=f"{ctx.scope}:next_step",
+            signals=CandidateSignals(is_decision=True, is_stable_for_current_task=True),
+            detail={"next_focus": entities[:4]},
+        )  # fmt: skip
+
+    def _user_memory(
+        self,
+        clause: str,
+        rec: TranscriptRecord,
+        ctx: ExtractionContext,
+        entities: list[str],
+        norm: str,
+        *,
+        explicit: bool,
+    ) -> Candidate:
+        lx = self.lexicon
+        pref_topic = topic_of(clause, "preference", lx)
+        is_pref = lx.matches("user_preference", clause) or (explicit and pref_topic is not None)
+        if is_pref:
+            topic = pref_topic or short_hash(norm)
+            rule = _Rule(
+                "explicit_remember" if explicit else "user_preference",
+                MemoryType.PREFERENCE,
+                "user_preference",
+                0.95 if explicit else 0.9,
+            )
+            key = f"user:pref:{topic}"
+        elif lx.matches("user_constraint", clause):
+            topic = topic_of(clause, "constraint", lx) or short_hash(norm)
+            rule = _Rule("explicit_remember", MemoryType.CONSTRAINT, "user_constraint", 0.95)
+            key = f"{ctx.scope}:constraint:{topic}"
+        else:
+            topic = entities[0].casefold() if entities else short_hash(norm)
+            rule = _Rule("explicit_remember", MemoryType.FACT, "user_stated", 0.95)
+            key = f"user:fact:{topic}:{short_hash(norm, 6)}"
+        return self._candidate(
+            rule, summary=clip(clause), rec=rec, ctx=ctx, entities=entities, key=key,
+            signals=CandidateSignals(
+                is_verified=True, is_preference=is_pref, explicit_remember=explicit,
+                is_user_constraint=rule.memory_type is MemoryType.CONSTRAINT,
+                is_stable_for_current_task=True,
+            ),
+            detail={"topic": topic},
+        )  # fmt: skip
+
+    def _chit_chat(self, rec: TranscriptRecord, ctx: ExtractionContext, text: str) -> Candidate:
+        return self._candidate(
+            _Rule("chit_chat", MemoryType.FACT, "chit_chat", 0.2),
+            summary=clip(text, 80), rec=rec, ctx=ctx, entities=[],
+            key=f"{ctx.scope}:chat:{short_hash(normalise_fact(text))}",
+            signals=CandidateSignals(chit_chat=True, transient=True),
+        )  # fmt: skip
+
+    # ------------------------------------------------------------------ helpers
+    def _entities(self, text: str, ctx: ExtractionContext) -> list[str]:
+        return extract_entities(text, self.lexicon, extra=ctx.known_entities)
+
+    def _candidate(
+        self,
+        rule: _Rule,
+        *,
+        summary: str,
+        rec: TranscriptRecord,
+        ctx: ExtractionContext,
+        entities: list[str],
+        key: str,
+        signals: CandidateSignals,
+        detail: dict[str, object] | None = None,
+    ) -> Candidate:
+        tool_ids = [rec.tool_call_id] if rec.tool_call_id else []
+        return Candidate(
+            memory_type=rule.memory_type,
+            subtype=rule.subtype,
+            summary=summary,
+            detail={"role": rec.role.value, **(detail or {})},
+            entities=entities,
+            tags=[rule.subtype],
+            canonical_fact_key=key[:256],
+            source=MemorySource(
+                kind="tool" if rec.role is Role.TOOL else "conversation",
+                message_ids=[rec.message_id],
+                tool_call_ids=tool_ids,
+            ),
+            confidence=rule.confidence,
+            signals=signals,
+            rule=rule.name,
+            turn_count=max(1, ctx.turn_index),
+        )

@@ -1,0 +1,231 @@
+"""Turn recorded turns into STM writes and recorded decisions (seed 十七.2).
+
+One batch costs three Redis round trips whatever its size: a pipelined dedup lookup,
+a pipeline of Lua upserts, a pipeline of decision records.  Candidates of one batch that
+share a canonical key see each other (an in-batch overlay), so the recorded verdicts are
+the same as if the turns had been processed one by one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from core.extract.rules import ExtractionContext, Extractor
+from core.models.candidate import Candidate, Verdict, WriteDecision
+from core.models.memory import MemoryItem
+from core.models.transcript import TranscriptRecord, TurnPointer
+from core.policy.write import Existing, WritePolicy, fingerprint, judge
+from core.stm.store import StmStore, UpsertResult, redis_errors
+
+DECISION_PREVIEW_CHARS = 160
+
+
+def memory_id_for(user_id: str, canonical_fact_key: str) -> str:
+    """Deterministic item id: a redelivered turn re-creates the same id, never a twin."""
+    return "m_" + hashlib.sha1(f"{user_id}|{canonical_fact_key}".encode()).hexdigest()[:20]
+
+
+@dataclass
+class TurnOutcome:
+    turn_id: str
+    session_id: str
+    user_id: str
+    decisions: list[WriteDecision] = field(default_factory=list)
+    upserts: list[UpsertResult] = field(default_factory=list)
+
+    @property
+    def written(self) -> list[WriteDecision]:
+        return [d for d in self.decisions if d.verdict is Verdict.WRITTEN]
+
+    @property
+    def refused(self) -> list[WriteDecision]:
+        return [d for d in self.decisions if d.verdict is Verdict.REFUSED]
+
+
+@dataclass(frozen=True)
+class _Planned:
+    turn: int
+    cand: Candidate
+    fp: str
+    decision: WriteDecision
+    item: MemoryItem | None
+
+
+class IngestPipeline:
+    """Extract, judge and write a batch of recorded turns."""
+
+    def __init__(
+        self,
+        *,
+        store: StmStore,
+        extractor: Extractor,
+        policy: WritePolicy,
+        decision_ttl_s: int = 7 * 24 * 3600,
+    ) -> None:
+        self.store = store
+        self.extractor = extractor
+        self.policy = policy
+        self.decision_ttl_s = decision_ttl_s
+
+    def process(
+        self, turns: Sequence[tuple[TurnPointer, Sequence[TranscriptRecord]]]
+    ) -> list[TurnOutcome]:
+        """Process turns in order; returns one outcome per turn."""
+        outcomes = [TurnOutcome(p.turn_id, p.session_id, p.user_id) for p, _ in turns]
+        cands: list[tuple[int, Candidate, str]] = []
+        self._ordinal: list[int] = []
+        for i, (ptr, records) in enumerate(turns):
+            ctx = ExtractionContext(
+                user_id=ptr.user_id, session_id=ptr.session_id, task_id=ptr.task_id
+            )
+            scope = ptr.task_id or ptr.session_id
+            for k, cand in enumerate(self.extractor.extract(records, ctx)):
+                cands.append((i, cand, fingerprint(ptr.user_id, scope, cand.subtype, cand.summary)))
+                self._ordinal.append(k)
+        existing = self._lookup(turns, cands)
+        planned = self._judge(turns, cands, existing)
+        self._write(planned, outcomes)
+        return outcomes
+
+    # ------------------------------------------------------------------ steps
+    def _lookup(
+        self,
+        turns: Sequence[tuple[TurnPointer, Sequence[TranscriptRecord]]],
+        cands: list[tuple[int, Candidate, str]],
+    ) -> list[Existing | None]:
+        by_user: dict[str, list[int]] = {}
+        for n, (i, _c, _fp) in enumerate(cands):
+            by_user.setdefault(turns[i][0].user_id, []).append(n)
+        out: list[Existing | None] = [None] * len(cands)
+        for user_id, idxs in by_user.items():
+            hits = self.store.lookup(
+                user_id, [(cands[n][1].canonical_fact_key, cands[n][2]) for n in idxs]
+            )
+            for n, hit in zip(idxs, hits, strict=True):
+                if hit is not None:
+                    out[n] = Existing(
+                        hit.memory_id, hit.fingerprint, hit.message_ids, hit.mention_count
+                    )
+        return out
+
+    def _judge(
+        self,
+        turns: Sequence[tuple[TurnPointer, Sequence[TranscriptRecord]]],
+        cands: list[tuple[int, Candidate, str]],
+        existing: list[Existing | None],
+    ) -> list[_Planned]:
+        overlay: dict[tuple[str, str], Existing] = {}  # (user, canon or fp) → written in batch
+        planned = []
+        for n, (i, cand, fp) in enumerate(cands):
+            ptr = turns[i][0]
+            prior = (
+                overlay.get((ptr.user_id, "c:" + cand.canonical_fact_key))
+                or overlay.get((ptr.user_id, "f:" + fp))
+                or existing[n]
+            )
+            j = judge(cand, existing=prior, fp=fp, policy=self.policy)
+            item = None
+            memory_id = None
+            if j.verdict is Verdict.WRITTEN:
+                memory_id = (
+                    prior.memory_id
+                    if prior
+                    else memory_id_for(ptr.user_id, cand.canonical_fact_key)
+                )
+                item = self._item(ptr, cand, fp, memory_id, j.importance, j.ttl_s)
+                msgs = tuple(cand.source.message_ids) + (prior.message_ids if prior else ())
+                mentions = (prior.mention_count + 1) if prior else 1
+                seen = Existing(memory_id, fp, msgs, mentions)
+                overlay[(ptr.user_id, "c:" + cand.canonical_fact_key)] = seen
+                overlay[(ptr.user_id, "f:" + fp)] = seen
+            decision = WriteDecision(
+                decision_id=f"{ptr.turn_id}:{self._ordinal[n]:03d}:{cand.rule}",
+                verdict=j.verdict,
+                reason=j.reason,
+                score=j.score,
+                threshold=self.policy.threshold,
+                breakdown=j.breakdown,
+                profile=j.profile,
+                importance=j.importance,
+                importance_breakdown=j.importance_breakdown,
+                memory_type=cand.memory_type,
+                subtype=cand.subtype,
+                summary=cand.summary[:DECISION_PREVIEW_CHARS],
+                canonical_fact_key=cand.canonical_fact_key,
+                rule=cand.rule,
+                memory_id=memory_id,
+                message_ids=list(cand.source.message_ids),
+                session_id=ptr.session_id,
+                at=ptr.at,
+            )
+            planned.append(_Planned(i, cand, fp, decision, item))
+        return planned
+
+    def _item(
+        self,
+        ptr: TurnPointer,
+        cand: Candidate,
+        fp: str,
+        memory_id: str,
+        importance: float,
+        ttl_s: int,
+    ) -> MemoryItem:
+        return MemoryItem(
+            id=memory_id,
+            user_id=ptr.user_id,
+            tenant_id=ptr.tenant_id,
+            session_id=ptr.session_id,
+            task_id=ptr.task_id,
+            memory_type=cand.memory_type,
+            subtype=cand.subtype,
+            summary=cand.summary,
+            detail=cand.detail,
+            entities=cand.entities,
+            tags=cand.tags,
+            source=cand.source,
+            confidence=cand.confidence,
+            importance=importance,
+            created_at=ptr.at,
+            updated_at=ptr.at,
+            last_access_at=ptr.at,
+            expires_at=ptr.at + ttl_s,
+            fingerprint=fp,
+            canonical_fact_key=cand.canonical_fact_key,
+            seen_sessions=[ptr.session_id],
+        )
+
+    def _write(self, planned: list[_Planned], outcomes: list[TurnOutcome]) -> None:
+        to_write = [p for p in planned if p.item is not None]
+        results = self.store.upsert_many([p.item for p in to_write if p.item is not None])
+        by_plan = {id(p): r for p, r in zip(to_write, results, strict=True)}
+        r = self.store.r
+        with redis_errors():
+            pipe = r.pipeline(transaction=False)
+            touched: set[str] = set()
+            for p in planned:
+                out = outcomes[p.turn]
+                res = by_plan.get(id(p))
+                decision = p.decision
+                if res is not None:
+                    out.upserts.append(res)
+                    if res.op == "unchanged" or res.memory_id != decision.memory_id:
+                        decision = decision.model_copy(update={"memory_id": res.memory_id})
+                out.decisions.append(decision)
+                key = self.store.keys(out.user_id).decisions(out.session_id)
+                pipe.hset(key, decision.decision_id, decision.model_dump_json())
+                touched.add(key)
+            for key in touched:
+                pipe.expire(key, self.decision_ttl_s)
+            pipe.execute()
+
+
+def read_decisions(store: StmStore, user_id: str, session_id: str) -> list[WriteDecision]:
+    """Every recorded write decision of a session, in turn order ("why was X (not) stored?")."""
+    with redis_errors():
+        raw = store.r.hgetall(store.keys(user_id).decisions(session_id))
+    decisions = [WriteDecision.model_validate(json.loads(v)) for v in raw.values()]
+    decisions.sort(key=lambda d: (d.at, d.decision_id))
+    return decisions

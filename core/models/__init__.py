@@ -1,0 +1,1 @@
+"""Pydantic models at every boundary: transcript records, STM items, candidates, decisions."""

@@ -1,0 +1,97 @@
+"""Typed settings (pydantic-settings v2, env prefix ``MEMSTRATA_``).
+
+Built by :func:`load_settings` at process start, never at import, so a worker, the CLI
+and each test can hold different settings.  Nested policies use ``__`` in env names,
+e.g. ``MEMSTRATA_TTL__FACT_S=3600``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, RedisDsn, SecretStr, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from core.ids import validate_id
+
+
+class TtlPolicy(BaseModel):
+    """Lifetime of an STM item by memory type, in seconds (seed 十三 estimated_ttl)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    fact_s: int = Field(24 * 3600, ge=60)
+    decision_s: int = Field(24 * 3600, ge=60)
+    hypothesis_s: int = Field(2 * 3600, ge=60)
+    observation_s: int = Field(6 * 3600, ge=60)
+    constraint_s: int = Field(7 * 24 * 3600, ge=60)
+    preference_s: int = Field(30 * 24 * 3600, ge=60)
+
+    def for_type(self, memory_type: str) -> int:
+        value: int = getattr(self, f"{memory_type}_s")
+        return value
+
+
+class Settings(BaseSettings):
+    """Every knob of one memstrata process; ranges are checked at start-up."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="MEMSTRATA_", env_nested_delimiter="__", extra="ignore", frozen=True
+    )
+
+    # stores
+    redis_url: RedisDsn = RedisDsn("redis://127.0.0.1:6379/0")
+    broker_url: RedisDsn | None = None  # defaults to redis_url
+    key_namespace: str = "memory"
+    redis_socket_timeout_s: float = Field(5.0, gt=0, le=60)
+    postgres_url: str = "postgresql+psycopg://postgres@127.0.0.1:5432/memstrata"
+    transcript_dir: Path = Path("var/transcripts")
+    transcript_fsync: bool = True
+
+    # input limits (characters)
+    max_message_chars: int = Field(64 * 1024, ge=256, le=16 * 1024 * 1024)
+    max_turn_messages: int = Field(64, ge=1, le=10_000)
+    max_summary_chars: int = Field(400, ge=40, le=4000)
+    max_detail_chars: int = Field(4000, ge=200, le=64 * 1024)
+
+    # write policy
+    write_threshold: float = 3.0
+    ttl: TtlPolicy = TtlPolicy()
+    stm_session_cap: int = Field(50, ge=1, le=100_000)
+    decision_ttl_s: int = Field(7 * 24 * 3600, ge=60)
+
+    # ingest pipeline
+    ingest_shards: int = Field(4, ge=1, le=256)
+    ingest_batch: int = Field(200, ge=1, le=10_000)
+    ingest_kick_ttl_ms: int = Field(30_000, ge=1000)
+    ingest_claim_idle_ms: int = Field(60_000, ge=1000)
+    ingest_max_run_s: float = Field(5.0, gt=0, le=300)
+
+    # maintenance
+    sweep_batch: int = Field(1000, ge=1, le=1_000_000)
+    sweep_interval_s: float = Field(60.0, gt=0)
+
+    # celery
+    task_soft_time_limit_s: int = Field(60, ge=1)
+    task_time_limit_s: int = Field(90, ge=2)
+    broker_visibility_timeout_s: int = Field(3600, ge=60)
+
+    # flower
+    flower_port: int = Field(5555, ge=1, le=65535)
+    flower_user: str = "admin"
+    flower_password: SecretStr | None = None
+
+    @field_validator("key_namespace")
+    @classmethod
+    def _namespace_is_safe(cls, value: str) -> str:
+        return validate_id(value, kind="key namespace")
+
+    @property
+    def effective_broker_url(self) -> str:
+        return str(self.broker_url or self.redis_url)
+
+
+def load_settings(**overrides: Any) -> Settings:
+    """Build settings from the environment, with explicit overrides winning."""
+    return Settings(**overrides)

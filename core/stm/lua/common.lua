@@ -1,0 +1,23 @@
+-- Shared helpers, prepended to every STM script.  KEYS[1] is the user's key prefix
+-- ("<ns>:user:{<user_id>}:"); every key touched shares its hash tag.
+
+local P = KEYS[1]
+
+local function unindex(id)
+  -- Remove an item from every index it was written to, and the item itself.
+  local ikey = P .. 'item:' .. id
+  local fields = redis.call('HMGET', ikey, '_idx', 'canonical_fact_key', 'fingerprint')
+  if fields[1] then
+    for _, suffix in ipairs(cjson.decode(fields[1])) do
+      redis.call('ZREM', P .. suffix, id)
+    end
+  end
+  redis.call('ZREM', P .. 'expire', id)
+  if fields[2] and redis.call('HGET', P .. 'canon', fields[2]) == id then
+    redis.call('HDEL', P .. 'canon', fields[2])
+  end
+  if fields[3] and redis.call('HGET', P .. 'fp', fields[3]) == id then
+    redis.call('HDEL', P .. 'fp', fields[3])
+  end
+  return redis.call('DEL', ikey)
+end

@@ -1,0 +1,160 @@
+-- Atomic STM upsert (DESIGN §3): dedup by canonical_fact_key, then fingerprint; insert,
+-- merge a restated fact, or bump the version of a changed one (old content kept in
+-- `history`); write the item, every index and the expiry; enforce the per-session cap.
+-- ARGV[1] = JSON object of the new item's hash fields (all strings, incl. `_idx`)
+-- ARGV[2] = per-session cap, ARGV[3] = history entries kept
+-- Returns {op, id, version, evicted_id...}; op = inserted | merged | updated | unchanged
+
+local new = cjson.decode(ARGV[1])
+local cap = tonumber(ARGV[2])
+local hist_cap = tonumber(ARGV[3])
+
+local function contains(list, value)
+  for _, v in ipairs(list) do if v == value then return true end end
+  return false
+end
+
+local function union(a, b, limit)
+  local out = {}
+  for _, v in ipairs(a) do if not contains(out, v) then out[#out + 1] = v end end
+  for _, v in ipairs(b) do
+    if #out >= limit then break end
+    if not contains(out, v) then out[#out + 1] = v end
+  end
+  return out
+end
+
+local function write_hash(key, tbl)
+  local flat = {}
+  for k, v in pairs(tbl) do flat[#flat + 1] = k; flat[#flat + 1] = v end
+  redis.call('DEL', key)
+  redis.call('HSET', key, unpack(flat))
+end
+
+local function index(id, item)
+  local score = tonumber(item.updated_at)
+  for _, suffix in ipairs(cjson.decode(item._idx)) do
+    redis.call('ZADD', P .. suffix, score, id)
+  end
+  redis.call('ZADD', P .. 'expire', tonumber(item.expires_at), id)
+  redis.call('HSET', P .. 'canon', item.canonical_fact_key, id)
+  redis.call('HSET', P .. 'fp', item.fingerprint, id)
+end
+
+local function enforce_cap(session_suffix)
+  local skey = P .. session_suffix
+  local n = redis.call('ZCARD', skey)
+  local evicted = {}
+  if n <= cap then return evicted end
+  local ids = redis.call('ZRANGE', skey, 0, -1)
+  local ranked = {}
+  for _, mid in ipairs(ids) do
+    local f = redis.call('HMGET', P .. 'item:' .. mid, 'importance', 'updated_at')
+    ranked[#ranked + 1] = {mid, tonumber(f[1]) or -1, tonumber(f[2]) or 0}
+  end
+  -- least important first, then oldest
+  table.sort(ranked, function(x, y)
+    if x[2] ~= y[2] then return x[2] < y[2] end
+    return x[3] < y[3]
+  end)
+  local i = 1
+  while n > cap and i <= #ranked do
+    unindex(ranked[i][1])
+    redis.call('ZREM', skey, ranked[i][1])
+    evicted[#evicted + 1] = ranked[i][1]
+    n = n - 1
+    i = i + 1
+  end
+  return evicted
+end
+
+local existing = redis.call('HGET', P .. 'canon', new.canonical_fact_key)
+local matched_by = 'canon'
+if not existing then
+  existing = redis.call('HGET', P .. 'fp', new.fingerprint)
+  matched_by = 'fp'
+end
+if existing and redis.call('EXISTS', P .. 'item:' .. existing) == 0 then
+  existing = false  -- stale mapping to an item already swept or evicted
+end
+
+local op, id, version
+if not existing then
+  id = new.id
+  version = 1
+  unindex(id)  -- a leftover with the same id (e.g. a redelivery after eviction)
+  write_hash(P .. 'item:' .. id, new)
+  index(id, new)
+  op = 'inserted'
+else
+  id = existing
+  local ikey = P .. 'item:' .. id
+  local flat = redis.call('HGETALL', ikey)
+  local cur = {}
+  for i = 1, #flat, 2 do cur[flat[i]] = flat[i + 1] end
+  local cur_src = cjson.decode(cur.source)
+  local new_src = cjson.decode(new.source)
+  local cur_msgs = cur_src.message_ids or {}
+  local seen_all = #(new_src.message_ids or {}) > 0
+  for _, m in ipairs(new_src.message_ids or {}) do
+    if not contains(cur_msgs, m) then seen_all = false end
+  end
+  local hist = cjson.decode(cur.history or '[]')
+  for _, h in ipairs(hist) do
+    for _, m in ipairs(h.message_ids or {}) do
+      if contains(new_src.message_ids or {}, m) then seen_all = true end
+    end
+  end
+  if seen_all then
+    return {'unchanged', id, cur.version}
+  end
+  redis.call('ZREM', P .. 'expire', id)
+  for _, suffix in ipairs(cjson.decode(cur._idx)) do redis.call('ZREM', P .. suffix, id) end
+  local merged = {}
+  for k, v in pairs(cur) do merged[k] = v end
+  local sessions = union(cjson.decode(cur.seen_sessions or '[]'), cjson.decode(new.seen_sessions), 32)
+  if cur.fingerprint == new.fingerprint or matched_by == 'fp' then
+    -- the same fact said again: keep content, merge provenance and indexes
+    cur_src.message_ids = union(cur_msgs, new_src.message_ids or {}, 256)
+    cur_src.tool_call_ids = union(cur_src.tool_call_ids or {}, new_src.tool_call_ids or {}, 256)
+    merged.source = cjson.encode(cur_src)
+    merged.entities = cjson.encode(union(cjson.decode(cur.entities), cjson.decode(new.entities), 64))
+    merged.tags = cjson.encode(union(cjson.decode(cur.tags), cjson.decode(new.tags), 32))
+    if tonumber(new.importance) > tonumber(cur.importance) then merged.importance = new.importance end
+    if tonumber(new.confidence) > tonumber(cur.confidence) then merged.confidence = new.confidence end
+    if tonumber(new.expires_at) > tonumber(cur.expires_at) then merged.expires_at = new.expires_at end
+    merged._idx = cjson.encode(union(cjson.decode(cur._idx), cjson.decode(new._idx), 128))
+    op = 'merged'
+  else
+    -- the fact changed: bump the version and keep the old content as provenance
+    hist[#hist + 1] = {version = tonumber(cur.version), summary = cur.summary,
+                       fingerprint = cur.fingerprint, updated_at = tonumber(cur.updated_at),
+                       message_ids = cur_msgs}
+    while #hist > hist_cap do table.remove(hist, 1) end
+    for k, v in pairs(new) do
+      if k ~= 'id' and k ~= 'created_at' then merged[k] = v end
+    end
+    merged.history = cjson.encode(hist)
+    merged.version = tostring(tonumber(cur.version) + 1)
+    if redis.call('HGET', P .. 'fp', cur.fingerprint) == id then
+      redis.call('HDEL', P .. 'fp', cur.fingerprint)
+    end
+    op = 'updated'
+  end
+  merged.seen_sessions = cjson.encode(sessions)
+  merged.session_id = new.session_id
+  if new.task_id then merged.task_id = new.task_id end
+  merged.updated_at = new.updated_at
+  merged.last_access_at = new.last_access_at
+  merged.mention_count = tostring(tonumber(cur.mention_count or '1') + 1)
+  merged.canonical_fact_key = cur.canonical_fact_key
+  write_hash(ikey, merged)
+  index(id, merged)
+  redis.call('HSET', P .. 'canon', new.canonical_fact_key, id)
+  version = merged.version
+end
+
+local evicted = enforce_cap('session:' .. new.session_id)
+local out = {op, id, tostring(version)}
+for _, e in ipairs(evicted) do out[#out + 1] = e end
+return out

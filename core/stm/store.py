@@ -1,0 +1,290 @@
+"""Redis adapter for short-term memory: atomic upsert, indexed reads, delete, sweep.
+
+Every write goes through one Lua script (value, indexes, dedup maps and expiry in one
+call).  Reads are newest-first from a sorted-set index, then one pipelined HGETALL;
+ids whose item is gone or expired are skipped, because index entries are only removed
+by the sweep (Redis must not evict keys on its own: run it with ``noeviction``).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from importlib import resources
+
+import redis
+from redis.commands.core import Script
+
+from core.errors import InvalidInput, PayloadTooLarge, StoreUnavailable
+from core.ids import validate_id
+from core.models.memory import MemoryItem, MemoryStatus
+from core.stm.keys import GlobalKeys, UserKeys, index_suffixes
+
+
+def _lua(name: str) -> str:
+    return (resources.files("core.stm") / "lua" / name).read_text(encoding="utf-8")
+
+
+@contextmanager
+def redis_errors() -> Iterator[None]:
+    """Translate redis-py connection failures into our transient error."""
+    try:
+        yield
+    except (redis.ConnectionError, redis.TimeoutError) as exc:
+        raise StoreUnavailable(f"redis unavailable: {exc}") from exc
+
+
+@dataclass(frozen=True)
+class UpsertResult:
+    op: str  # inserted | merged | updated | unchanged
+    memory_id: str
+    version: int
+    evicted: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class DedupHit:
+    """What the store already holds for a candidate's canonical key or fingerprint."""
+
+    memory_id: str
+    fingerprint: str
+    message_ids: tuple[str, ...]
+    by: str  # canon | fp
+    mention_count: int = 1
+
+
+class StmStore:
+    """Short-term memory of all users in one Redis (DESIGN §3)."""
+
+    def __init__(
+        self,
+        client: redis.Redis,
+        *,
+        namespace: str,
+        session_cap: int = 50,
+        history_cap: int = 5,
+        max_summary_chars: int = 400,
+        max_detail_chars: int = 4000,
+    ) -> None:
+        self.r = client
+        self.namespace = validate_id(namespace, kind="key namespace")
+        self.session_cap = session_cap
+        self.history_cap = history_cap
+        self.max_summary_chars = max_summary_chars
+        self.max_detail_chars = max_detail_chars
+        common = _lua("common.lua")
+        self._upsert: Script = client.register_script(common + _lua("upsert.lua"))
+        self._delete: Script = client.register_script(common + _lua("delete.lua"))
+        self._sweep: Script = client.register_script(common + _lua("sweep.lua"))
+        self.gkeys = GlobalKeys(self.namespace)
+
+    def keys(self, user_id: str) -> UserKeys:
+        return UserKeys(self.namespace, user_id)
+
+    # ------------------------------------------------------------------ writes
+    def _encode(self, item: MemoryItem) -> str:
+        if item.status is not MemoryStatus.ACTIVE:
+            raise InvalidInput("only active items are written to STM")
+        if len(item.summary) > self.max_summary_chars:
+            raise PayloadTooLarge(
+                f"summary of {len(item.summary)} chars over the {self.max_summary_chars} limit"
+            )
+        fields = item.to_redis_hash()
+        if len(fields.get("detail", "")) > self.max_detail_chars:
+            raise PayloadTooLarge(f"detail over the {self.max_detail_chars} char limit")
+        fields["_idx"] = json.dumps(
+            index_suffixes(
+                session_id=item.session_id,
+                task_id=item.task_id,
+                entities=item.entities,
+                memory_type=item.memory_type.value,
+            )
+        )
+        fields.setdefault("seen_sessions", json.dumps([item.session_id]))
+        if fields["seen_sessions"] == "[]":
+            fields["seen_sessions"] = json.dumps([item.session_id])
+        return json.dumps(fields, ensure_ascii=False)
+
+    def upsert(self, item: MemoryItem) -> UpsertResult:
+        """Insert, merge or version-bump one item atomically."""
+        return self.upsert_many([item])[0]
+
+    def upsert_many(self, items: Sequence[MemoryItem]) -> list[UpsertResult]:
+        """Upsert several items in one pipelined round trip (each still atomic on its own)."""
+        payloads = [(item.user_id, self._encode(item)) for item in items]
+        if not payloads:
+            return []
+        with redis_errors():
+            pipe = self.r.pipeline(transaction=False)
+            for user_id, payload in payloads:
+                self._upsert(
+                    keys=[self.keys(user_id).prefix],
+                    args=[payload, self.session_cap, self.history_cap],
+                    client=pipe,
+                )
+            for item in items:
+                pipe.zadd(self.gkeys.sweep_users, {item.user_id: item.expires_at}, lt=True)
+            raw = pipe.execute()
+        out = []
+        for res in raw[: len(items)]:
+            op, memory_id, version, *evicted = res
+            out.append(UpsertResult(op, memory_id, int(version), tuple(evicted)))
+        return out
+
+    def delete(self, user_id: str, memory_ids: Sequence[str]) -> int:
+        """Delete items and all their index entries; returns how many existed."""
+        ids = [validate_id(m, kind="memory_id") for m in memory_ids]
+        if not ids:
+            return 0
+        with redis_errors():
+            return int(self._delete(keys=[self.keys(user_id).prefix], args=ids))
+
+    # ------------------------------------------------------------------ dedup lookups
+    def lookup(self, user_id: str, pairs: Sequence[tuple[str, str]]) -> list[DedupHit | None]:
+        """For each (canonical_fact_key, fingerprint), the item already holding it, if any."""
+        if not pairs:
+            return []
+        k = self.keys(user_id)
+        with redis_errors():
+            pipe = self.r.pipeline(transaction=False)
+            pipe.hmget(k.canon, [c for c, _ in pairs])
+            pipe.hmget(k.fp, [f for _, f in pairs])
+            canon_ids, fp_ids = pipe.execute()
+            wanted = {m for m in list(canon_ids) + list(fp_ids) if m}
+            pipe = self.r.pipeline(transaction=False)
+            order = sorted(wanted)
+            for mid in order:
+                pipe.hmget(k.item(mid), ["fingerprint", "source", "history", "mention_count"])
+            fetched = dict(zip(order, pipe.execute(), strict=True))
+        out: list[DedupHit | None] = []
+        for cid, fid in zip(canon_ids, fp_ids, strict=True):
+            mid, by = (cid, "canon") if cid else (fid, "fp")
+            row = fetched.get(mid) if mid else None
+            if not mid or row is None or row[0] is None:
+                out.append(None)
+                continue
+            msgs = list(json.loads(row[1] or "{}").get("message_ids") or [])
+            for h in json.loads(row[2] or "[]") or []:
+                msgs.extend(h.get("message_ids") or [])
+            out.append(DedupHit(mid, row[0], tuple(msgs), by, int(row[3] or 1)))
+        return out
+
+    # ------------------------------------------------------------------ reads
+    def get(self, user_id: str, memory_id: str) -> MemoryItem | None:
+        items = self.get_many(user_id, [memory_id], include_expired=True)
+        return items[0] if items else None
+
+    def get_many(
+        self,
+        user_id: str,
+        memory_ids: Sequence[str],
+        *,
+        now: float | None = None,
+        include_expired: bool = False,
+    ) -> list[MemoryItem]:
+        """Batch get in the given order, skipping ids that are gone (or expired at ``now``)."""
+        k = self.keys(user_id)
+        ids = [validate_id(m, kind="memory_id") for m in memory_ids]
+        if not ids:
+            return []
+        with redis_errors():
+            pipe = self.r.pipeline(transaction=False)
+            for mid in ids:
+                pipe.hgetall(k.item(mid))
+            rows = pipe.execute()
+        out = []
+        for row in rows:
+            if not row:
+                continue
+            item = MemoryItem.from_redis_hash(row)
+            if not include_expired and now is not None and item.expires_at <= now:
+                continue
+            out.append(item)
+        return out
+
+    def _by_index(self, user_id: str, key: str, limit: int, now: float | None) -> list[MemoryItem]:
+        if not 1 <= limit <= 1000:
+            raise InvalidInput("limit must be within 1..1000")
+        with redis_errors():
+            ids = [str(m) for m in self.r.zrevrange(key, 0, limit - 1)]
+        return self.get_many(user_id, ids, now=now)
+
+    def recent(
+        self, user_id: str, *, limit: int = 20, now: float | None = None
+    ) -> list[MemoryItem]:
+        return self._by_index(user_id, self.keys(user_id).recent, limit, now)
+
+    def by_session(
+        self, user_id: str, session_id: str, *, limit: int = 20, now: float | None = None
+    ) -> list[MemoryItem]:
+        validate_id(session_id, kind="session_id")
+        return self._by_index(user_id, self.keys(user_id).session(session_id), limit, now)
+
+    def by_task(
+        self, user_id: str, task_id: str, *, limit: int = 20, now: float | None = None
+    ) -> list[MemoryItem]:
+        validate_id(task_id, kind="task_id")
+        return self._by_index(user_id, self.keys(user_id).task(task_id), limit, now)
+
+    def by_entity(
+        self, user_id: str, entity: str, *, limit: int = 20, now: float | None = None
+    ) -> list[MemoryItem]:
+        return self._by_index(user_id, self.keys(user_id).entity(entity), limit, now)
+
+    def by_type(
+        self, user_id: str, memory_type: str, *, limit: int = 20, now: float | None = None
+    ) -> list[MemoryItem]:
+        from core.models.memory import MemoryType
+
+        try:
+            mtype = MemoryType(memory_type)
+        except ValueError as exc:
+            raise InvalidInput(f"unknown memory type {memory_type!r}") from exc
+        return self._by_index(user_id, self.keys(user_id).type(mtype.value), limit, now)
+
+    # ------------------------------------------------------------------ sweep
+    def sweep_user(self, user_id: str, *, now: float, limit: int) -> tuple[int, float | None]:
+        """Remove up to ``limit`` expired items of one user; returns (removed, next expiry)."""
+        with redis_errors():
+            removed, nxt = self._sweep(keys=[self.keys(user_id).prefix], args=[now, limit])
+        return int(removed), (float(nxt) if nxt else None)
+
+    def sweep(self, *, now: float, max_items: int, per_user: int = 500) -> SweepReport:
+        """Sweep users whose earliest expiry has passed, until ``max_items`` are removed.
+
+        The global ``sweep:users`` zset is a hint kept by writers (``ZADD LT``); after a
+        user is swept its score is reset to the next expiry, or the user is dropped.
+        """
+        removed = users = 0
+        gk = self.gkeys.sweep_users
+        while removed < max_items:
+            with redis_errors():
+                due = self.r.zrangebyscore(gk, "-inf", now, start=0, num=256)
+            if not due:
+                break
+            progressed = False
+            for raw_user in due:
+                user_id = str(raw_user)
+                budget = min(per_user, max_items - removed)
+                if budget <= 0:
+                    break
+                n, nxt = self.sweep_user(user_id, now=now, limit=budget)
+                removed += n
+                users += 1
+                progressed = progressed or n > 0
+                with redis_errors():
+                    if nxt is None:
+                        self.r.zrem(gk, user_id)
+                    elif nxt > now or n < budget:
+                        self.r.zadd(gk, {user_id: nxt})
+            if not progressed:
+                break
+        return SweepReport(removed=removed, users=users)
+
+
+@dataclass(frozen=True)
+class SweepReport:
+    removed: int
+    users: int

@@ -1,0 +1,1 @@
+"""Operations: the `memstrata` CLI, the quickstart, the demo and the benchmarks."""

@@ -1,0 +1,12 @@
+"""Benchmarks, one module each, reachable as ``memstrata bench <name> [--quick] [--json]``.
+
+Every module exposes ``run(quick: bool) -> dict`` returning the figures (the keys the
+issue names) and ``markdown(figures: dict) -> str`` for ``docs/BENCHMARKS.md``.
+"""
+
+from __future__ import annotations
+
+BENCHES: dict[str, str] = {
+    "stm": "ops.bench.stm",
+    "ingest": "ops.bench.ingest",
+}

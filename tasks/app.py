@@ -1,0 +1,69 @@
+"""The Celery app.  Configuration is built from settings when Celery first needs it
+(``on_configure``), not at import, and per-process clients are built after fork."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from celery import Celery
+from celery.signals import worker_process_init, worker_process_shutdown
+from kombu.entity import Queue
+
+from core.resources import close_resources, reset_resources
+from core.settings import Settings, load_settings
+
+QUEUES = ("ingest", "ltm", "maintenance")
+
+app = Celery("memstrata", include=["tasks.ingest", "tasks.maintenance"])
+
+
+def celery_config(settings: Settings) -> dict[str, Any]:
+    """Everything DESIGN §4 asks of Celery, derived from typed settings."""
+    import beat_schedule
+
+    return {
+        "broker_url": settings.effective_broker_url,
+        "broker_connection_retry_on_startup": True,
+        "broker_transport_options": {
+            "visibility_timeout": settings.broker_visibility_timeout_s,
+            "socket_timeout": settings.redis_socket_timeout_s,
+            # one namespace = one isolated set of queues (tests, demo and prod can share a Redis)
+            "global_keyprefix": f"{settings.key_namespace}:celery:",
+        },
+        "task_serializer": "json",
+        "accept_content": ["json"],
+        "result_serializer": "json",
+        "task_ignore_result": True,
+        "task_queues": [Queue(q, routing_key=q) for q in QUEUES],
+        "task_default_queue": "ingest",
+        "task_routes": {
+            "memstrata.ingest.*": {"queue": "ingest"},
+            "memstrata.ltm.*": {"queue": "ltm"},
+            "memstrata.maintenance.*": {"queue": "maintenance"},
+        },
+        "task_acks_late": True,
+        "task_reject_on_worker_lost": True,
+        "worker_prefetch_multiplier": 1,
+        "task_soft_time_limit": settings.task_soft_time_limit_s,
+        "task_time_limit": settings.task_time_limit_s,
+        "worker_send_task_events": True,
+        "task_send_sent_event": True,
+        "worker_hijack_root_logger": False,
+        "beat_schedule": beat_schedule.build_schedule(settings),
+        "timezone": "UTC",
+    }
+
+
+@app.on_configure.connect
+def _configure(sender: Celery, **_: Any) -> None:
+    sender.conf.update(celery_config(load_settings()))
+
+
+@worker_process_init.connect
+def _init_process(**_: Any) -> None:
+    reset_resources()
+
+
+@worker_process_shutdown.connect
+def _close_process(**_: Any) -> None:
+    close_resources()
