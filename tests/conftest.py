@@ -1,0 +1,53 @@
+"""Shared fixtures: real Redis on 127.0.0.1:6379, one fresh key namespace per test.
+
+Every test gets its own namespace (and so its own STM keys, ingest streams and Celery
+queues), and its keys are deleted afterwards, so tests can run beside the demo or a
+second test run on the same Redis.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis
+
+from core.resources import Resources, build_resources
+from core.settings import Settings, load_settings
+
+REDIS_URL = os.environ.get("MEMSTRATA_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
+
+
+def _purge(client: redis.Redis, namespace: str) -> None:
+    for key in client.scan_iter(match=f"{namespace}:*", count=1000):
+        client.delete(key)
+
+
+@pytest.fixture
+def namespace() -> str:
+    return f"t{uuid.uuid4().hex[:10]}"
+
+
+@pytest.fixture
+def settings(namespace: str, tmp_path: Path) -> Settings:
+    return load_settings(
+        redis_url=REDIS_URL,
+        key_namespace=namespace,
+        transcript_dir=tmp_path / "transcripts",
+        ingest_claim_idle_ms=1000,
+    )
+
+
+@pytest.fixture
+def res(settings: Settings) -> Iterator[Resources]:
+    resources = build_resources(settings)
+    try:
+        resources.redis.ping()
+    except redis.ConnectionError as exc:  # pragma: no cover - environment problem
+        pytest.fail(f"Redis not reachable at {REDIS_URL}: {exc}")
+    yield resources
+    _purge(resources.redis, settings.key_namespace)
+    resources.close()
