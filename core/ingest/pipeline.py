@@ -211,8 +211,10 @@ class IngestPipeline:
                 decision = p.decision
                 if res is not None:
                     out.upserts.append(res)
-                    if res.op == "unchanged" or res.memory_id != decision.memory_id:
-                        decision = decision.model_copy(update={"memory_id": res.memory_id})
+                    update: dict[str, object] = {"memory_id": res.memory_id}
+                    if res.op == "stale":
+                        update["reason"] = "older than the stored version; kept as history"
+                    decision = decision.model_copy(update=update)
                 out.decisions.append(decision)
                 key = self.store.keys(out.user_id).decisions(out.session_id)
                 pipe.hset(key, decision.decision_id, decision.model_dump_json())

@@ -38,7 +38,7 @@ def redis_errors() -> Iterator[None]:
 
 @dataclass(frozen=True)
 class UpsertResult:
-    op: str  # inserted | merged | updated | unchanged
+    op: str  # inserted | merged | updated | unchanged | stale
     memory_id: str
     version: int
     evicted: tuple[str, ...] = ()

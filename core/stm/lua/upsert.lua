@@ -3,7 +3,8 @@
 -- `history`); write the item, every index and the expiry; enforce the per-session cap.
 -- ARGV[1] = JSON object of the new item's hash fields (all strings, incl. `_idx`)
 -- ARGV[2] = per-session cap, ARGV[3] = history entries kept
--- Returns {op, id, version, evicted_id...}; op = inserted | merged | updated | unchanged
+-- Returns {op, id, version, evicted_id...};
+-- op = inserted | merged | updated | unchanged | stale (older than the stored version)
 
 local new = cjson.decode(ARGV[1])
 local cap = tonumber(ARGV[2])
@@ -107,6 +108,17 @@ else
   end
   if seen_all then
     return {'unchanged', id, cur.version}
+  end
+  if cur.fingerprint ~= new.fingerprint and matched_by == 'canon'
+      and tonumber(new.updated_at) < tonumber(cur.updated_at) then
+    -- an older version delivered late (two drains raced): keep the newer content and
+    -- file the late one under history so a redelivery is recognised
+    hist[#hist + 1] = {version = 0, summary = new.summary, fingerprint = new.fingerprint,
+                       updated_at = tonumber(new.updated_at),
+                       message_ids = new_src.message_ids or {}}
+    while #hist > hist_cap do table.remove(hist, 1) end
+    redis.call('HSET', ikey, 'history', cjson.encode(hist))
+    return {'stale', id, cur.version}
   end
   redis.call('ZREM', P .. 'expire', id)
   for _, suffix in ipairs(cjson.decode(cur._idx)) do redis.call('ZREM', P .. suffix, id) end
