@@ -26,6 +26,7 @@ _CLAUSE_SPLIT = re.compile(
 _REASONING_BLOCK = re.compile(
     r"<(thought|think|thinking)>.*?</\1>|_Thinking:_.*?(?:\n\s*\n|$)", re.IGNORECASE | re.DOTALL
 )
+_CODE_FENCE = re.compile(r"```.*?(?:```|$)", re.DOTALL)
 _WS = re.compile(r"\s+")
 _BULLET = re.compile(r"^\s*(?:[-*•>]|\d+[.)])\s*")
 MAX_CLAUSE_CHARS = 300
@@ -79,8 +80,9 @@ def split_clauses(text: str) -> list[str]:
 
 
 def strip_reasoning(text: str, lexicon: Lexicon) -> str:
-    """Drop model reasoning (seed 四.5: never store intermediate reasoning)."""
+    """Drop model reasoning and code blocks (seed 四.5: no reasoning, no raw text)."""
     text = _REASONING_BLOCK.sub(" ", text)
+    text = _CODE_FENCE.sub(" ", text)  # pasted code and logs are raw material, not facts
     for marker in lexicon.reasoning_markers:
         if text.lstrip().startswith(marker):
             return ""
@@ -122,7 +124,7 @@ class RuleExtractor:
 
     # ------------------------------------------------------------------ per role
     def _from_user(self, rec: TranscriptRecord, ctx: ExtractionContext) -> Iterable[Candidate]:
-        text = rec.content.strip()
+        text = _CODE_FENCE.sub(" ", rec.content).strip()
         if not text:
             return []
         if self.lexicon.matches("chit_chat", text):
