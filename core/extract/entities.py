@@ -42,16 +42,18 @@ _PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
     (
         "error",
         re.compile(
-            r"(?<![\w-])(?:[A-Z][a-zA-Z]+(?:Exception|Error)|E[A-Z]{4,}|ORA-\d{4,5}"
+            r"(?<![\w-])(?:[A-Z][a-zA-Z]+(?:Exception|Error)|(?!ERROR\b)E[A-Z]{4,}|ORA-\d{4,5}"
             r"|HTTP ?[45]\d\d)(?![\w])"
         ),
     ),
 )
 
 
-def _dictionary_hits(text: str, lexicon: Lexicon, extra: Iterable[str]) -> list[tuple[int, str]]:
+def _dictionary_hits(
+    text: str, lexicon: Lexicon, extra: Iterable[str]
+) -> list[tuple[int, int, str]]:
     folded = text.casefold()
-    hits: list[tuple[int, str]] = []
+    hits: list[tuple[int, int, str]] = []
     for surface, canonical in list(lexicon.aliases.items()) + [(e.casefold(), e) for e in extra]:
         start = 0
         while True:
@@ -65,8 +67,7 @@ def _dictionary_hits(text: str, lexicon: Lexicon, extra: Iterable[str]) -> list[
             if not ascii_word or (
                 not (before.isalnum() or before == "_") and not (after.isalnum() or after == "_")
             ):
-                hits.append((pos, canonical))
-                break
+                hits.append((pos, end, canonical))
             start = end
     return hits
 
@@ -75,15 +76,21 @@ def extract_entities(
     text: str, lexicon: Lexicon, *, extra: Iterable[str] = (), limit: int = 16
 ) -> list[str]:
     """Entities in order of first appearance, de-duplicated case-insensitively."""
-    found: list[tuple[int, str]] = []
+    found: list[tuple[int, int, str]] = []
     for _kind, pattern in _PATTERNS:
         for m in pattern.finditer(text):
-            found.append((m.start(), m.group(0).replace("HTTP ", "HTTP")))
+            found.append((m.start(), m.end(), m.group(0).replace("HTTP ", "HTTP")))
     found.extend(_dictionary_hits(text, lexicon, extra))
-    found.sort(key=lambda x: x[0])
+    # leftmost first, longest first: a hit inside a longer one ("k8s" in "prod-k8s",
+    # "downstream" in "downstream latency") is part of that entity, not another one
+    found.sort(key=lambda x: (x[0], -x[1]))
     out: list[str] = []
     seen: set[str] = set()
-    for _pos, name in found:
+    covered = 0
+    for start, end, name in found:
+        if start < covered and end <= covered:
+            continue
+        covered = max(covered, end)
         key = name.casefold()
         if key not in seen:
             seen.add(key)

@@ -97,6 +97,13 @@ class _Rule:
     confidence: float
 
 
+def _constraint_key(ctx: ExtractionContext, topic: str, entities: list[str]) -> str:
+    """One slot per constraint topic and main entity: a newer rule about the same thing
+    supersedes the older one, a rule about another thing does not."""
+    main = entities[0].casefold() if entities else ""
+    return f"{ctx.scope}:constraint:{topic}" + (f":{main}" if main and main != topic else "")
+
+
 _USER_RULES = ("explicit_remember", "user_preference", "user_constraint")
 _STATE_RULES = ("excluded_cause", "conclusion", "decision", "next_step")
 
@@ -229,11 +236,26 @@ class RuleExtractor:
             return self._candidate(
                 _Rule("user_constraint", MemoryType.CONSTRAINT, "user_constraint", 0.95),
                 summary=clip(clause), rec=rec, ctx=ctx, entities=entities,
-                key=f"{ctx.scope}:constraint:{topic}",
+                key=_constraint_key(ctx, topic, entities),
                 signals=CandidateSignals(
                     is_verified=True, is_user_constraint=True, is_stable_for_current_task=True
                 ),
                 detail={"topic": topic},
+            )  # fmt: skip
+        if (
+            user
+            and entities
+            and not is_guess
+            and lx.matches("symptom", clause)
+            and not (lx.matches("excluded_cause", clause) or lx.matches("conclusion", clause))
+        ):
+            # the user reports what they see: the fact the whole task is about (seed 四.1)
+            return self._candidate(
+                _Rule("user_symptom", MemoryType.FACT, "symptom", 0.9),
+                summary=clip(clause), rec=rec, ctx=ctx, entities=entities,
+                key=f"{ctx.scope}:symptom:{entities[0].casefold()}",
+                signals=CandidateSignals(is_verified=True, is_stable_for_current_task=True),
+                detail={"symptom_entities": entities[:4]},
             )  # fmt: skip
         if is_guess:
             return self._candidate(
@@ -242,6 +264,8 @@ class RuleExtractor:
                 key=f"{ctx.scope}:hypothesis:{short_hash(norm)}",
                 signals=CandidateSignals(transient=True),
             )  # fmt: skip
+        if not entities and len(norm) < 6:
+            return None  # a fragment like "已验证。" carries no fact of its own
         for rule_name in _STATE_RULES:
             if lx.matches(rule_name, clause):
                 return self._state(rule_name, clause, rec, ctx, entities, norm, verified, user)
@@ -316,7 +340,7 @@ class RuleExtractor:
         elif lx.matches("user_constraint", clause):
             topic = topic_of(clause, "constraint", lx) or short_hash(norm)
             rule = _Rule("explicit_remember", MemoryType.CONSTRAINT, "user_constraint", 0.95)
-            key = f"{ctx.scope}:constraint:{topic}"
+            key = _constraint_key(ctx, topic, entities)
         else:
             topic = entities[0].casefold() if entities else short_hash(norm)
             rule = _Rule("explicit_remember", MemoryType.FACT, "user_stated", 0.95)

@@ -13,7 +13,7 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from core.extract.rules import ExtractionContext, Extractor
+from core.extract.rules import ExtractionContext, Extractor, clip
 from core.models.candidate import Candidate, Verdict, WriteDecision
 from core.models.memory import MemoryItem
 from core.models.transcript import TranscriptRecord, TurnPointer
@@ -181,7 +181,8 @@ class IngestPipeline:
             task_id=ptr.task_id,
             memory_type=cand.memory_type,
             subtype=cand.subtype,
-            summary=cand.summary,
+            # the store's limit is a setting: clip rather than fail the whole batch
+            summary=clip(cand.summary, self.store.max_summary_chars),
             detail=cand.detail,
             entities=cand.entities,
             tags=cand.tags,
@@ -217,7 +218,8 @@ class IngestPipeline:
                     decision = decision.model_copy(update=update)
                 out.decisions.append(decision)
                 key = self.store.keys(out.user_id).decisions(out.session_id)
-                pipe.hset(key, decision.decision_id, decision.model_dump_json())
+                # write-once: a redelivery must not rewrite why the turn was (not) stored
+                pipe.hsetnx(key, decision.decision_id, decision.model_dump_json())
                 touched.add(key)
             for key in touched:
                 pipe.expire(key, self.decision_ttl_s)

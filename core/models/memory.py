@@ -118,6 +118,13 @@ class MemoryItem(BaseModel):
                         value = []
                     if key == "source" and isinstance(value, dict):
                         value = {k: ([] if v == {} else v) for k, v in value.items()}
+                    if key == "history" and isinstance(value, list):
+                        value = [
+                            {k: ([] if v == {} else v) for k, v in h.items()}
+                            if isinstance(h, dict)
+                            else h
+                            for h in value
+                        ]
                     parsed[key] = value
             return cls.model_validate(parsed)
         except (ValueError, TypeError) as exc:

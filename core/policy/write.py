@@ -56,9 +56,8 @@ class Existing:
 
 def fingerprint(user_id: str, scope: str, subtype: str, summary: str) -> str:
     """Near-duplicate key: hash(user + task + subtype + normalised fact) (seed 四.1)."""
-    from core.extract.rules import normalise_fact
-
-    raw = f"{user_id}|{scope}|{subtype}|{normalise_fact(summary)}"
+    text = " ".join(summary.casefold().split()).strip(" .。!！")
+    raw = f"{user_id}|{scope}|{subtype}|{text}"
     return hashlib.sha1(raw.encode("utf-8")).hexdigest()[:24]
 
 

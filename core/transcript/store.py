@@ -92,6 +92,7 @@ class TranscriptStore:
     ) -> AppendedTurn:
         """Validate and durably append one turn; nothing is written if any part is invalid."""
         self._validate(messages)
+        path = self.path(user_id=user_id, session_id=session_id, tenant_id=tenant_id)
         if task_id is not None:
             validate_id(task_id, kind="task_id")
         when = at if at is not None else time.time()
@@ -120,7 +121,6 @@ class TranscriptStore:
                 )
             )
         blob = "".join(r.model_dump_json(exclude_none=True) + "\n" for r in records).encode()
-        path = self.path(user_id=user_id, session_id=session_id, tenant_id=tenant_id)
         path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o640)
         try:

@@ -156,13 +156,15 @@ else
   merged.seen_sessions = cjson.encode(sessions)
   merged.session_id = new.session_id
   if new.task_id then merged.task_id = new.task_id end
-  merged.updated_at = new.updated_at
-  merged.last_access_at = new.last_access_at
+  if tonumber(new.updated_at) > tonumber(cur.updated_at) then
+    -- a restatement delivered late counts as a mention but does not make the item older
+    merged.updated_at = new.updated_at
+    merged.last_access_at = new.last_access_at
+  end
   merged.mention_count = tostring(tonumber(cur.mention_count or '1') + 1)
   merged.canonical_fact_key = cur.canonical_fact_key
   write_hash(ikey, merged)
   index(id, merged)
-  redis.call('HSET', P .. 'canon', new.canonical_fact_key, id)
   version = merged.version
 end
 
