@@ -1,0 +1,183 @@
+"""One candidate pool for STM and LTM results (seed 十 and 十五).
+
+Merge → dedup by canonical_fact_key, then fingerprint (source priority Redis STM > LTM >
+raw history; on a tie the newer wins) → drop what the authority layer overrides →
+rescore (similarity, importance, recency, entity overlap, source priority) → top-K →
+fit a token budget.  Every candidate leaves with a verdict and a reason (explain mode).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Sequence
+from enum import StrEnum
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class SourceType(StrEnum):
+    REDIS_STM = "redis_stm"
+    LTM = "ltm"
+    RAW_HISTORY = "raw_history"
+
+
+SOURCE_PRIORITY = {SourceType.REDIS_STM: 100, SourceType.LTM: 50, SourceType.RAW_HISTORY: 10}
+
+
+class PoolCandidate(BaseModel):
+    """A memory from any layer, in the one shape the pool ranks."""
+
+    model_config = ConfigDict(frozen=True)
+
+    memory_id: str
+    source_type: SourceType
+    summary: str
+    canonical_fact_key: str
+    fingerprint: str
+    memory_type: str
+    similarity: float = Field(0.0, ge=0.0, le=1.0)
+    importance: float = Field(0.5, ge=0.0, le=1.0)
+    updated_at: float
+    entities: tuple[str, ...] = ()
+    message_ids: tuple[str, ...] = ()
+    task_id: str | None = None
+
+    @property
+    def source_priority(self) -> int:
+        return SOURCE_PRIORITY[self.source_type]
+
+
+class RescoreWeights(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    similarity: float = 0.45
+    importance: float = 0.2
+    recency: float = 0.15
+    entity_overlap: float = 0.1
+    source_priority: float = 0.1
+    recency_half_life_s: float = Field(24 * 3600.0, gt=0)
+
+
+class PoolPolicy(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    top_k: int = Field(8, ge=1, le=200)
+    token_budget: int = Field(600, ge=16)
+    weights: RescoreWeights = RescoreWeights()
+
+
+class Verdict(StrEnum):
+    KEPT = "kept"
+    DUPLICATE = "duplicate"
+    OVERRIDDEN = "overridden_by_authority"
+    BELOW_TOP_K = "below_top_k"
+    OVER_BUDGET = "over_token_budget"
+
+
+class Scored(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    candidate: PoolCandidate
+    score: float
+    parts: dict[str, float]
+    verdict: Verdict
+    reason: str
+    tokens: int
+
+
+def estimate_tokens(text: str) -> int:
+    """Cheap token estimate for budgeting: ~1 per CJK character, ~1 per 4 other chars."""
+    cjk = sum(1 for ch in text if "\u4e00" <= ch <= "\u9fff")
+    return cjk + max(1, (len(text) - cjk) // 4) + 2
+
+
+def _better(a: PoolCandidate, b: PoolCandidate) -> bool:
+    if a.source_priority != b.source_priority:
+        return a.source_priority > b.source_priority
+    return a.updated_at > b.updated_at
+
+
+def dedup(
+    candidates: Iterable[PoolCandidate],
+) -> tuple[list[PoolCandidate], list[tuple[PoolCandidate, str]]]:
+    """Keep one candidate per canonical key, then per fingerprint; report the losers."""
+    dropped: list[tuple[PoolCandidate, str]] = []
+    for key in ("canonical_fact_key", "fingerprint"):
+        best: dict[str, PoolCandidate] = {}
+        for c in candidates:
+            k = getattr(c, key)
+            cur = best.get(k)
+            if cur is None:
+                best[k] = c
+            elif _better(c, cur):
+                dropped.append((cur, f"same {key} as {c.memory_id} ({c.source_type.value})"))
+                best[k] = c
+            else:
+                dropped.append((c, f"same {key} as {cur.memory_id} ({cur.source_type.value})"))
+        candidates = list(best.values())
+    return list(candidates), dropped
+
+
+def rescore(
+    c: PoolCandidate, *, query_entities: Sequence[str], now: float, weights: RescoreWeights
+) -> tuple[float, dict[str, float]]:
+    age = max(0.0, now - c.updated_at)
+    recency = math.exp(-math.log(2) * age / weights.recency_half_life_s)
+    q = {e.casefold() for e in query_entities}
+    overlap = len(q & {e.casefold() for e in c.entities}) / len(q) if q else 0.0
+    parts = {
+        "similarity": weights.similarity * c.similarity,
+        "importance": weights.importance * c.importance,
+        "recency": weights.recency * recency,
+        "entity_overlap": weights.entity_overlap * overlap,
+        "source_priority": weights.source_priority * c.source_priority / 100.0,
+    }
+    return round(sum(parts.values()), 6), {k: round(v, 6) for k, v in parts.items()}
+
+
+Override = Callable[[PoolCandidate], str | None]
+"""Returns a reason when the authority layer overrides the candidate, else None."""
+
+
+def build_pool(
+    candidates: Iterable[PoolCandidate],
+    *,
+    query_entities: Sequence[str],
+    now: float,
+    policy: PoolPolicy,
+    authority: Override | None = None,
+) -> list[Scored]:
+    """Rank the pool; the result lists every candidate, kept ones first in rank order."""
+    unique, dups = dedup(candidates)
+    out: list[Scored] = []
+    live: list[tuple[float, dict[str, float], PoolCandidate]] = []
+    for c in unique:
+        score, parts = rescore(c, query_entities=query_entities, now=now, weights=policy.weights)
+        why = authority(c) if authority else None
+        if why:
+            out.append(Scored(candidate=c, score=score, parts=parts, verdict=Verdict.OVERRIDDEN,
+                              reason=why, tokens=estimate_tokens(c.summary)))  # fmt: skip
+        else:
+            live.append((score, parts, c))
+    live.sort(key=lambda x: (-x[0], -x[2].updated_at, x[2].memory_id))
+    kept: list[Scored] = []
+    rest: list[Scored] = []
+    used = 0
+    for rank, (score, parts, c) in enumerate(live):
+        tokens = estimate_tokens(c.summary)
+        if rank >= policy.top_k:
+            verdict, reason = Verdict.BELOW_TOP_K, f"rank {rank + 1} > top_k {policy.top_k}"
+        elif used + tokens > policy.token_budget:
+            verdict, reason = Verdict.OVER_BUDGET, f"{used}+{tokens} > {policy.token_budget} tokens"
+        else:
+            used += tokens
+            verdict, reason = Verdict.KEPT, f"rank {rank + 1}"
+        s = Scored(
+            candidate=c, score=score, parts=parts, verdict=verdict, reason=reason, tokens=tokens
+        )
+        (kept if verdict is Verdict.KEPT else rest).append(s)
+    for c, why in dups:
+        score, parts = rescore(c, query_entities=query_entities, now=now, weights=policy.weights)
+        rest.append(Scored(candidate=c, score=score, parts=parts, verdict=Verdict.DUPLICATE,
+                           reason=why, tokens=estimate_tokens(c.summary)))  # fmt: skip
+    return kept + rest + out

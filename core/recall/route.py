@@ -1,0 +1,100 @@
+"""Rule routing (seed 九): which layers a query needs, and how to search LTM (seed 七.4).
+
+The defaults are the seed's rules verbatim; :class:`RoutingPolicy` makes the intent sets
+configurable.  Routing is decided before any store is touched, and again after the STM
+pass when that pass turned out insufficient (the LTM fallback).
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from core.recall.profile import QueryProfile
+
+
+class LtmMode(StrEnum):
+    LEXICAL = "lexical"
+    VECTOR = "vector"
+    HYBRID = "hybrid"
+
+
+class RoutingPolicy(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    pg_intents: frozenset[str] = frozenset({"profile_query", "permission_query", "config_query"})
+    redis_intents: frozenset[str] = frozenset(
+        {"continue_task", "debug_continue", "verify_current_state"}
+    )
+    min_redis_results: int = Field(2, ge=0, description="fewer STM hits than this = insufficient")
+
+
+class Route(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    need_pg: bool
+    need_redis: bool
+    need_ltm: bool
+    ltm_mode: LtmMode | None
+    reasons: dict[str, list[str]]
+
+
+def ltm_mode(p: QueryProfile) -> LtmMode:
+    """Entities/error codes → lexical; vague similarity → vector; both → hybrid (seed 七.4)."""
+    if p.entities and (p.has_similarity_request or p.fuzzy_history_reference):
+        return LtmMode.HYBRID
+    if p.entities:
+        return LtmMode.LEXICAL
+    return (
+        LtmMode.VECTOR
+        if (p.has_similarity_request or p.fuzzy_history_reference)
+        else LtmMode.HYBRID
+    )
+
+
+def decide_route(p: QueryProfile, policy: RoutingPolicy | None = None) -> Route:
+    pol = policy or RoutingPolicy()
+    why: dict[str, list[str]] = {"pg": [], "redis": [], "ltm": []}
+    for flag, name in (
+        (p.profile_cache_missing, "profile_cache_missing"),
+        (p.profile_cache_stale, "profile_cache_stale"),
+        (p.intent in pol.pg_intents, f"intent={p.intent}"),
+        (p.needs_exact_metadata, "needs_exact_metadata"),
+    ):
+        if flag:
+            why["pg"].append(name)
+    for flag, name in (
+        (p.has_reference, "has_reference"),
+        (
+            p.active_task_id is not None and p.intent in pol.redis_intents,
+            f"active task + {p.intent}",
+        ),
+        (p.recent_entity_overlap > 0, f"recent_entity_overlap={p.recent_entity_overlap}"),
+    ):
+        if flag:
+            why["redis"].append(name)
+    for flag, name in (
+        (p.has_similarity_request, "has_similarity_request"),
+        (p.fuzzy_history_reference, "fuzzy_history_reference"),
+        (p.redis_result_insufficient, "redis_result_insufficient"),
+    ):
+        if flag:
+            why["ltm"].append(name)
+    need_ltm = bool(why["ltm"])
+    return Route(
+        need_pg=bool(why["pg"]),
+        need_redis=bool(why["redis"]),
+        need_ltm=need_ltm,
+        ltm_mode=ltm_mode(p) if need_ltm else None,
+        reasons=why,
+    )
+
+
+def with_ltm_fallback(route: Route, p: QueryProfile, stm_hits: int, policy: RoutingPolicy) -> Route:
+    """After the STM pass: too few hits makes the LTM pass necessary (seed 九.3)."""
+    if route.need_ltm or stm_hits >= policy.min_redis_results:
+        return route
+    reasons = {k: list(v) for k, v in route.reasons.items()}
+    reasons["ltm"].append(f"redis_result_insufficient ({stm_hits} < {policy.min_redis_results})")
+    return route.model_copy(update={"need_ltm": True, "ltm_mode": ltm_mode(p), "reasons": reasons})

@@ -1,0 +1,202 @@
+"""Query profile, routing and the candidate pool: pure rules, both languages."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from core.recall.pool import (
+    PoolCandidate,
+    PoolPolicy,
+    SourceType,
+    Verdict,
+    build_pool,
+    dedup,
+    estimate_tokens,
+)
+from core.recall.profile import RuntimeState, build_query_profile
+from core.recall.route import LtmMode, RoutingPolicy, decide_route, with_ltm_fallback
+
+NOW = 1_700_000_000.0
+DEBUGGING = RuntimeState(
+    active_task_id="bug456",
+    now=NOW,
+    last_turn_at=NOW - 120,
+    recent_entities=("createOrder", "database", "thread_pool"),
+)
+NEW_SESSION = RuntimeState(now=NOW)
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["那个接口还是超时", "createOrder still times out", "Continue with the second one"],
+)
+def test_continuing_a_debug_task_routes_to_short_term_memory(text: str) -> None:
+    # Given an active task and a message that refers back to it
+    profile = build_query_profile(text, DEBUGGING)
+    route = decide_route(profile)
+    # Then STM is queried and neither PG nor LTM is needed
+    assert route.need_redis
+    assert not route.need_pg
+    assert not route.need_ltm
+    assert profile.intent in {"debug_continue", "continue_task"}
+
+
+def test_the_seed_example_profile_fields_are_all_derived() -> None:
+    profile = build_query_profile("createOrder 还是超时，数据库已经排除了", DEBUGGING)
+    assert profile.model_dump() == {
+        "intent": "debug_continue",
+        "has_reference": True,
+        "has_profile_request": False,
+        "has_similarity_request": False,
+        "entities": ["createOrder", "database"],
+        "active_task_id": "bug456",
+        "session_recent": True,
+        "topic_shift": False,
+        "needs_exact_metadata": False,
+        "recent_entity_overlap": 2,
+        "profile_cache_missing": False,
+        "profile_cache_stale": False,
+        "redis_result_insufficient": False,
+        "fuzzy_history_reference": False,
+    }
+
+
+@pytest.mark.parametrize(
+    ("text", "intent"),
+    [
+        ("我的回答偏好是什么？", "profile_query"),
+        ("What is my preferred answer style?", "profile_query"),
+        ("我有没有生产环境的写权限？", "permission_query"),
+        ("Am I allowed to deploy?", "permission_query"),
+        ("这个项目的默认环境是哪个？", "config_query"),
+        ("Which environment is the project's default?", "config_query"),
+    ],
+)
+def test_profile_permission_and_config_questions_route_to_postgresql(
+    text: str, intent: str
+) -> None:
+    profile = build_query_profile(text, NEW_SESSION)
+    route = decide_route(profile)
+    assert profile.intent == intent
+    assert route.need_pg
+    assert route.reasons["pg"]
+
+
+@pytest.mark.parametrize(
+    ("text", "mode"),
+    [
+        ("以前有没有类似的超时案例？", LtmMode.VECTOR),
+        ("Have we seen something similar before?", LtmMode.VECTOR),
+        ("Have we seen HTTP 504 on payment-service before?", LtmMode.HYBRID),
+        ("上次那个缓存的问题是怎么解决的", LtmMode.HYBRID),
+    ],
+)
+def test_similar_case_questions_route_to_long_term_memory(text: str, mode: LtmMode) -> None:
+    route = decide_route(build_query_profile(text, NEW_SESSION))
+    assert route.need_ltm
+    assert route.ltm_mode is mode
+
+
+def test_an_insufficient_stm_result_triggers_the_ltm_pass() -> None:
+    profile = build_query_profile("createOrder still times out", DEBUGGING)
+    route = decide_route(profile)
+    assert not route.need_ltm
+    # When the STM pass comes back with one hit only
+    after = with_ltm_fallback(route, profile, stm_hits=1, policy=RoutingPolicy(min_redis_results=2))
+    # Then LTM is queried, lexically because the query names an entity
+    assert after.need_ltm
+    assert after.ltm_mode is LtmMode.LEXICAL
+    assert "redis_result_insufficient" in after.reasons["ltm"][0]
+    # And enough STM hits leave the route unchanged
+    assert with_ltm_fallback(route, profile, stm_hits=3, policy=RoutingPolicy()) == route
+
+
+def test_profile_cache_state_forces_the_pg_read() -> None:
+    state = NEW_SESSION.model_copy(update={"profile_cache_stale": True})
+    route = decide_route(build_query_profile("hello", state))
+    assert route.need_pg
+    assert route.reasons["pg"] == ["profile_cache_stale"]
+
+
+def test_a_new_entity_without_reference_is_a_topic_shift() -> None:
+    profile = build_query_profile("kafka consumer lag on orders-service", DEBUGGING)
+    assert profile.topic_shift
+    assert profile.recent_entity_overlap == 0
+
+
+def test_routing_intents_are_configurable() -> None:
+    profile = build_query_profile("What is my preferred answer style?", NEW_SESSION)
+    assert not decide_route(profile, RoutingPolicy(pg_intents=frozenset())).need_pg
+
+
+# ---------------------------------------------------------------- candidate pool
+
+
+def cand(mid: str, source: SourceType, key: str, fp: str, **kw: object) -> PoolCandidate:
+    base: dict[str, object] = {
+        "memory_id": mid,
+        "source_type": source,
+        "summary": f"summary of {mid}",
+        "canonical_fact_key": key,
+        "fingerprint": fp,
+        "memory_type": "fact",
+        "updated_at": NOW - 60,
+    }
+    base.update(kw)
+    return PoolCandidate.model_validate(base)
+
+
+def test_stm_wins_over_ltm_for_the_same_fact() -> None:
+    stm = cand("m1", SourceType.REDIS_STM, "bug456:excluded:database", "fpA")
+    ltm = cand("ltm_1", SourceType.LTM, "bug456:excluded:database", "fpB", similarity=0.99)
+    kept, dropped = dedup([ltm, stm])
+    assert [c.memory_id for c in kept] == ["m1"]
+    assert dropped[0][0].memory_id == "ltm_1"
+    assert "canonical_fact_key" in dropped[0][1]
+
+
+def test_fingerprint_dedup_catches_the_same_text_under_another_key() -> None:
+    a = cand("m1", SourceType.REDIS_STM, "k1", "same", updated_at=NOW - 10)
+    b = cand("m2", SourceType.REDIS_STM, "k2", "same", updated_at=NOW - 99)
+    kept, dropped = dedup([b, a])
+    assert [c.memory_id for c in kept] == ["m1"]  # the newer one of equal priority
+    assert "fingerprint" in dropped[0][1]
+
+
+def test_pool_keeps_top_k_within_the_token_budget_and_explains_the_rest() -> None:
+    cands = [
+        cand(f"m{i}", SourceType.REDIS_STM, f"k{i}", f"f{i}", importance=i / 10, summary="x" * 40)
+        for i in range(6)
+    ]
+    cands.append(cand("ltm_9", SourceType.LTM, "k1", "g1"))
+    pool = build_pool(
+        cands,
+        query_entities=[],
+        now=NOW,
+        policy=PoolPolicy(top_k=3, token_budget=30),
+        authority=lambda c: "PG says permission=read_only" if c.memory_id == "m5" else None,
+    )
+    verdicts = {s.candidate.memory_id: s.verdict for s in pool}
+    assert verdicts["m5"] is Verdict.OVERRIDDEN
+    assert verdicts["ltm_9"] is Verdict.DUPLICATE
+    kept = [s for s in pool if s.verdict is Verdict.KEPT]
+    assert [s.candidate.memory_id for s in kept] == ["m4", "m3"]  # the third is over budget
+    assert sum(s.tokens for s in kept) <= 30
+    assert {s.verdict for s in pool} >= {Verdict.OVER_BUDGET, Verdict.BELOW_TOP_K}
+    assert all(s.reason for s in pool)
+
+
+def test_entity_overlap_and_similarity_raise_the_score() -> None:
+    plain = cand("m1", SourceType.LTM, "k1", "f1")
+    better = cand("m2", SourceType.LTM, "k2", "f2", entities=("createOrder",), similarity=0.8)
+    pool = build_pool([plain, better], query_entities=["createOrder"], now=NOW, policy=PoolPolicy())
+    assert [s.candidate.memory_id for s in pool] == ["m2", "m1"]
+    assert pool[0].parts["entity_overlap"] > 0
+
+
+@given(st.text(max_size=300))
+def test_token_estimate_is_positive_and_monotone_in_cjk(text: str) -> None:
+    assert estimate_tokens(text) >= 1
+    assert estimate_tokens(text + "线程池") >= estimate_tokens(text)
