@@ -1,14 +1,72 @@
-"""The ``memstrata`` console entry point: one subcommand per role."""
+"""The ``memstrata`` console entry point: one subcommand per role.
+
+    memstrata up [--exit-after-demo]   worker + Beat + Flower, the demo, then run until Ctrl-C
+    memstrata worker | beat | flower   one Celery role in the foreground (exec)
+    memstrata demo [--inline]          feed the bundled sessions through record_turn()
+    memstrata inspect | explain        what is in STM, and why each candidate was (not) stored
+    memstrata sweep [--dry-run]        run the expire sweep once
+    memstrata migrate                  bring the PostgreSQL authority schema up to date
+    memstrata replay [...]             replay public agent sessions (ops/replay.py)
+    memstrata bench <name>             benchmarks (ops/bench)
+
+Settings come from ``MEMSTRATA_*`` environment variables (``core.settings``), read when a
+command starts.
+"""
 
 from __future__ import annotations
 
 import argparse
 import importlib
 import json
+import os
 import sys
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from core.errors import MemstrataError
+from core.resources import Resources, get_resources
+from core.settings import load_settings
 
 
+class CliError(Exception):
+    """A problem the user can fix; printed without a traceback, exit code 1."""
+
+
+# ---------------------------------------------------------------------- shared helpers
+def _resources() -> Resources:
+    res = get_resources()
+    try:
+        res.redis.ping()
+    except Exception as exc:
+        raise CliError(
+            f"Redis is not reachable at {res.settings.redis_url} ({exc}); "
+            "set MEMSTRATA_REDIS_URL or run bash ops/quickstart.sh"
+        ) from exc
+    return res
+
+
+def _absolute_transcript_dir() -> None:
+    """Pin L0's folder to an absolute path so every child process reads the same files."""
+    settings = load_settings()
+    os.environ["MEMSTRATA_TRANSCRIPT_DIR"] = str(settings.transcript_dir.resolve())
+
+
+def _workers_answering(timeout_s: float = 1.0) -> list[str]:
+    from tasks.app import app
+
+    replies = app.control.ping(timeout=timeout_s) or []
+    return sorted(name for reply in replies for name in reply)
+
+
+def _exec(argv: list[str], env: dict[str, str] | None = None) -> int:
+    """Replace this process with ``argv`` (signals then reach Celery directly)."""
+    sys.stdout.flush()
+    os.execve(argv[0], argv, {**os.environ, **(env or {})})
+    return 0  # pragma: no cover - execve does not return
+
+
+# ---------------------------------------------------------------------- bench
 def _bench(args: argparse.Namespace) -> int:
     from ops.bench import BENCHES
 
@@ -31,21 +89,308 @@ def _bench(args: argparse.Namespace) -> int:
     return 0
 
 
+# ---------------------------------------------------------------------- Celery roles
+def _worker(args: argparse.Namespace) -> int:
+    from ops.procs import worker_argv
+
+    _absolute_transcript_dir()
+    argv = worker_argv(
+        load_settings(), concurrency=args.concurrency, pool=args.pool, loglevel=args.loglevel
+    )
+    return _exec(argv)
+
+
+def _beat(args: argparse.Namespace) -> int:
+    from ops.procs import beat_argv
+
+    schedule = Path(args.schedule) if args.schedule else None
+    return _exec(beat_argv(load_settings(), schedule=schedule, loglevel=args.loglevel))
+
+
+def _flower(args: argparse.Namespace) -> int:
+    from ops.procs import flower_argv, flower_env
+
+    settings = load_settings()
+    try:
+        env = flower_env(settings)
+    except ValueError as exc:
+        raise CliError(str(exc)) from exc
+    print(f"Flower: http://{args.address}:{settings.flower_port}/ (user {settings.flower_user})")
+    return _exec(flower_argv(settings, address=args.address), env)
+
+
+# ---------------------------------------------------------------------- demo
+def run_demo(
+    res: Resources,
+    names: Sequence[str] | None,
+    *,
+    inline: bool,
+    timeout_s: float,
+    keep: bool = False,
+    verbose: bool = False,
+    alive: Callable[[], bool] | None = None,
+) -> int:
+    """Feed the bundled sessions, wait for the workers, print the report; 0 when complete."""
+    from core.api import MemoryClient
+    from ops import demo_run
+
+    sessions = demo_run.load_sessions(names)
+    if not keep:
+        for s in sessions:
+            demo_run.reset_user(res, s.user_id)
+    if inline:
+        client = MemoryClient(transcript=res.transcript, queue=res.queue, kicker=lambda _s: None)
+    else:
+        from tasks.app import app
+        from tasks.client import connect
+
+        client = connect()
+        with app.producer_or_acquire() as producer:  # connect now, not inside the first turn
+            producer.connection.ensure_connection(max_retries=3)
+    print(f"Feeding {len(sessions)} demo session(s) through record_turn() …", flush=True)
+    fed = [demo_run.feed(client, s) for s in sessions]
+    shards = set().union(*(f.shards for f in fed))
+    t0 = time.monotonic()
+    if inline:
+        demo_run.drain_inline(res, shards)
+        done = True
+    else:
+        done = demo_run.wait_until_drained(res, shards, timeout_s=timeout_s, alive=alive)
+    waited = time.monotonic() - t0
+    where = "in this process" if inline else "by the workers"
+    state = "processed" if done else "NOT fully processed"
+    print(f"All turns {state} {where} after {waited * 1000:.0f} ms.", flush=True)
+    for f in fed:
+        print(demo_run.session_report(res, f, verbose=verbose), flush=True)
+    dead = demo_run.dead_letters(res, {t for f in fed for t in f.turn_ids})
+    if dead:
+        print(f"\nDead-lettered turns ({len(dead)}):")
+        for turn_id, reason in dead:
+            print(f"  {turn_id}: {reason}")
+    return 0 if done and not dead else 1
+
+
+def _demo(args: argparse.Namespace) -> int:
+    res = _resources()
+    if not args.inline and not _workers_answering(timeout_s=2.0):
+        raise CliError(
+            "no Celery worker answered a ping in this key namespace "
+            f"({res.settings.key_namespace!r}): start one with `memstrata worker`, "
+            "use `memstrata up`, or pass --inline"
+        )
+    return run_demo(
+        res,
+        args.session,
+        inline=args.inline,
+        timeout_s=args.timeout,
+        keep=args.keep,
+        verbose=args.verbose,
+    )
+
+
+# ---------------------------------------------------------------------- inspect / explain
+def _inspect(args: argparse.Namespace) -> int:
+    from ops.report import items_block
+
+    res = _resources()
+    stm, user, limit = res.stm, args.user, args.limit
+    if args.session:
+        items, what = stm.by_session(user, args.session, limit=limit), f"session {args.session}"
+    elif args.task:
+        items, what = stm.by_task(user, args.task, limit=limit), f"task {args.task}"
+    elif args.entity:
+        items, what = stm.by_entity(user, args.entity, limit=limit), f"entity {args.entity}"
+    elif args.type:
+        items, what = stm.by_type(user, args.type, limit=limit), f"type {args.type}"
+    else:
+        items, what = stm.recent(user, limit=limit), "all sessions"
+    if args.json:
+        print(json.dumps([i.model_dump(mode="json") for i in items], ensure_ascii=False, indent=1))
+        return 0
+    print(f"STM of user {user}, {what}: {len(items)} item(s), newest first")
+    if items:
+        print(items_block(items))
+    return 0
+
+
+def _explain(args: argparse.Namespace) -> int:
+    from core.ingest.pipeline import read_decisions
+    from core.models.candidate import Verdict
+    from ops.report import decisions_block
+
+    res = _resources()
+    decisions = read_decisions(res.stm, args.user, args.session)
+    if args.refused:
+        decisions = [d for d in decisions if d.verdict is Verdict.REFUSED]
+    if args.written:
+        decisions = [d for d in decisions if d.verdict is Verdict.WRITTEN]
+    if args.grep:
+        needle = args.grep.casefold()
+        decisions = [d for d in decisions if needle in d.summary.casefold()]
+    if args.json:
+        print(json.dumps([d.model_dump(mode="json") for d in decisions], ensure_ascii=False))
+        return 0
+    print(
+        f"Write decisions of user {args.user}, session {args.session}: {len(decisions)} "
+        f"(threshold {res.settings.write_threshold:g}; kept "
+        f"{res.settings.decision_ttl_s // 3600} h)"
+    )
+    if decisions:
+        print(decisions_block(decisions, verbose=True))
+    return 0
+
+
+# ---------------------------------------------------------------------- sweep
+def _sweep(args: argparse.Namespace) -> int:
+    res = _resources()
+    if args.ahead and not args.dry_run:
+        raise CliError("--ahead only goes with --dry-run (a real sweep uses the real clock)")
+    limit = args.max_items or res.settings.sweep_batch
+    if args.dry_run:
+        from ops.sweep_plan import plan_sweep, render_plan
+
+        plan = plan_sweep(res, now=time.time() + args.ahead, max_items=limit)
+        if args.json:
+            print(json.dumps([{"user_id": u, "memory_id": i.id} for u, i in plan]))
+        else:
+            print(render_plan(plan, ahead_s=args.ahead))
+        return 0
+    from tasks.maintenance import sweep_expired
+
+    out = sweep_expired(max_items=limit)
+    if args.json:
+        print(json.dumps(out))
+    elif out.get("skipped"):
+        print("sweep skipped: another sweep holds the lock (Beat's run); try again shortly")
+    else:
+        print(f"sweep removed {out['removed']} expired item(s) of {out['users']} user(s)")
+    return 0
+
+
+# ---------------------------------------------------------------------- migrate
+def _migrate(args: argparse.Namespace) -> int:
+    from core.authority import migrate
+
+    url = load_settings().postgres_url
+    before = migrate.current(url)
+    migrate.upgrade(url, args.revision)
+    print(f"authority schema: {before or 'empty'} → {migrate.current(url)}")
+    return 0
+
+
+def _replay(argv: Sequence[str]) -> int:
+    """Everything after ``replay`` goes to ``ops.replay`` untouched (its own options)."""
+    from ops import replay
+
+    code: int = replay.main(list(argv))
+    return code
+
+
+# ---------------------------------------------------------------------- parser
+def _add_celery_roles(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    w = sub.add_parser("worker", help="run a Celery worker on ingest, ltm, maintenance (events on)")
+    w.add_argument("-c", "--concurrency", type=int, help="pool processes (default: CPU count)")
+    w.add_argument("-P", "--pool", help="prefork (default), threads or solo")
+    w.add_argument("-l", "--loglevel", default="info")
+    w.set_defaults(func=_worker)
+    b = sub.add_parser("beat", help="run Celery Beat (the one scheduler) with beat_schedule.py")
+    b.add_argument("-s", "--schedule", help="schedule file (default var/beat-<namespace>.schedule)")
+    b.add_argument("-l", "--loglevel", default="info")
+    b.set_defaults(func=_beat)
+    f = sub.add_parser("flower", help="run Flower, basic auth on (MEMSTRATA_FLOWER_PASSWORD)")
+    f.add_argument("--address", default="127.0.0.1", help="interface to bind (default 127.0.0.1)")
+    f.set_defaults(func=_flower)
+
+
+def _add_up(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    from ops.up import up
+
+    u = sub.add_parser("up", help="worker + Beat + Flower, the demo, then run until Ctrl-C")
+    u.add_argument("--exit-after-demo", action="store_true", help="stop everything after the demo")
+    u.add_argument("--no-demo", action="store_true", help="start the services only")
+    u.add_argument("-c", "--concurrency", type=int, default=2, help="worker pool processes")
+    u.add_argument("--flower-address", default="127.0.0.1", help="interface Flower binds")
+    u.add_argument("--log-dir", default="var/log", help="where the services' logs go")
+    u.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for services")
+    u.set_defaults(func=up)
+
+
+def _add_demo(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    d = sub.add_parser("demo", help="feed the bundled debugging sessions through record_turn()")
+    d.add_argument("--session", action="append", help="only this demo (repeatable)")
+    d.add_argument("--inline", action="store_true", help="process in this process, no worker")
+    d.add_argument("--keep", action="store_true", help="keep the demo users' earlier state")
+    d.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for the workers")
+    d.add_argument("-v", "--verbose", action="store_true", help="score breakdowns of refusals")
+    d.set_defaults(func=_demo)
+
+
+def _add_queries(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    i = sub.add_parser("inspect", help="show a user's STM items (by session/task/entity/type)")
+    i.add_argument("--user", required=True)
+    scope = i.add_mutually_exclusive_group()
+    scope.add_argument("--session")
+    scope.add_argument("--task")
+    scope.add_argument("--entity")
+    scope.add_argument("--type", help="fact, decision, hypothesis, observation, ...")
+    i.add_argument("--limit", type=int, default=50)
+    i.add_argument("--json", action="store_true")
+    i.set_defaults(func=_inspect)
+    e = sub.add_parser("explain", help="why each candidate of a session was stored or refused")
+    e.add_argument("--user", required=True)
+    e.add_argument("--session", required=True)
+    only = e.add_mutually_exclusive_group()
+    only.add_argument("--refused", action="store_true", help="only refusals")
+    only.add_argument("--written", action="store_true", help="only writes")
+    e.add_argument("--grep", help="only decisions whose summary contains this text")
+    e.add_argument("--json", action="store_true")
+    e.set_defaults(func=_explain)
+    s = sub.add_parser("sweep", help="run the expire sweep once")
+    s.add_argument("--dry-run", action="store_true", help="list what would be removed")
+    s.add_argument("--ahead", type=float, default=0.0, help="dry run as if N seconds later")
+    s.add_argument("--max-items", type=int, help="bound (default MEMSTRATA_SWEEP_BATCH)")
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(func=_sweep)
+    m = sub.add_parser("migrate", help="bring the PostgreSQL authority schema up to date")
+    m.add_argument("--revision", default="head", help="target Alembic revision")
+    m.set_defaults(func=_migrate)
+    # listed for --help only: main() hands `replay ...` to ops.replay before parsing
+    sub.add_parser("replay", help="replay public agent sessions (ops/replay.py; --help there)")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="memstrata", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="memstrata", description=__doc__, formatter_class=argparse.RawTextHelpFormatter
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     b = sub.add_parser("bench", help="run a benchmark and print its figures")
     b.add_argument("name", help="benchmark name, or 'all'")
     b.add_argument("--quick", action="store_true", help="a short run (under a minute)")
     b.add_argument("--json", action="store_true", help="print one JSON object of figures")
     b.set_defaults(func=_bench)
+    _add_up(sub)
+    _add_celery_roles(sub)
+    _add_demo(sub)
+    _add_queries(sub)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    args_in = list(sys.argv[1:] if argv is None else argv)
+    if args_in[:1] == ["replay"]:
+        return _replay(args_in[1:])
     parser = build_parser()
-    args = parser.parse_args(argv)
-    code: int = args.func(args)
+    args = parser.parse_args(args_in)
+    try:
+        code: int = args.func(args)
+    except (CliError, MemstrataError) as exc:
+        print(f"memstrata {args.command}: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:  # `memstrata … | head`: stop quietly, like other CLI tools
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
     return code
 
 

@@ -47,7 +47,7 @@ def celery_config(settings: Settings) -> dict[str, Any]:
         "task_soft_time_limit": settings.task_soft_time_limit_s,
         "task_time_limit": settings.task_time_limit_s,
         "worker_send_task_events": True,
-        "task_send_sent_event": True,
+        "task_send_sent_event": False,  # one publish per kick; workers still report to Flower
         "worker_hijack_root_logger": False,
         "beat_schedule": beat_schedule.build_schedule(settings),
         "timezone": "UTC",

@@ -1,0 +1,188 @@
+"""The bundled demo: feed scripted debugging sessions through ``record_turn()`` and report.
+
+Each ``ops/demo/<name>.json`` is a list of turns, ``{"task_id"?: str, "messages":
+[MessageIn, ...]}`` (``ops/demo/README.md`` says what each turn is there to show).  A
+session is replayed as user ``demo-<lang>`` (the file name's first part) and
+session ``<name>``, after the demo users' earlier STM state and L0 files are removed, so
+every run shows the same result.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from core.api import MemoryClient
+from core.errors import InvalidInput
+from core.ingest.drain import drain_shard
+from core.ingest.pipeline import read_decisions
+from core.models.candidate import Verdict
+from core.resources import Resources
+from core.stm.keys import UserKeys
+from ops.report import decisions_block, items_block
+
+TURN_KEYS = {"task_id", "messages"}
+
+
+@dataclass(frozen=True)
+class DemoSession:
+    name: str
+    user_id: str
+    session_id: str
+    turns: list[dict[str, Any]]
+
+
+DEMO_DIR = Path(__file__).resolve().parent / "demo"
+
+
+def demo_names() -> list[str]:
+    return sorted(p.stem for p in DEMO_DIR.glob("*.json"))
+
+
+def parse_session(name: str, raw: Any) -> DemoSession:
+    if not isinstance(raw, list) or not raw:
+        raise InvalidInput(f"demo {name}: expected a non-empty list of turns")
+    for i, turn in enumerate(raw):
+        if not isinstance(turn, dict) or not isinstance(turn.get("messages"), list):
+            raise InvalidInput(f"demo {name}: turn {i} needs a 'messages' list")
+        extra = set(turn) - TURN_KEYS
+        if extra:
+            raise InvalidInput(f"demo {name}: turn {i} has unknown keys {sorted(extra)}")
+    lang = name.split("_", 1)[0]
+    return DemoSession(name=name, user_id=f"demo-{lang}", session_id=name, turns=raw)
+
+
+def load_sessions(names: Sequence[str] | None = None) -> list[DemoSession]:
+    available = demo_names()
+    wanted = list(names) if names else available
+    out = []
+    for name in wanted:
+        if name not in available:
+            raise InvalidInput(f"no demo {name!r}; bundled: {', '.join(available)}")
+        text = (DEMO_DIR / f"{name}.json").read_text(encoding="utf-8")
+        out.append(parse_session(name, json.loads(text)))
+    return out
+
+
+def reset_user(res: Resources, user_id: str) -> int:
+    """Remove a demo user's STM keys, sweep hint and L0 files; returns keys deleted."""
+    keys = UserKeys(res.settings.key_namespace, user_id)
+    doomed = list(res.redis.scan_iter(match=keys.prefix + "*", count=1000))
+    if doomed:
+        res.redis.delete(*doomed)
+    res.redis.zrem(res.stm.gkeys.sweep_users, user_id)
+    folder = res.transcript.path(user_id=user_id, session_id="x").parent
+    shutil.rmtree(folder, ignore_errors=True)
+    return len(doomed)
+
+
+@dataclass
+class FeedResult:
+    session: DemoSession
+    shards: set[int]
+    turn_ids: list[str]
+    record_ms: list[float]
+
+
+def feed(client: MemoryClient, session: DemoSession) -> FeedResult:
+    """Hand every turn to ``record_turn()`` as an agent would, timing each call."""
+    result = FeedResult(session, set(), [], [])
+    for turn in session.turns:
+        t0 = time.perf_counter()
+        receipt = client.record_turn(
+            user_id=session.user_id,
+            session_id=session.session_id,
+            task_id=turn.get("task_id"),
+            messages=turn["messages"],
+        )
+        result.record_ms.append((time.perf_counter() - t0) * 1000)
+        result.shards.add(receipt.shard)
+        result.turn_ids.append(receipt.turn_id)
+    return result
+
+
+def drained(res: Resources, shards: set[int]) -> bool:
+    return all(res.queue.backlog(s) == (0, 0) for s in shards)
+
+
+def wait_until_drained(
+    res: Resources,
+    shards: set[int],
+    *,
+    timeout_s: float,
+    alive: Callable[[], bool] | None = None,
+) -> bool:
+    """Wait for the workers to process every queued turn of ``shards``."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if drained(res, shards):
+            return True
+        if alive is not None and not alive():
+            return False
+        time.sleep(0.1)
+    return drained(res, shards)
+
+
+def drain_inline(res: Resources, shards: set[int]) -> None:
+    """Process the queued turns in this process (``memstrata demo --inline``, no worker)."""
+    for shard in sorted(shards):
+        drain_shard(
+            shard,
+            queue=res.queue,
+            transcript=res.transcript,
+            pipeline=res.pipeline,
+            consumer="demo-inline",
+            batch=res.settings.ingest_batch,
+            max_run_s=60.0,
+        )
+
+
+def dead_letters(res: Resources, turn_ids: set[str]) -> list[tuple[str, str]]:
+    """(turn id, reason) of the given turns found in the dead-letter stream (last 1000)."""
+    out = []
+    rows: Any = res.redis.xrevrange(res.queue.keys.dead_letters, count=1000)
+    for _eid, fields in rows or []:
+        try:
+            turn_id = str(json.loads(fields.get("p", "{}")).get("turn_id"))
+        except (ValueError, AttributeError):
+            continue
+        if turn_id in turn_ids:
+            out.append((turn_id, str(fields.get("reason"))))
+    return out
+
+
+def session_report(res: Resources, fed: FeedResult, *, verbose: bool = False) -> str:
+    s = fed.session
+    items = res.stm.by_session(s.user_id, s.session_id, limit=res.settings.stm_session_cap)
+    decisions = read_decisions(res.stm, s.user_id, s.session_id)
+    refused = [d for d in decisions if d.verdict is Verdict.REFUSED]
+    updates = [
+        d
+        for d in decisions
+        if d.verdict is Verdict.WRITTEN
+        and (d.reason.startswith("changed fact") or d.reason.startswith("restated"))
+    ]
+    ms = sorted(fed.record_ms)
+    lines = [
+        "",
+        f"=== {s.name}: user {s.user_id}, session {s.session_id} ===",
+        f"{len(s.turns)} turns recorded; record_turn() took {statistics.median(ms):.2f} ms "
+        f"median, {ms[-1]:.2f} ms max (fsync-ed L0 append, one Redis call, a drain kick if needed)",
+        f"{len(decisions)} candidates judged: "
+        f"{len(decisions) - len(refused)} written, {len(refused)} refused",
+        "",
+        f"In short-term memory ({len(items)} items, newest first):",
+        items_block(items) or "  (nothing)",
+    ]
+    if updates:
+        lines += ["", f"Updates of items already in STM ({len(updates)}):"]
+        lines.append(decisions_block(updates))
+    lines += ["", f"Refused ({len(refused)}), with the reason:"]
+    lines.append(decisions_block(refused, verbose=verbose) or "  (nothing)")
+    return "\n".join(lines)
