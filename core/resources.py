@@ -11,7 +11,10 @@ import os
 from dataclasses import dataclass
 
 import redis
+from sqlalchemy import Engine
 
+from core.authority.cache import ProfileCache
+from core.authority.db import make_engine
 from core.extract.rules import RuleExtractor
 from core.ingest.pipeline import IngestPipeline
 from core.ingest.queue import IngestQueue
@@ -30,9 +33,12 @@ class Resources:
     queue: IngestQueue
     pipeline: IngestPipeline
     pid: int
+    authority: Engine
+    profile_cache: ProfileCache
 
     def close(self) -> None:
         self.redis.close()
+        self.authority.dispose()
 
 
 def build_resources(settings: Settings) -> Resources:
@@ -67,7 +73,21 @@ def build_resources(settings: Settings) -> Resources:
     pipeline = IngestPipeline(
         store=stm, extractor=RuleExtractor(), policy=policy, decision_ttl_s=settings.decision_ttl_s
     )
-    return Resources(settings, client, stm, transcript, queue, pipeline, os.getpid())
+    # lazy: no connection is opened until the first authority read or write
+    authority = make_engine(
+        settings.postgres_url,
+        connect_timeout_s=settings.postgres_timeout_s,
+        pool_size=settings.postgres_pool_size,
+    )
+    profile_cache = ProfileCache(
+        client,
+        namespace=settings.key_namespace,
+        entry_ttl_s=settings.profile_cache_ttl_s,
+        version_ttl_s=settings.profile_cache_version_ttl_s,
+    )
+    return Resources(
+        settings, client, stm, transcript, queue, pipeline, os.getpid(), authority, profile_cache
+    )
 
 
 _current: Resources | None = None

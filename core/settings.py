@@ -10,7 +10,15 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, RedisDsn, SecretStr, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    RedisDsn,
+    SecretStr,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from core.ids import validate_id
@@ -46,6 +54,8 @@ class Settings(BaseSettings):
     key_namespace: str = "memory"
     redis_socket_timeout_s: float = Field(5.0, gt=0, le=60)
     postgres_url: str = "postgresql+psycopg://postgres@127.0.0.1:5432/memstrata"
+    postgres_timeout_s: float = Field(5.0, gt=0, le=60)  # connect and statement timeout
+    postgres_pool_size: int = Field(5, ge=1, le=100)
     transcript_dir: Path = Path("var/transcripts")
     transcript_fsync: bool = True
 
@@ -54,6 +64,11 @@ class Settings(BaseSettings):
     max_turn_messages: int = Field(64, ge=1, le=10_000)
     max_summary_chars: int = Field(400, ge=40, le=4000)
     max_detail_chars: int = Field(4000, ge=200, le=64 * 1024)
+
+    # authority layer (PostgreSQL L1) and its Redis profile cache
+    profile_cache_ttl_s: int = Field(600, ge=1, le=24 * 3600)
+    profile_cache_version_ttl_s: int = Field(7 * 24 * 3600, ge=3600, le=90 * 24 * 3600)
+    max_fact_value_bytes: int = Field(16 * 1024, ge=64, le=1024 * 1024)
 
     # write policy
     write_threshold: float = 3.0
@@ -86,6 +101,12 @@ class Settings(BaseSettings):
     @classmethod
     def _namespace_is_safe(cls, value: str) -> str:
         return validate_id(value, kind="key namespace")
+
+    @model_validator(mode="after")
+    def _version_outlives_entry(self) -> Settings:
+        if self.profile_cache_ttl_s >= self.profile_cache_version_ttl_s:
+            raise ValueError("profile_cache_version_ttl_s must exceed profile_cache_ttl_s")
+        return self
 
     @property
     def effective_broker_url(self) -> str:

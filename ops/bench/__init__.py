@@ -9,4 +9,5 @@ from __future__ import annotations
 BENCHES: dict[str, str] = {
     "stm": "ops.bench.stm",
     "ingest": "ops.bench.ingest",
+    "authority": "ops.bench.authority",
 }

@@ -1,0 +1,116 @@
+"""The authority schema is built from empty by Alembic, matches the models, and goes away."""
+
+from __future__ import annotations
+
+import pytest
+from alembic.autogenerate import compare_metadata
+from alembic.runtime.migration import MigrationContext
+from sqlalchemy import create_engine, inspect, text
+
+from core.authority import migrate
+from core.authority.tables import authority_metadata
+from tests.integration.authority_db import scratch_database
+
+pytestmark = pytest.mark.integration
+
+TABLES = {
+    "tenants",
+    "users",
+    "user_profiles",
+    "user_preferences",
+    "projects",
+    "workspaces",
+    "user_project_roles",
+    "agent_settings",
+    "stable_memory_facts",
+}
+
+
+def _tables(url: str) -> set[str]:
+    eng = create_engine(url)
+    try:
+        with eng.connect() as conn:
+            return set(inspect(conn).get_table_names())
+    finally:
+        eng.dispose()
+
+
+def test_upgrade_from_empty_builds_every_table_and_downgrade_removes_them() -> None:
+    with scratch_database() as url:
+        # Given an empty database
+        assert migrate.current(url) is None
+        # When it is upgraded to head
+        migrate.upgrade(url)
+        # Then every table exists and the version is head
+        assert migrate.current(url) == migrate.head()
+        assert _tables(url) >= TABLES
+        # When it is downgraded to base
+        migrate.downgrade(url, "base")
+        # Then only the (empty) version table is left, and no sequence
+        assert migrate.current(url) is None
+        assert _tables(url) <= {"authority_alembic_version"}
+        eng = create_engine(url)
+        with eng.connect() as conn:
+            seqs = conn.execute(text("SELECT relname FROM pg_class WHERE relkind = 'S'")).all()
+        eng.dispose()
+        assert seqs == []
+        # And upgrading again works (the downgrade left nothing behind)
+        migrate.upgrade(url)
+        assert _tables(url) >= TABLES
+
+
+def test_migrated_schema_matches_the_models() -> None:
+    with scratch_database() as url:
+        migrate.upgrade(url)
+        eng = create_engine(url)
+        try:
+            with eng.connect() as conn:
+                ctx = MigrationContext.configure(
+                    conn,
+                    opts={
+                        "compare_type": True,
+                        "include_name": lambda name, kind, _p: (
+                            not (kind == "table" and name == "authority_alembic_version")
+                        ),
+                    },
+                )
+                diff = compare_metadata(ctx, authority_metadata)
+        finally:
+            eng.dispose()
+        assert diff == []
+
+
+def test_unreachable_database_is_a_transient_error() -> None:
+    from core.authority.errors import AuthorityUnavailable
+    from core.errors import TransientError
+
+    with pytest.raises(AuthorityUnavailable) as info:
+        migrate.current("postgresql+psycopg://postgres@127.0.0.1:1/nowhere?connect_timeout=1")
+    assert isinstance(info.value, TransientError)
+
+
+def test_constraint_names_are_the_documented_ones() -> None:
+    with scratch_database() as url:
+        migrate.upgrade(url)
+        eng = create_engine(url)
+        try:
+            with eng.connect() as conn:
+                checks = set(
+                    conn.execute(
+                        text(
+                            "SELECT conname FROM pg_constraint WHERE contype = 'c'"
+                            " AND connamespace = 'public'::regnamespace"
+                        )
+                    )
+                    .scalars()
+                    .all()
+                )
+        finally:
+            eng.dispose()
+    assert checks == {
+        "ck_user_project_roles_scope",
+        "ck_stable_memory_facts_domain",
+        "ck_stable_memory_facts_origin",
+        "ck_stable_memory_facts_interval",
+        "ck_stable_memory_facts_key_in_domain",
+    }
