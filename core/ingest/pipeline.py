@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from core.extract.rules import ExtractionContext, Extractor, clip
+from core.ids import validate_id
 from core.models.candidate import Candidate, Verdict, WriteDecision
 from core.models.memory import MemoryItem
 from core.models.transcript import TranscriptRecord, TurnPointer
@@ -23,9 +24,10 @@ from core.stm.store import StmStore, UpsertResult, redis_errors
 DECISION_PREVIEW_CHARS = 160
 
 
-def memory_id_for(user_id: str, canonical_fact_key: str) -> str:
+def memory_id_for(user_id: str, canonical_fact_key: str, tenant_id: str | None = None) -> str:
     """Deterministic item id: a redelivered turn re-creates the same id, never a twin."""
-    return "m_" + hashlib.sha1(f"{user_id}|{canonical_fact_key}".encode()).hexdigest()[:20]
+    scope = user_id if tenant_id is None else f"{tenant_id}/{user_id}"
+    return "m_" + hashlib.sha1(f"{scope}|{canonical_fact_key}".encode()).hexdigest()[:20]
 
 
 @dataclass
@@ -33,6 +35,7 @@ class TurnOutcome:
     turn_id: str
     session_id: str
     user_id: str
+    tenant_id: str | None = None
     decisions: list[WriteDecision] = field(default_factory=list)
     upserts: list[UpsertResult] = field(default_factory=list)
 
@@ -74,7 +77,7 @@ class IngestPipeline:
         self, turns: Sequence[tuple[TurnPointer, Sequence[TranscriptRecord]]]
     ) -> list[TurnOutcome]:
         """Process turns in order; returns one outcome per turn."""
-        outcomes = [TurnOutcome(p.turn_id, p.session_id, p.user_id) for p, _ in turns]
+        outcomes = [TurnOutcome(p.turn_id, p.session_id, p.user_id, p.tenant_id) for p, _ in turns]
         cands: list[tuple[int, Candidate, str]] = []
         self._ordinal: list[int] = []
         for i, (ptr, records) in enumerate(turns):
@@ -96,13 +99,16 @@ class IngestPipeline:
         turns: Sequence[tuple[TurnPointer, Sequence[TranscriptRecord]]],
         cands: list[tuple[int, Candidate, str]],
     ) -> list[Existing | None]:
-        by_user: dict[str, list[int]] = {}
+        by_user: dict[tuple[str, str | None], list[int]] = {}
         for n, (i, _c, _fp) in enumerate(cands):
-            by_user.setdefault(turns[i][0].user_id, []).append(n)
+            ptr = turns[i][0]
+            by_user.setdefault((ptr.user_id, ptr.tenant_id), []).append(n)
         out: list[Existing | None] = [None] * len(cands)
-        for user_id, idxs in by_user.items():
+        for (user_id, tenant_id), idxs in by_user.items():
             hits = self.store.lookup(
-                user_id, [(cands[n][1].canonical_fact_key, cands[n][2]) for n in idxs]
+                user_id,
+                [(cands[n][1].canonical_fact_key, cands[n][2]) for n in idxs],
+                tenant_id=tenant_id,
             )
             for n, hit in zip(idxs, hits, strict=True):
                 if hit is not None:
@@ -117,13 +123,14 @@ class IngestPipeline:
         cands: list[tuple[int, Candidate, str]],
         existing: list[Existing | None],
     ) -> list[_Planned]:
-        overlay: dict[tuple[str, str], Existing] = {}  # (user, canon or fp) → written in batch
+        overlay: dict[tuple[str, str], Existing] = {}  # (scope, canon or fp) → written in batch
         planned = []
         for n, (i, cand, fp) in enumerate(cands):
             ptr = turns[i][0]
+            scope = self.store.keys(ptr.user_id, ptr.tenant_id).scope
             prior = (
-                overlay.get((ptr.user_id, "c:" + cand.canonical_fact_key))
-                or overlay.get((ptr.user_id, "f:" + fp))
+                overlay.get((scope, "c:" + cand.canonical_fact_key))
+                or overlay.get((scope, "f:" + fp))
                 or existing[n]
             )
             j = judge(cand, existing=prior, fp=fp, policy=self.policy)
@@ -133,14 +140,14 @@ class IngestPipeline:
                 memory_id = (
                     prior.memory_id
                     if prior
-                    else memory_id_for(ptr.user_id, cand.canonical_fact_key)
+                    else memory_id_for(ptr.user_id, cand.canonical_fact_key, ptr.tenant_id)
                 )
                 item = self._item(ptr, cand, fp, memory_id, j.importance, j.ttl_s)
                 msgs = tuple(cand.source.message_ids) + (prior.message_ids if prior else ())
                 mentions = (prior.mention_count + 1) if prior else 1
                 seen = Existing(memory_id, fp, msgs, mentions)
-                overlay[(ptr.user_id, "c:" + cand.canonical_fact_key)] = seen
-                overlay[(ptr.user_id, "f:" + fp)] = seen
+                overlay[(scope, "c:" + cand.canonical_fact_key)] = seen
+                overlay[(scope, "f:" + fp)] = seen
             decision = WriteDecision(
                 decision_id=f"{ptr.turn_id}:{self._ordinal[n]:03d}:{cand.rule}",
                 verdict=j.verdict,
@@ -217,7 +224,7 @@ class IngestPipeline:
                         update["reason"] = "older than the stored version; kept as history"
                     decision = decision.model_copy(update=update)
                 out.decisions.append(decision)
-                key = self.store.keys(out.user_id).decisions(out.session_id)
+                key = self.store.keys(out.user_id, out.tenant_id).decisions(out.session_id)
                 # write-once: a redelivery must not rewrite why the turn was (not) stored
                 pipe.hsetnx(key, decision.decision_id, decision.model_dump_json())
                 touched.add(key)
@@ -226,10 +233,13 @@ class IngestPipeline:
             pipe.execute()
 
 
-def read_decisions(store: StmStore, user_id: str, session_id: str) -> list[WriteDecision]:
+def read_decisions(
+    store: StmStore, user_id: str, session_id: str, *, tenant_id: str | None = None
+) -> list[WriteDecision]:
     """Every recorded write decision of a session, in turn order ("why was X (not) stored?")."""
+    validate_id(session_id, kind="session_id")
     with redis_errors():
-        raw = store.r.hgetall(store.keys(user_id).decisions(session_id))
+        raw = store.r.hgetall(store.keys(user_id, tenant_id).decisions(session_id))
     decisions = [WriteDecision.model_validate(json.loads(v)) for v in raw.values()]
     decisions.sort(key=lambda d: (d.at, d.decision_id))
     return decisions

@@ -12,19 +12,39 @@ from dataclasses import dataclass
 from core.ids import entity_key_part, validate_id
 
 
+def user_scope(user_id: str, tenant_id: str | None = None) -> str:
+    """The hash-tag part of a user's keys: ``<user>``, or ``<tenant>/<user>`` in a tenant.
+
+    ``/`` never occurs in a valid id, so two tenants' users can never share keys and the
+    scope parses back unambiguously (:func:`parse_user_scope`).
+    """
+    validate_id(user_id, kind="user_id")
+    if tenant_id is None:
+        return user_id
+    return f"{validate_id(tenant_id, kind='tenant_id')}/{user_id}"
+
+
+def parse_user_scope(scope: str) -> tuple[str, str | None]:
+    """``(user_id, tenant_id)`` of a scope built by :func:`user_scope`."""
+    tenant, _, user = scope.rpartition("/")
+    return user, (tenant or None)
+
+
 @dataclass(frozen=True)
 class UserKeys:
-    """Key builder for one user's STM (DESIGN §3)."""
+    """Key builder for one user's STM (DESIGN §3), scoped by tenant when there is one."""
 
     namespace: str
     user_id: str
+    tenant_id: str | None = None
 
-    def __post_init__(self) -> None:
-        validate_id(self.user_id, kind="user_id")
+    @property
+    def scope(self) -> str:
+        return user_scope(self.user_id, self.tenant_id)
 
     @property
     def prefix(self) -> str:
-        return f"{self.namespace}:user:{{{self.user_id}}}:"
+        return f"{self.namespace}:user:{{{self.scope}}}:"
 
     def item(self, memory_id: str) -> str:
         return f"{self.prefix}item:{memory_id}"
@@ -97,7 +117,7 @@ class GlobalKeys:
 
     @property
     def sweep_users(self) -> str:
-        """ZSET user_id → earliest expires_at among the user's items (a hint for the sweep)."""
+        """ZSET user scope → earliest expires_at among its items (a hint for the sweep)."""
         return f"{self.namespace}:sweep:users"
 
     @property

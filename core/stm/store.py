@@ -20,7 +20,7 @@ from redis.commands.core import Script
 from core.errors import InvalidInput, PayloadTooLarge, StoreUnavailable
 from core.ids import validate_id
 from core.models.memory import MemoryItem, MemoryStatus
-from core.stm.keys import GlobalKeys, UserKeys, index_suffixes
+from core.stm.keys import GlobalKeys, UserKeys, index_suffixes, parse_user_scope
 
 
 def _lua(name: str) -> str:
@@ -80,8 +80,8 @@ class StmStore:
         self._sweep: Script = client.register_script(common + _lua("sweep.lua"))
         self.gkeys = GlobalKeys(self.namespace)
 
-    def keys(self, user_id: str) -> UserKeys:
-        return UserKeys(self.namespace, user_id)
+    def keys(self, user_id: str, tenant_id: str | None = None) -> UserKeys:
+        return UserKeys(self.namespace, user_id, tenant_id)
 
     # ------------------------------------------------------------------ writes
     def _encode(self, item: MemoryItem) -> str:
@@ -113,19 +113,19 @@ class StmStore:
 
     def upsert_many(self, items: Sequence[MemoryItem]) -> list[UpsertResult]:
         """Upsert several items in one pipelined round trip (each still atomic on its own)."""
-        payloads = [(item.user_id, self._encode(item)) for item in items]
+        payloads = [(self.keys(item.user_id, item.tenant_id), self._encode(item)) for item in items]
         if not payloads:
             return []
         with redis_errors():
             pipe = self.r.pipeline(transaction=False)
-            for user_id, payload in payloads:
+            for k, payload in payloads:
                 self._upsert(
-                    keys=[self.keys(user_id).prefix],
+                    keys=[k.prefix],
                     args=[payload, self.session_cap, self.history_cap],
                     client=pipe,
                 )
-            for item in items:
-                pipe.zadd(self.gkeys.sweep_users, {item.user_id: item.expires_at}, lt=True)
+            for (k, _payload), item in zip(payloads, items, strict=True):
+                pipe.zadd(self.gkeys.sweep_users, {k.scope: item.expires_at}, lt=True)
             raw = pipe.execute()
         out = []
         for res in raw[: len(items)]:
@@ -133,20 +133,24 @@ class StmStore:
             out.append(UpsertResult(op, memory_id, int(version), tuple(evicted)))
         return out
 
-    def delete(self, user_id: str, memory_ids: Sequence[str]) -> int:
+    def delete(
+        self, user_id: str, memory_ids: Sequence[str], *, tenant_id: str | None = None
+    ) -> int:
         """Delete items and all their index entries; returns how many existed."""
         ids = [validate_id(m, kind="memory_id") for m in memory_ids]
         if not ids:
             return 0
         with redis_errors():
-            return int(self._delete(keys=[self.keys(user_id).prefix], args=ids))
+            return int(self._delete(keys=[self.keys(user_id, tenant_id).prefix], args=ids))
 
     # ------------------------------------------------------------------ dedup lookups
-    def lookup(self, user_id: str, pairs: Sequence[tuple[str, str]]) -> list[DedupHit | None]:
+    def lookup(
+        self, user_id: str, pairs: Sequence[tuple[str, str]], *, tenant_id: str | None = None
+    ) -> list[DedupHit | None]:
         """For each (canonical_fact_key, fingerprint), the item already holding it, if any."""
         if not pairs:
             return []
-        k = self.keys(user_id)
+        k = self.keys(user_id, tenant_id)
         with redis_errors():
             pipe = self.r.pipeline(transaction=False)
             pipe.hmget(k.canon, [c for c, _ in pairs])
@@ -172,8 +176,10 @@ class StmStore:
         return out
 
     # ------------------------------------------------------------------ reads
-    def get(self, user_id: str, memory_id: str) -> MemoryItem | None:
-        items = self.get_many(user_id, [memory_id], include_expired=True)
+    def get(
+        self, user_id: str, memory_id: str, *, tenant_id: str | None = None
+    ) -> MemoryItem | None:
+        items = self.get_many(user_id, [memory_id], include_expired=True, tenant_id=tenant_id)
         return items[0] if items else None
 
     def get_many(
@@ -183,9 +189,10 @@ class StmStore:
         *,
         now: float | None = None,
         include_expired: bool = False,
+        tenant_id: str | None = None,
     ) -> list[MemoryItem]:
         """Batch get in the given order, skipping ids that are gone (or expired at ``now``)."""
-        k = self.keys(user_id)
+        k = self.keys(user_id, tenant_id)
         ids = [validate_id(m, kind="memory_id") for m in memory_ids]
         if not ids:
             return []
@@ -204,37 +211,72 @@ class StmStore:
             out.append(item)
         return out
 
-    def _by_index(self, user_id: str, key: str, limit: int, now: float | None) -> list[MemoryItem]:
+    def _by_index(
+        self, user_id: str, key: str, limit: int, now: float | None, tenant_id: str | None
+    ) -> list[MemoryItem]:
         if not 1 <= limit <= 1000:
             raise InvalidInput("limit must be within 1..1000")
         with redis_errors():
             ids = [str(m) for m in self.r.zrevrange(key, 0, limit - 1)]
-        return self.get_many(user_id, ids, now=now)
+        return self.get_many(user_id, ids, now=now, tenant_id=tenant_id)
 
     def recent(
-        self, user_id: str, *, limit: int = 20, now: float | None = None
+        self,
+        user_id: str,
+        *,
+        limit: int = 20,
+        now: float | None = None,
+        tenant_id: str | None = None,
     ) -> list[MemoryItem]:
-        return self._by_index(user_id, self.keys(user_id).recent, limit, now)
+        k = self.keys(user_id, tenant_id)
+        return self._by_index(user_id, k.recent, limit, now, tenant_id)
 
     def by_session(
-        self, user_id: str, session_id: str, *, limit: int = 20, now: float | None = None
+        self,
+        user_id: str,
+        session_id: str,
+        *,
+        limit: int = 20,
+        now: float | None = None,
+        tenant_id: str | None = None,
     ) -> list[MemoryItem]:
         validate_id(session_id, kind="session_id")
-        return self._by_index(user_id, self.keys(user_id).session(session_id), limit, now)
+        k = self.keys(user_id, tenant_id)
+        return self._by_index(user_id, k.session(session_id), limit, now, tenant_id)
 
     def by_task(
-        self, user_id: str, task_id: str, *, limit: int = 20, now: float | None = None
+        self,
+        user_id: str,
+        task_id: str,
+        *,
+        limit: int = 20,
+        now: float | None = None,
+        tenant_id: str | None = None,
     ) -> list[MemoryItem]:
         validate_id(task_id, kind="task_id")
-        return self._by_index(user_id, self.keys(user_id).task(task_id), limit, now)
+        k = self.keys(user_id, tenant_id)
+        return self._by_index(user_id, k.task(task_id), limit, now, tenant_id)
 
     def by_entity(
-        self, user_id: str, entity: str, *, limit: int = 20, now: float | None = None
+        self,
+        user_id: str,
+        entity: str,
+        *,
+        limit: int = 20,
+        now: float | None = None,
+        tenant_id: str | None = None,
     ) -> list[MemoryItem]:
-        return self._by_index(user_id, self.keys(user_id).entity(entity), limit, now)
+        k = self.keys(user_id, tenant_id)
+        return self._by_index(user_id, k.entity(entity), limit, now, tenant_id)
 
     def by_type(
-        self, user_id: str, memory_type: str, *, limit: int = 20, now: float | None = None
+        self,
+        user_id: str,
+        memory_type: str,
+        *,
+        limit: int = 20,
+        now: float | None = None,
+        tenant_id: str | None = None,
     ) -> list[MemoryItem]:
         from core.models.memory import MemoryType
 
@@ -242,13 +284,18 @@ class StmStore:
             mtype = MemoryType(memory_type)
         except ValueError as exc:
             raise InvalidInput(f"unknown memory type {memory_type!r}") from exc
-        return self._by_index(user_id, self.keys(user_id).type(mtype.value), limit, now)
+        k = self.keys(user_id, tenant_id)
+        return self._by_index(user_id, k.type(mtype.value), limit, now, tenant_id)
 
     # ------------------------------------------------------------------ sweep
-    def sweep_user(self, user_id: str, *, now: float, limit: int) -> tuple[int, float | None]:
+    def sweep_user(
+        self, user_id: str, *, now: float, limit: int, tenant_id: str | None = None
+    ) -> tuple[int, float | None]:
         """Remove up to ``limit`` expired items of one user; returns (removed, next expiry)."""
         with redis_errors():
-            removed, nxt = self._sweep(keys=[self.keys(user_id).prefix], args=[now, limit])
+            removed, nxt = self._sweep(
+                keys=[self.keys(user_id, tenant_id).prefix], args=[now, limit]
+            )
         return int(removed), (float(nxt) if nxt else None)
 
     def sweep(self, *, now: float, max_items: int, per_user: int = 500) -> SweepReport:
@@ -265,20 +312,21 @@ class StmStore:
             if not due:
                 break
             progressed = False
-            for raw_user in due:
-                user_id = str(raw_user)
+            for raw_scope in due:
+                scope = str(raw_scope)
                 budget = min(per_user, max_items - removed)
                 if budget <= 0:
                     break
-                n, nxt = self.sweep_user(user_id, now=now, limit=budget)
+                user_id, tenant_id = parse_user_scope(scope)
+                n, nxt = self.sweep_user(user_id, now=now, limit=budget, tenant_id=tenant_id)
                 removed += n
                 users += 1
                 progressed = progressed or n > 0
                 with redis_errors():
                     if nxt is None:
-                        self.r.zrem(gk, user_id)
+                        self.r.zrem(gk, scope)
                     elif nxt > now or n < budget:
-                        self.r.zadd(gk, {user_id: nxt})
+                        self.r.zadd(gk, {scope: nxt})
             if not progressed:
                 break
         return SweepReport(removed=removed, users=users)

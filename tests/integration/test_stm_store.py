@@ -736,3 +736,40 @@ def test_unreachable_redis_raises_store_unavailable() -> None:
     with pytest.raises(StoreUnavailable):
         store.recent("u_1")
     client.close()
+
+
+# ---------------------------------------------------------------- tenant scope
+
+
+def test_the_same_user_id_in_two_tenants_never_shares_memory(res: Resources) -> None:
+    # Given user "u_1" exists in tenants t_a and t_b and writes the same canonical fact
+    a = item("m_same", summary="tenant A fact", tenant_id="t_a")
+    b = item("m_same", summary="tenant B fact", tenant_id="t_b")
+    res.stm.upsert_many([a, b])
+    # Then each tenant reads only its own item, and the tenant-less scope sees nothing
+    assert [i.summary for i in res.stm.by_session("u_1", "s_1", tenant_id="t_a")] == [
+        "tenant A fact"
+    ]
+    assert [i.summary for i in res.stm.by_session("u_1", "s_1", tenant_id="t_b")] == [
+        "tenant B fact"
+    ]
+    assert res.stm.by_session("u_1", "s_1") == []
+    assert res.stm.keys("u_1", "t_a").prefix != res.stm.keys("u_1", "t_b").prefix
+    # And deleting in one tenant leaves the other untouched
+    assert res.stm.delete("u_1", ["m_same"], tenant_id="t_a") == 1
+    assert res.stm.get("u_1", "m_same", tenant_id="t_b") is not None
+
+
+def test_the_sweep_finds_expired_items_in_every_tenant_scope(res: Resources) -> None:
+    res.stm.upsert_many(
+        [
+            item("m1", tenant_id="t_a", ttl=10),
+            item("m2", tenant_id="t_b", ttl=10),
+            item("m3", ttl=10),
+        ]
+    )
+    report = res.stm.sweep(now=T0 + 11, max_items=100)
+    assert report.removed == 3
+    for tenant in ("t_a", "t_b", None):
+        assert res.stm.recent("u_1", tenant_id=tenant) == []
+    assert res.redis.zcard(res.stm.gkeys.sweep_users) == 0
