@@ -41,6 +41,8 @@ class PoolCandidate(BaseModel):
     entities: tuple[str, ...] = ()
     message_ids: tuple[str, ...] = ()
     task_id: str | None = None
+    tenant_id: str | None = None  # LTM cards carry their scope; STM keys already are scoped
+    project_id: str | None = None
 
     @property
     def source_priority(self) -> int:

@@ -1,0 +1,23 @@
+"""Cheap lexical similarity for STM candidates (STM has no vectors; items are short)."""
+
+from __future__ import annotations
+
+import itertools
+import re
+
+_WORD = re.compile(r"[a-z0-9_]+|[\u4e00-\u9fff]")
+_CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
+
+
+def terms(text: str) -> set[str]:
+    """Lower-cased words, camelCase parts, and CJK characters plus their bigrams."""
+    whole = _WORD.findall(text.casefold())
+    out = set(whole) | set(_WORD.findall(_CAMEL.sub(" ", text).casefold()))
+    cjk = [w for w in whole if len(w) == 1 and "\u4e00" <= w <= "\u9fff"]
+    out.update(a + b for a, b in itertools.pairwise(cjk))
+    return out
+
+
+def coverage(query: set[str], doc: set[str]) -> float:
+    """Share of the query's terms that the document contains, in [0, 1]."""
+    return len(query & doc) / len(query) if query else 0.0

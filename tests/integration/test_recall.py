@@ -1,0 +1,246 @@
+"""recall() against real PostgreSQL (authority) and Redis (STM): routing, blocks, pool."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+
+import pytest
+import redis
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from sqlalchemy import Engine
+
+from core.authority import ProfileCache, create_tenant, create_user
+from core.models.transcript import MessageIn
+from core.recall.pool import Verdict
+from core.recall.service import Recaller, RecallRequest
+from core.resources import Resources
+from core.stm.store import StmStore
+from tests.integration import authority_db
+from tests.integration.authority_db import World
+
+pytestmark = pytest.mark.integration
+
+pg_url = authority_db.pg_url
+engine = authority_db.engine
+world = authority_db.world
+cache = authority_db.cache
+
+T0 = 1_700_000_000.0
+
+
+@pytest.fixture
+def recaller(res: Resources, engine: Engine, cache: ProfileCache) -> Iterator[Recaller]:
+    r = Recaller(stm=res.stm, profile_cache=cache, engine=engine)
+    yield r
+    r.pool.shutdown(wait=True)
+
+
+def ingest(res: Resources, world: World, user: str, session: str, turns: list[list[dict]]) -> None:
+    for n, msgs in enumerate(turns):
+        appended = res.transcript.append_turn(
+            user_id=user,
+            session_id=session,
+            tenant_id=world.tenant_id,
+            task_id="bug456",
+            messages=[MessageIn.model_validate(m) for m in msgs],
+            turn_id=f"{session}-{n}",
+            at=T0 + n * 60,
+        )
+        res.pipeline.process([(appended.pointer, list(appended.records))])
+
+
+ZH_DEBUG = [
+    [
+        {"role": "user", "content": "createOrder 在 prod-k8s 超时了。不要重启生产数据库。"},
+        {"role": "assistant", "content": "我先看数据库指标。",
+         "tool_calls": [{"id": "c1", "name": "query_db", "arguments": "{}"}]},
+        {"role": "tool", "tool_call_id": "c1",
+         "content": "slow queries: 0\ncreateOrder p99 latency 2300ms\n"
+                    "线程池 active_threads 200/200 已打满"},
+        {"role": "assistant", "content": "数据库没问题，不是数据库的问题。下一步重点看线程池。"},
+    ],
+]  # fmt: skip
+
+
+def req(world: World, query: str, **kw: object) -> RecallRequest:
+    base: dict[str, object] = {
+        "tenant_id": world.tenant_id,
+        "user_id": world.alice,
+        "session_id": "s1",
+        "task_id": "bug456",
+        "query": query,
+        "now": T0 + 600,
+    }
+    base.update(kw)
+    return RecallRequest.model_validate(base)
+
+
+def test_continuing_a_debug_task_recalls_its_short_term_state(
+    res: Resources, world: World, recaller: Recaller
+) -> None:
+    # Given a Chinese debugging turn ingested through the real write path
+    ingest(res, world, world.alice, "s1", ZH_DEBUG)
+    # When the user continues with "那个接口还是超时"
+    out = recaller.recall(req(world, "那个接口还是超时", explain=True))
+    # Then STM is routed, and the task's state comes back in the seed's Chinese structure
+    assert out.route.need_redis
+    assert out.language == "zh"
+    assert "当前任务短期记忆：" in out.text
+    assert "- 当前任务：bug456" in out.text
+    assert "不要重启生产数据库" in out.text
+    assert "数据库没问题" in out.text or "不是数据库的问题" in out.text
+    assert {m.memory_type for m in out.memory.short_term} >= {"constraint", "fact", "decision"}
+    assert out.explain is not None
+    assert out.explain.profile.has_reference
+    assert out.degraded == {}
+
+
+def test_a_preference_question_is_answered_from_postgresql(
+    res: Resources, world: World, recaller: Recaller
+) -> None:
+    out = recaller.recall(req(world, "我的回答偏好是什么？", task_id=None, project_id="shop"))
+    assert out.route.need_pg
+    assert out.blocks is not None
+    assert out.blocks.compact() == {
+        "language": "zh-CN",
+        "answer_style": "brief_first",
+        "permission": "read_only",
+        "project_default_env": "prod-cn",
+    }
+    assert out.text.startswith("用户/环境画像")
+
+
+def test_pg_overrides_a_short_term_preference_in_its_domain(
+    res: Resources, world: World, recaller: Recaller
+) -> None:
+    # Given the STM holds "answer in English" while PG says zh-CN
+    ingest(
+        res, world, world.alice, "s1", [[{"role": "user", "content": "Please answer in English."}]]
+    )
+    out = recaller.recall(
+        req(world, "what language should you answer in? my preference", explain=True)
+    )
+    # Then the preference candidate is overridden by the authority and never injected
+    assert out.explain is not None
+    overridden = [s for s in out.explain.candidates if s.verdict is Verdict.OVERRIDDEN]
+    assert [s.candidate.summary for s in overridden] == ["Please answer in English."]
+    assert "profile.language" in overridden[0].reason
+    assert "Please answer in English" not in out.text
+    assert out.blocks is not None and out.blocks.profile.language == "zh-CN"
+
+
+def test_a_similarity_question_without_an_ltm_backend_is_flagged_not_failed(
+    res: Resources, world: World, recaller: Recaller
+) -> None:
+    out = recaller.recall(req(world, "以前有没有类似的超时案例？"))
+    assert out.route.need_ltm
+    assert "ltm" in out.degraded
+
+
+def test_stm_down_degrades_to_the_other_layers(
+    res: Resources, world: World, engine: Engine, cache: ProfileCache
+) -> None:
+    # Given an STM whose Redis does not answer (nothing listens on port 1)
+    dead = redis.Redis(host="127.0.0.1", port=1, socket_connect_timeout=0.2, decode_responses=True)
+    stm = StmStore(dead, namespace=res.settings.key_namespace)
+    r = Recaller(stm=stm, profile_cache=cache, engine=engine)
+    try:
+        out = r.recall(req(world, "那个接口还是超时"))
+    finally:
+        r.pool.shutdown(wait=True)
+    # Then recall still answers, with the STM layer flagged
+    assert "stm" in out.degraded
+    assert out.memory.short_term == ()
+
+
+def test_unknown_scope_and_bad_ids_are_refused(world: World, recaller: Recaller) -> None:
+    from core.authority.errors import ScopeDenied
+    from core.errors import InvalidInput, NotFound
+
+    with pytest.raises(NotFound):
+        recaller.recall(req(world, "hi", user_id="nobody"))
+    with pytest.raises(ScopeDenied):
+        recaller.recall(req(world, "hi", project_id="blog"))  # alice has no role on blog
+    with pytest.raises(ValueError):
+        RecallRequest(tenant_id=world.tenant_id, user_id="a:b", session_id="s", query="x")
+    with pytest.raises(ValueError):
+        req(world, "x" * 5000)
+    assert issubclass(ScopeDenied, Exception) and issubclass(InvalidInput, ValueError)
+
+
+def test_the_answer_fits_top_k_and_the_token_budget(
+    res: Resources, world: World, recaller: Recaller
+) -> None:
+    ingest(res, world, world.alice, "s1", ZH_DEBUG)
+    out = recaller.recall(req(world, "那个接口还是超时", top_k=2, token_budget=64, explain=True))
+    assert len(out.memory.short_term) <= 2
+    assert out.explain is not None
+    kept = [s for s in out.explain.candidates if s.verdict is Verdict.KEPT]
+    assert sum(s.tokens for s in kept) <= 64
+    assert any(
+        s.verdict in (Verdict.BELOW_TOP_K, Verdict.OVER_BUDGET) for s in out.explain.candidates
+    )
+
+
+# ---------------------------------------------------------------- scope isolation
+
+
+@settings(
+    max_examples=15,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
+@given(
+    query=st.text(min_size=1, max_size=60).filter(lambda q: q.strip() != ""),
+    asker=st.integers(min_value=0, max_value=3),
+)
+def test_recall_never_returns_another_scopes_memory(
+    res: Resources, engine: Engine, recaller: Recaller, query: str, asker: int
+) -> None:
+    # Given two tenants with a user of the same name each, plus a second user, all holding
+    # memories that name their owner in the text (reused across examples)
+    scopes = _scopes(res, engine)
+    tenant, user = scopes[asker]
+    # When any text is recalled by one of them
+    out = recaller.recall(
+        RecallRequest(tenant_id=tenant, user_id=user, session_id="s1", task_id="bug456",
+                      query=query, now=T0 + 600, explain=True)
+    )  # fmt: skip
+    # Then every candidate considered, and every line injected, is the asker's own
+    owner = f"owner-{tenant}-{user}"
+    assert out.explain is not None
+    assert out.explain.candidates or out.route.need_ltm  # STM was read unless LTM-only
+    assert all(owner in s.candidate.summary for s in out.explain.candidates)
+    for t, u in scopes:
+        if (t, u) != (tenant, user):
+            assert f"owner-{t}-{u}" not in out.text
+
+
+_SCOPES: dict[str, list[tuple[str, str]]] = {}
+
+
+def _scopes(res: Resources, engine: Engine) -> list[tuple[str, str]]:
+    ns = res.settings.key_namespace
+    if ns in _SCOPES:
+        return _SCOPES[ns]
+    tenants = [f"t{uuid.uuid4().hex[:8]}" for _ in range(2)]
+    scopes = [(tenants[0], "u1"), (tenants[0], "u2"), (tenants[1], "u1"), (tenants[1], "u2")]
+    with engine.begin() as conn:
+        for t in tenants:
+            create_tenant(db=conn, tenant={"id": t, "name": t})
+            for u in ("u1", "u2"):
+                create_user(db=conn, user={"tenant_id": t, "id": u})
+    for t, u in scopes:
+        w = World(tenant_id=t)
+        owner = f"owner-{t}-{u}"
+        ingest(res, w, u, "s1", [[
+            {"role": "user",
+             "content": f"createOrder times out for {owner}. Don't restart prod for {owner}."},
+            {"role": "assistant",
+             "content": f"The database looks fine for {owner}. "
+                        f"Next, check the thread pool of {owner}."},
+        ]])  # fmt: skip
+    _SCOPES[ns] = scopes
+    return scopes
