@@ -23,6 +23,7 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 from core.errors import MemstrataError
 from core.resources import Resources, get_resources
@@ -135,6 +136,7 @@ def run_demo(
     from ops import demo_run
 
     sessions = demo_run.load_sessions(names)
+    demo_run.ensure_demo_authority(res, sessions)
     if not keep:
         for s in sessions:
             demo_run.reset_user(res, s.user_id)
@@ -162,6 +164,7 @@ def run_demo(
     print(f"All turns {state} {where} after {waited * 1000:.0f} ms.", flush=True)
     for f in fed:
         print(demo_run.session_report(res, f, verbose=verbose), flush=True)
+        print(demo_run.recall_report(res, f.session), flush=True)
     dead = demo_run.dead_letters(res, {t for f in fed for t in f.turn_ids})
     if dead:
         print(f"\nDead-lettered turns ({len(dead)}):")
@@ -238,6 +241,55 @@ def _explain(args: argparse.Namespace) -> int:
     if decisions:
         print(decisions_block(decisions, verbose=True))
     return 0
+
+
+# ---------------------------------------------------------------------- recall
+def _recall(args: argparse.Namespace) -> int:
+    from core.recall.service import Recaller, RecallRequest
+
+    res = _resources()
+    request = RecallRequest(
+        tenant_id=args.tenant, user_id=args.user, session_id=args.session, query=args.query,
+        task_id=args.task, project_id=args.project, workspace_id=args.workspace,
+        top_k=args.top_k, token_budget=args.budget, explain=args.explain,
+    )  # fmt: skip
+    recaller = Recaller(stm=res.stm, profile_cache=res.profile_cache, engine=res.authority)
+    try:
+        out = recaller.recall(request)
+    finally:
+        recaller.pool.shutdown(wait=True)
+    if args.json:
+        print(out.model_dump_json())
+        return 0
+    print(out.text or "(nothing to inject)")
+    if out.degraded:
+        print(f"\ndegraded: {out.degraded}")
+    if out.explain is not None:
+        e = out.explain
+        print(f"\nprofile: {e.profile.model_dump()}")
+        print(f"route:   {e.route.model_dump(exclude={'reasons'})} reasons={e.route.reasons}")
+        print(f"cache:   {e.cache}   timings (ms): {e.timings_ms}")
+        for s in e.candidates:
+            c = s.candidate
+            print(f"  {s.verdict.value:24s} {s.score:6.3f} {c.source_type.value:9s} "
+                  f"{c.summary[:70]}  ({s.reason})")  # fmt: skip
+    return 0
+
+
+def _add_recall(sub: Any) -> None:
+    r = sub.add_parser("recall", help="build the memory block for a query (the read path)")
+    r.add_argument("query")
+    r.add_argument("--tenant", required=True)
+    r.add_argument("--user", required=True)
+    r.add_argument("--session", required=True)
+    r.add_argument("--task")
+    r.add_argument("--project")
+    r.add_argument("--workspace")
+    r.add_argument("--top-k", type=int, default=8)
+    r.add_argument("--budget", type=int, default=600, help="token budget of the block")
+    r.add_argument("--explain", action="store_true", help="show profile, route, every candidate")
+    r.add_argument("--json", action="store_true")
+    r.set_defaults(func=_recall)
 
 
 # ---------------------------------------------------------------------- sweep
@@ -372,6 +424,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_celery_roles(sub)
     _add_demo(sub)
     _add_queries(sub)
+    _add_recall(sub)
     return parser
 
 

@@ -28,6 +28,17 @@ from core.stm.keys import UserKeys
 from ops.report import decisions_block, items_block
 
 TURN_KEYS = {"task_id", "messages"}
+DEMO_TENANT = "demo"
+DEMO_PROJECT = "payments"
+# follow-up questions asked through recall() once a session is in STM (seed 十七.1)
+FOLLOW_UPS: dict[str, list[str]] = {
+    "en": ["It still times out. What have we ruled out, and what is next?",
+           "What is my preferred answer style and the project's default environment?"],
+    "zh": ["那个接口还是超时，已经排除了什么？下一步查什么？",
+           "我的回答偏好是什么？项目默认环境是哪个？"],
+}  # fmt: skip
+_PROFILES = {"en": {"language": "en", "answer_style": "conclusion_first"},
+             "zh": {"language": "zh-CN", "answer_style": "brief_first"}}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -72,12 +83,12 @@ def load_sessions(names: Sequence[str] | None = None) -> list[DemoSession]:
 
 def reset_user(res: Resources, user_id: str) -> int:
     """Remove a demo user's STM keys, sweep hint and L0 files; returns keys deleted."""
-    keys = UserKeys(res.settings.key_namespace, user_id)
+    keys = UserKeys(res.settings.key_namespace, user_id, DEMO_TENANT)
     doomed = list(res.redis.scan_iter(match=keys.prefix + "*", count=1000))
     if doomed:
         res.redis.delete(*doomed)
-    res.redis.zrem(res.stm.gkeys.sweep_users, user_id)
-    folder = res.transcript.path(user_id=user_id, session_id="x").parent
+    res.redis.zrem(res.stm.gkeys.sweep_users, keys.scope)
+    folder = res.transcript.path(user_id=user_id, session_id="x", tenant_id=DEMO_TENANT).parent
     shutil.rmtree(folder, ignore_errors=True)
     return len(doomed)
 
@@ -97,6 +108,7 @@ def feed(client: MemoryClient, session: DemoSession) -> FeedResult:
         t0 = time.perf_counter()
         receipt = client.record_turn(
             user_id=session.user_id,
+            tenant_id=DEMO_TENANT,
             session_id=session.session_id,
             task_id=turn.get("task_id"),
             messages=turn["messages"],
@@ -159,8 +171,10 @@ def dead_letters(res: Resources, turn_ids: set[str]) -> list[tuple[str, str]]:
 
 def session_report(res: Resources, fed: FeedResult, *, verbose: bool = False) -> str:
     s = fed.session
-    items = res.stm.by_session(s.user_id, s.session_id, limit=res.settings.stm_session_cap)
-    decisions = read_decisions(res.stm, s.user_id, s.session_id)
+    items = res.stm.by_session(
+        s.user_id, s.session_id, limit=res.settings.stm_session_cap, tenant_id=DEMO_TENANT
+    )
+    decisions = read_decisions(res.stm, s.user_id, s.session_id, tenant_id=DEMO_TENANT)
     refused = [d for d in decisions if d.verdict is Verdict.REFUSED]
     updates = [
         d
@@ -185,4 +199,74 @@ def session_report(res: Resources, fed: FeedResult, *, verbose: bool = False) ->
         lines.append(decisions_block(updates))
     lines += ["", f"Refused ({len(refused)}), with the reason:"]
     lines.append(decisions_block(refused, verbose=verbose) or "  (nothing)")
+    return "\n".join(lines)
+
+
+def ensure_demo_authority(res: Resources, sessions: Sequence[DemoSession]) -> None:
+    """Migrate PostgreSQL and register the demo tenant, users, profiles and project.
+
+    Idempotent: rows that already exist are left as they are, so the demo can run again.
+    """
+    from core.authority import (
+        create_project,
+        create_tenant,
+        create_user,
+        grant_role,
+        migrate,
+        set_profile,
+    )
+
+    migrate.upgrade(res.settings.postgres_url)
+    steps: list[Callable[..., object]] = [
+        lambda c: create_tenant(db=c, tenant={"id": DEMO_TENANT, "name": "Demo"}),
+        lambda c: create_project(db=c, project={
+            "tenant_id": DEMO_TENANT, "id": DEMO_PROJECT, "name": "Payments",
+            "default_env": "prod-k8s", "env_tags": ["k8s"]}),
+    ]  # fmt: skip
+    for s in sessions:
+        lang = s.name.split("_", 1)[0]
+        steps += [
+            lambda c, u=s.user_id: create_user(db=c, user={"tenant_id": DEMO_TENANT, "id": u}),
+            lambda c, u=s.user_id: grant_role(db=c, tenant_id=DEMO_TENANT, user_id=u,
+                                              project_id=DEMO_PROJECT, role="developer",
+                                              scope="read_only"),
+            lambda c, u=s.user_id, lg=lang: set_profile(db=c, tenant_id=DEMO_TENANT, user_id=u,
+                                                        update=_PROFILES.get(lg, {})),
+        ]  # fmt: skip
+    for step in steps:
+        try:
+            with res.authority.begin() as conn:
+                step(conn)
+        except InvalidInput:
+            pass  # already there from an earlier run
+    for s in sessions:  # the profile may have just been written: drop cached snapshots
+        res.redis.delete(res.profile_cache.keys(DEMO_TENANT, s.user_id).snapshot)
+
+
+def recall_report(res: Resources, session: DemoSession) -> str:
+    """Ask the session's follow-up questions through recall() and show the memory block."""
+    from core.recall.service import Recaller, RecallRequest
+
+    lang = session.name.split("_", 1)[0]
+    task_id = next((t.get("task_id") for t in reversed(session.turns) if t.get("task_id")), None)
+    recaller = Recaller(stm=res.stm, profile_cache=res.profile_cache, engine=res.authority)
+    lines = ["", f"--- recall() for {session.name} ---"]
+    try:
+        for query in FOLLOW_UPS.get(lang, []):
+            t0 = time.perf_counter()
+            out = recaller.recall(RecallRequest(
+                tenant_id=DEMO_TENANT, user_id=session.user_id, session_id=session.session_id,
+                task_id=task_id, project_id=DEMO_PROJECT, query=query, explain=True,
+            ))  # fmt: skip
+            ms = (time.perf_counter() - t0) * 1000
+            route = out.route
+            layers = [n for n, on in (("PG", route.need_pg), ("Redis", route.need_redis),
+                                      ("LTM", route.need_ltm)) if on]  # fmt: skip
+            degraded = f"; degraded: {out.degraded}" if out.degraded else ""
+            block = (out.text or "(nothing to inject)").splitlines()
+            lines += ["", f"Q: {query}",
+                      f"   route: {' + '.join(layers) or 'none'}; {ms:.1f} ms{degraded}",
+                      *("   " + ln for ln in block)]  # fmt: skip
+    finally:
+        recaller.pool.shutdown(wait=True)
     return "\n".join(lines)

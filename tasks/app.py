@@ -56,7 +56,8 @@ def celery_config(settings: Settings) -> dict[str, Any]:
 
 @app.on_configure.connect
 def _configure(sender: Celery, **_: Any) -> None:
-    sender.conf.update(celery_config(load_settings()))
+    # config_from_object, not conf.update: updating conf inside on_configure re-enters it
+    sender.config_from_object(celery_config(load_settings()))
 
 
 @worker_process_init.connect

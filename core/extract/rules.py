@@ -136,9 +136,11 @@ class RuleExtractor:
             return []
         if self.lexicon.matches("chit_chat", text):
             return [self._chit_chat(rec, ctx, text)]
-        remember_all = self.lexicon.matches("explicit_remember", text)
+        clauses = split_clauses(text)
+        # "remember" covers a short note ("记住：A，B"), not every line of a long brief
+        remember_all = len(clauses) <= 4 and self.lexicon.matches("explicit_remember", text)
         out = []
-        for clause in split_clauses(text):
+        for clause in clauses:
             cand = self._classify(clause, rec, ctx, user=True, verified=True, remember=remember_all)
             if cand is not None:
                 out.append(cand)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from core.extract.rules import ExtractionContext, Extractor, clip
 from core.ids import validate_id
@@ -128,12 +128,18 @@ class IngestPipeline:
         for n, (i, cand, fp) in enumerate(cands):
             ptr = turns[i][0]
             scope = self.store.keys(ptr.user_id, ptr.tenant_id).scope
-            prior = (
-                overlay.get((scope, "c:" + cand.canonical_fact_key))
-                or overlay.get((scope, "f:" + fp))
-                or existing[n]
+            in_batch = overlay.get((scope, "c:" + cand.canonical_fact_key)) or overlay.get(
+                (scope, "f:" + fp)
             )
+            prior = in_batch or existing[n]
             j = judge(cand, existing=prior, fp=fp, policy=self.policy)
+            if (
+                in_batch is not None
+                and j.verdict is Verdict.WRITTEN
+                and set(cand.source.message_ids) & set(in_batch.message_ids)
+            ):
+                # one message saying the same thing twice: the first clause already wrote it
+                j = replace(j, reason="restated in the same message; already stored")
             item = None
             memory_id = None
             if j.verdict is Verdict.WRITTEN:
@@ -222,6 +228,7 @@ class IngestPipeline:
                     update: dict[str, object] = {"memory_id": res.memory_id}
                     if res.op == "stale":
                         update["reason"] = "older than the stored version; kept as history"
+
                     decision = decision.model_copy(update=update)
                 out.decisions.append(decision)
                 key = self.store.keys(out.user_id, out.tenant_id).decisions(out.session_id)

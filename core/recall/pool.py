@@ -66,6 +66,8 @@ class PoolPolicy(BaseModel):
     top_k: int = Field(8, ge=1, le=200)
     token_budget: int = Field(600, ge=16)
     weights: RescoreWeights = RescoreWeights()
+    # active constraints bind whatever the question: they rank first (seed 三: "当前约束")
+    pinned_types: frozenset[str] = frozenset({"constraint"})
 
 
 class Verdict(StrEnum):
@@ -161,7 +163,10 @@ def build_pool(
                               reason=why, tokens=estimate_tokens(c.summary)))  # fmt: skip
         else:
             live.append((score, parts, c))
-    live.sort(key=lambda x: (-x[0], -x[2].updated_at, x[2].memory_id))
+    pinned = policy.pinned_types
+    live.sort(
+        key=lambda x: (x[2].memory_type not in pinned, -x[0], -x[2].updated_at, x[2].memory_id)
+    )
     kept: list[Scored] = []
     rest: list[Scored] = []
     used = 0

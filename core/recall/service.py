@@ -176,7 +176,8 @@ class Recaller:
         if route.need_ltm:
             ltm_future = self._start_ltm(req, route, filters)
         stm_cands: list[PoolCandidate] = []
-        stm_needed = route.need_redis or not route.need_ltm
+        # STM when routed there, or as the default layer of a query no rule claimed
+        stm_needed = route.need_redis or not (route.need_pg or route.need_ltm)
         if stm_needed:
             stm_cands = self._stm(req, profile, q_terms, now, degraded)
             timings["stm"] = _ms(t0)

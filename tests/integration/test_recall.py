@@ -120,7 +120,7 @@ def test_pg_overrides_a_short_term_preference_in_its_domain(
         res, world, world.alice, "s1", [[{"role": "user", "content": "Please answer in English."}]]
     )
     out = recaller.recall(
-        req(world, "what language should you answer in? my preference", explain=True)
+        req(world, "Back to this task: per my preference, which language?", explain=True)
     )
     # Then the preference candidate is overridden by the authority and never injected
     assert out.explain is not None
@@ -211,7 +211,8 @@ def test_recall_never_returns_another_scopes_memory(
     # Then every candidate considered, and every line injected, is the asker's own
     owner = f"owner-{tenant}-{user}"
     assert out.explain is not None
-    assert out.explain.candidates or out.route.need_ltm  # STM was read unless LTM-only
+    stm_read = out.route.need_redis or not (out.route.need_pg or out.route.need_ltm)
+    assert out.explain.candidates or not stm_read  # STM was read: it found the asker's items
     assert all(owner in s.candidate.summary for s in out.explain.candidates)
     for t, u in scopes:
         if (t, u) != (tenant, user):
