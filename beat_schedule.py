@@ -11,6 +11,7 @@ from typing import Any
 
 def build_schedule(settings: Any) -> dict[str, dict[str, Any]]:
     sweep_s = float(settings.sweep_interval_s)
+    idle_s = float(settings.compress_idle_check_s)
     return {
         "sweep-expired-stm": {
             "task": "memstrata.maintenance.sweep_expired",
@@ -21,5 +22,10 @@ def build_schedule(settings: Any) -> dict[str, dict[str, Any]]:
             "task": "memstrata.maintenance.ingest_reclaim",
             "schedule": 30.0,
             "options": {"queue": "maintenance", "expires": 27.0},
+        },
+        "compress-idle-sessions": {
+            "task": "memstrata.maintenance.compress_idle",
+            "schedule": idle_s,
+            "options": {"queue": "maintenance", "expires": idle_s * 0.9},
         },
     }

@@ -87,6 +87,15 @@ class Settings(BaseSettings):
     sweep_batch: int = Field(1000, ge=1, le=1_000_000)
     sweep_interval_s: float = Field(60.0, gt=0)
 
+    # session compression (docs/COMPRESSION.md); sizes in cl100k tokens
+    compress_threshold_tokens: int = Field(32_000, ge=1000)
+    compress_step_tokens: int = Field(16_000, ge=1000)
+    compress_budget_tokens: int = Field(8_000, ge=256)
+    compress_idle_s: float = Field(900.0, gt=0)
+    compress_idle_check_s: float = Field(300.0, gt=0)
+    compress_idle_batch: int = Field(50, ge=1, le=10_000)
+    compress_view_ttl_s: int = Field(24 * 3600, ge=60)
+
     # celery
     task_soft_time_limit_s: int = Field(60, ge=1)
     task_time_limit_s: int = Field(90, ge=2)

@@ -243,6 +243,47 @@ def _explain(args: argparse.Namespace) -> int:
     return 0
 
 
+# ---------------------------------------------------------------------- compress
+def _compress(args: argparse.Namespace) -> int:
+    from core.compress import explain
+    from core.compress.cache import SessionActivity, ViewCache
+    from core.compress.service import compress_cached
+
+    res = _resources()
+    ns = res.settings.key_namespace
+    view, cached = compress_cached(
+        transcript=res.transcript,
+        stm=res.stm,
+        cache=ViewCache(res.redis, namespace=ns),
+        user_id=args.user,
+        session_id=args.session,
+        budget_tokens=args.budget or res.settings.compress_budget_tokens,
+        activity=SessionActivity(res.redis, namespace=ns),
+    )
+    if args.json:
+        print(view.model_dump_json())
+        return 0
+    if args.explain:
+        print(explain(view))
+        return 0
+    print(view.text())
+    print(
+        f"\n[{view.level.value}: {view.raw_tokens} → {view.view_tokens} tokens, "
+        f"{view.ratio:.1f}:1{', cached' if cached else ''}]"
+    )
+    return 0
+
+
+def _add_compress(sub: Any) -> None:
+    c = sub.add_parser("compress", help="a session's compressed context within a token budget")
+    c.add_argument("--user", required=True)
+    c.add_argument("--session", required=True)
+    c.add_argument("--budget", type=int, help="tokens (default MEMSTRATA_COMPRESS_BUDGET_TOKENS)")
+    c.add_argument("--explain", action="store_true", help="class and reason per tool result")
+    c.add_argument("--json", action="store_true")
+    c.set_defaults(func=_compress)
+
+
 # ---------------------------------------------------------------------- recall
 def _recall(args: argparse.Namespace) -> int:
     from core.recall.service import Recaller, RecallRequest
@@ -425,6 +466,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_demo(sub)
     _add_queries(sub)
     _add_recall(sub)
+    _add_compress(sub)
     return parser
 
 

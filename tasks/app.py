@@ -14,7 +14,7 @@ from core.settings import Settings, load_settings
 
 QUEUES = ("ingest", "ltm", "maintenance")
 
-app = Celery("memstrata", include=["tasks.ingest", "tasks.maintenance"])
+app = Celery("memstrata", include=["tasks.ingest", "tasks.maintenance", "tasks.compress"])
 
 
 def celery_config(settings: Settings) -> dict[str, Any]:

@@ -1,8 +1,8 @@
 """Producer side: a ``MemoryClient`` wired to Celery, for agent processes.
 
-    from tasks.client import connect
-    memory = connect()
-    memory.record_turn(user_id="u_42", session_id="s_123", task_id="bug456", messages=[...])
+from tasks.client import connect
+memory = connect()
+memory.record_turn(user_id="u_42", session_id="s_123", task_id="bug456", messages=[...])
 """
 
 from __future__ import annotations

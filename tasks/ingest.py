@@ -10,6 +10,7 @@ from core.ingest.drain import drain_shard
 from core.ingest.queue import consumer_name
 from core.resources import get_resources
 from tasks.app import app
+from tasks.compress import track_turns
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +41,7 @@ def drain(self: Any, shard: int) -> dict[str, int]:
         consumer=consumer_name(),
         batch=res.settings.ingest_batch,
         max_run_s=res.settings.ingest_max_run_s,
+        on_batch=track_turns,
     )
     if report.continued:
         self.apply_async(args=[shard])

@@ -22,6 +22,9 @@ from core.transcript.store import TranscriptStore
 
 log = logging.getLogger(__name__)
 
+# Called with the turns of each acknowledged batch (the compression trigger counts tokens).
+OnBatch = Callable[[list[tuple[TurnPointer, list[TranscriptRecord]]]], object]
+
 
 @dataclass
 class DrainReport:
@@ -46,6 +49,7 @@ def drain_shard(
     max_run_s: float,
     keep_outcomes: bool = False,
     monotonic: Callable[[], float] = time.monotonic,
+    on_batch: OnBatch | None = None,
 ) -> DrainReport:
     report = DrainReport(shard)
     deadline = monotonic() + max_run_s
@@ -54,12 +58,12 @@ def drain_shard(
         queue.reclaim_stale(shard, consumer, batch),
     ):
         if leftovers:
-            _process(shard, leftovers, queue, transcript, pipeline, report, keep_outcomes)
+            _process(shard, leftovers, queue, transcript, pipeline, report, keep_outcomes, on_batch)
     while True:
         entries = queue.claim_or_release(shard, consumer, batch)
         if not entries:
             return report
-        _process(shard, entries, queue, transcript, pipeline, report, keep_outcomes)
+        _process(shard, entries, queue, transcript, pipeline, report, keep_outcomes, on_batch)
         if monotonic() > deadline:
             queue.hold_kick(shard)
             report.continued = True
@@ -74,6 +78,7 @@ def _process(
     pipeline: IngestPipeline,
     report: DrainReport,
     keep: bool,
+    on_batch: OnBatch | None = None,
 ) -> None:
     turns: list[tuple[TurnPointer, list[TranscriptRecord]]] = []
     ids: list[str] = []
@@ -86,6 +91,7 @@ def _process(
             ids.append(e.entry_id)
         except PermanentError as exc:
             _dead(queue, shard, e, f"{type(exc).__name__}: {exc}", report)
+    all_ids = list(ids)
     try:
         outcomes = pipeline.process(turns)
     except TransientError:
@@ -107,6 +113,9 @@ def _process(
                 _dead(queue, shard, entry, f"{type(exc).__name__}: {exc}", report)
         ids = keep_ids
     queue.ack(shard, ids)
+    if on_batch is not None:  # e.g. count context tokens for the compression trigger
+        acked = set(ids)
+        on_batch([t for t, eid in zip(turns, all_ids, strict=True) if eid in acked])
     report.batches += 1
     report.turns += len(outcomes)
     for o in outcomes:

@@ -10,7 +10,6 @@ turn are returned so the ingest queue carries a pointer, not the text.
 from __future__ import annotations
 
 import fcntl
-import json
 import logging
 import os
 import secrets
@@ -197,6 +196,6 @@ class TranscriptStore:
 
 def _parse(line: bytes, path: Path, n: int) -> TranscriptRecord:
     try:
-        return TranscriptRecord.model_validate(json.loads(line))
+        return TranscriptRecord.model_validate_json(line)
     except ValueError as exc:
         raise CorruptRecord(f"{path.name} line {n + 1}: {exc}") from exc

@@ -1,0 +1,258 @@
+"""Redis state of compression: cached views and per-session context size.
+
+* The view cache makes the compression task idempotent: a view is a pure function of
+  (transcript up to its last message, STM, budget), so it is stored under the session's
+  last message id and budget, and a repeated request for the same version is a read.
+* The activity record (raw context tokens, last message id, last activity) lets the
+  ingest path enqueue compression when a session passes the token threshold, and Beat
+  find long sessions that went idle.  Counting is one Lua call per turn and idempotent:
+  a message is counted once (``HSETNX`` on its id), so a redelivered turn changes nothing.
+
+Key shapes (kept here until they join ``core/stm/keys.py``).  They sit beside the STM
+keys, not under them (compression state is derived and has its own lifetime); deleting a
+user must also delete ``<ns>:compress:{<scope>}:*``:
+
+``<ns>:compress:{<scope>}:view:<session>:<last message id>:<budget>`` STRING view JSON, TTL
+``<ns>:compress:{<scope>}:ctx:<session>`` HASH tokens, last_message_id, at, compressed_mid
+``<ns>:compress:{<scope>}:ctok:<session>`` HASH message id → tokens (counted at ingest)
+``<ns>:compress:active`` ZSET "<scope>|<session>" → last activity (seconds since the epoch)
+
+``<scope>`` is the STM hash tag: ``<user>``, or ``<tenant>/<user>`` in a tenant.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import redis
+from redis.commands.core import Script
+
+from core.compress.model import CompressedView
+from core.compress.tokens import TokenCounter, message_tokens
+from core.errors import CorruptRecord
+from core.ids import validate_id
+from core.models.transcript import TranscriptRecord
+from core.stm.keys import parse_user_scope, user_scope
+from core.stm.store import redis_errors
+
+VIEW_TTL_S = 24 * 3600
+ACTIVITY_TTL_S = 7 * 24 * 3600  # a session quiet for a week is done; its counters go
+
+# KEYS: ctx, ctok.  ARGV: ttl_s, last message id, at, then (message id, tokens) pairs.
+# Returns {tokens before, tokens after}; the last message only moves forward in time.
+_NOTE_TURN = """
+local added = 0
+for i = 4, #ARGV, 2 do
+  if redis.call('HSETNX', KEYS[2], ARGV[i], ARGV[i + 1]) == 1 then
+    added = added + tonumber(ARGV[i + 1])
+  end
+end
+local after = redis.call('HINCRBY', KEYS[1], 'tokens', added)
+local prev = tonumber(redis.call('HGET', KEYS[1], 'at') or '-1')
+if tonumber(ARGV[3]) >= prev then
+  redis.call('HSET', KEYS[1], 'last_message_id', ARGV[2], 'at', ARGV[3])
+end
+redis.call('EXPIRE', KEYS[1], ARGV[1])
+redis.call('EXPIRE', KEYS[2], ARGV[1])
+return {after - added, after}
+"""
+
+
+@dataclass(frozen=True)
+class CompressKeys:
+    """Key builder for one user's compression state (hash-tagged by user, like STM)."""
+
+    namespace: str
+    user_id: str
+    tenant_id: str | None = None
+
+    def __post_init__(self) -> None:
+        validate_id(self.namespace, kind="key namespace")
+
+    @property
+    def scope(self) -> str:
+        return user_scope(self.user_id, self.tenant_id)
+
+    @property
+    def prefix(self) -> str:
+        return f"{self.namespace}:compress:{{{self.scope}}}:"
+
+    def view(self, session_id: str, last_message_id: str, budget: int | None) -> str:
+        validate_id(session_id, kind="session_id")
+        validate_id(last_message_id, kind="message_id")
+        return f"{self.prefix}view:{session_id}:{last_message_id}:{budget or 0}"
+
+    def ctx(self, session_id: str) -> str:
+        return f"{self.prefix}ctx:{validate_id(session_id, kind='session_id')}"
+
+    def ctok(self, session_id: str) -> str:
+        return f"{self.prefix}ctok:{validate_id(session_id, kind='session_id')}"
+
+
+def active_key(namespace: str) -> str:
+    return f"{namespace}:compress:active"
+
+
+class ViewCache:
+    """Compressed views by (session, last message id, budget); entries expire after a day."""
+
+    def __init__(self, client: redis.Redis, *, namespace: str, ttl_s: int = VIEW_TTL_S) -> None:
+        self.r = client
+        self.namespace = validate_id(namespace, kind="key namespace")
+        self.ttl_s = ttl_s
+
+    def get(
+        self,
+        user_id: str,
+        session_id: str,
+        last_message_id: str,
+        budget: int | None,
+        *,
+        tenant_id: str | None = None,
+    ) -> CompressedView | None:
+        keys = CompressKeys(self.namespace, user_id, tenant_id)
+        key = keys.view(session_id, last_message_id, budget)
+        with redis_errors():
+            raw = self.r.get(key)
+        if raw is None:
+            return None
+        try:
+            return CompressedView.model_validate_json(raw)
+        except ValueError as exc:
+            raise CorruptRecord(f"unreadable cached view {key}: {exc}") from exc
+
+    def put(self, view: CompressedView) -> None:
+        keys = CompressKeys(self.namespace, view.user_id, view.tenant_id)
+        key = keys.view(view.session_id, view.last_message_id, view.budget_tokens)
+        with redis_errors():
+            pipe = self.r.pipeline(transaction=True)  # one hash tag: also a Cluster MULTI
+            pipe.set(key, view.model_dump_json(), ex=self.ttl_s)
+            pipe.hset(keys.ctx(view.session_id), "compressed_mid", view.last_message_id)
+            pipe.execute()
+
+
+@dataclass(frozen=True)
+class SessionContext:
+    user_id: str
+    tenant_id: str | None
+    session_id: str
+    tokens: int
+    last_message_id: str | None
+    at: float
+    compressed_mid: str | None
+
+
+class SessionActivity:
+    """Running raw-context size of each session, and which sessions went idle."""
+
+    def __init__(self, client: redis.Redis, *, namespace: str) -> None:
+        self.r = client
+        self.namespace = validate_id(namespace, kind="key namespace")
+        self._note: Script = client.register_script(_NOTE_TURN)
+
+    def note_turn(
+        self, records: Sequence[TranscriptRecord], counter: TokenCounter
+    ) -> tuple[int, int] | None:
+        """Count one turn into its session; returns (tokens before, tokens after).
+
+        Idempotent: messages already counted add nothing, so a redelivered turn returns
+        ``before == after`` and cannot trigger a second compression.
+        """
+        if not records:
+            return None
+        first, last = records[0], records[-1]
+        keys = CompressKeys(self.namespace, first.user_id, first.tenant_id)
+        args: list[str | int | float] = [ACTIVITY_TTL_S, last.message_id, repr(last.at)]
+        for r in records:
+            args += [r.message_id, message_tokens(counter, r)]
+        member = f"{keys.scope}|{first.session_id}"  # "|" occurs in neither part
+        with redis_errors():
+            pipe = self.r.pipeline(transaction=False)  # the ZSET is global: another slot
+            self._note(keys=[keys.ctx(first.session_id), keys.ctok(first.session_id)],
+                       args=args, client=pipe)  # fmt: skip
+            pipe.zadd(active_key(self.namespace), {member: last.at}, gt=True)
+            before, after = pipe.execute()[0]
+        return int(before), int(after)
+
+    def token_counts(
+        self, user_id: str, session_id: str, *, tenant_id: str | None = None
+    ) -> dict[str, int]:
+        """Tokens of each message counted at ingest, so compression need not count again."""
+        keys = CompressKeys(self.namespace, user_id, tenant_id)
+        with redis_errors():
+            row = self.r.hgetall(keys.ctok(session_id))
+        return {str(k): int(v) for k, v in row.items()}
+
+    def get(
+        self, user_id: str, session_id: str, *, tenant_id: str | None = None
+    ) -> SessionContext | None:
+        keys = CompressKeys(self.namespace, user_id, tenant_id)
+        with redis_errors():
+            row = self.r.hgetall(keys.ctx(session_id))
+        if not row:
+            return None
+        data = {str(k): str(v) for k, v in row.items()}  # the client decodes; be explicit
+        return SessionContext(
+            user_id,
+            tenant_id,
+            session_id,
+            int(data.get("tokens", "0")),
+            data.get("last_message_id"),
+            float(data.get("at", "0")),
+            data.get("compressed_mid"),
+        )
+
+    def idle(
+        self, *, now: float, idle_s: float, min_tokens: int, limit: int = 100
+    ) -> list[SessionContext]:
+        """Sessions quiet for ``idle_s`` seconds, over ``min_tokens``, not compressed since.
+
+        Sessions quiet for more than a week leave the index (their views would expire
+        unused anyway).
+        """
+        key = active_key(self.namespace)
+        with redis_errors():
+            self.r.zremrangebyscore(key, "-inf", now - ACTIVITY_TTL_S)
+            members = self.r.zrangebyscore(key, "-inf", now - idle_s, start=0, num=limit * 4)
+        out = []
+        for member in members:
+            scope, _, session_id = str(member).rpartition("|")
+            user_id, tenant_id = parse_user_scope(scope)
+            ctx = self.get(user_id, session_id, tenant_id=tenant_id)
+            if ctx is None or ctx.tokens < min_tokens:
+                continue
+            if ctx.compressed_mid is not None and ctx.compressed_mid == ctx.last_message_id:
+                continue
+            out.append(ctx)
+            if len(out) >= limit:
+                break
+        return out
+
+
+def crossed(before: int, after: int, *, threshold: int, step: int) -> bool:
+    """True when a session's raw context passes ``threshold``, then every ``step`` tokens."""
+    if after < threshold:
+        return False
+    if before < threshold:
+        return True
+    return (after - threshold) // step != (before - threshold) // step
+
+
+def due_for_compression(
+    activity: SessionActivity,
+    turns: Sequence[Sequence[TranscriptRecord]],
+    counter: TokenCounter,
+    *,
+    threshold: int,
+    step: int,
+) -> list[TranscriptRecord]:
+    """Count each turn into its session; the last record of each session whose raw context
+    just passed ``threshold`` (then each further ``step``): those need a compression."""
+    due: dict[tuple[str | None, str, str], TranscriptRecord] = {}
+    for records in turns:
+        seen = activity.note_turn(records, counter)
+        if seen is not None and crossed(seen[0], seen[1], threshold=threshold, step=step):
+            last = records[-1]
+            due[(last.tenant_id, last.user_id, last.session_id)] = last
+    return list(due.values())
