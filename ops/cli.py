@@ -298,7 +298,7 @@ def _recall(args: argparse.Namespace) -> int:
     try:
         out = recaller.recall(request)
     finally:
-        recaller.pool.shutdown(wait=True)
+        recaller.close()
     if args.json:
         print(out.model_dump_json())
         return 0

@@ -268,5 +268,5 @@ def recall_report(res: Resources, session: DemoSession) -> str:
                       f"   route: {' + '.join(layers) or 'none'}; {ms:.1f} ms{degraded}",
                       *("   " + ln for ln in block)]  # fmt: skip
     finally:
-        recaller.pool.shutdown(wait=True)
+        recaller.close()
     return "\n".join(lines)

@@ -9,6 +9,7 @@ fit a token budget.  Every candidate leaves with a verdict and a reason (explain
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable, Iterable, Sequence
 from enum import StrEnum
 
@@ -89,9 +90,12 @@ class Scored(BaseModel):
     tokens: int
 
 
+_CJK = re.compile(r"[\u4e00-\u9fff]")
+
+
 def estimate_tokens(text: str) -> int:
     """Cheap token estimate for budgeting: ~1 per CJK character, ~1 per 4 other chars."""
-    cjk = sum(1 for ch in text if "\u4e00" <= ch <= "\u9fff")
+    cjk = len(_CJK.findall(text))
     return cjk + max(1, (len(text) - cjk) // 4) + 2
 
 
@@ -136,7 +140,7 @@ def rescore(
         "entity_overlap": weights.entity_overlap * overlap,
         "source_priority": weights.source_priority * c.source_priority / 100.0,
     }
-    return round(sum(parts.values()), 6), {k: round(v, 6) for k, v in parts.items()}
+    return sum(parts.values()), parts
 
 
 Override = Callable[[PoolCandidate], str | None]

@@ -16,14 +16,15 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
-from typing import Any, Protocol
+from typing import Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy import Engine
 
 from core.authority.blocks import AuthorityBlocks, build_blocks
-from core.authority.cache import CacheLookup, ProfileCache
+from core.authority.cache import CacheLookup, CacheStatus, ProfileCache
 from core.authority.db import autocommit_reader
+from core.authority.domain import AUTHORITATIVE_DOMAINS, domain_of_key
 from core.authority.domain_authority import (
     Action,
     AuthorityCandidate,
@@ -32,17 +33,19 @@ from core.authority.domain_authority import (
     authority_key,
 )
 from core.authority.filters import RetrievalFilters, filters_for
-from core.authority.read import read_snapshot
+from core.authority.read import read_snapshot, read_version
 from core.authority.snapshot import AuthoritySnapshot
 from core.errors import MemstrataError
+from core.extract.entities import extract_entities
+from core.extract.lexicon import default_lexicon
 from core.ids import SafeId
-from core.models.memory import MemoryItem
+from core.recall.access import AccessLog, AccessRecord
 from core.recall.pool import PoolCandidate, PoolPolicy, Scored, SourceType, Verdict, build_pool
 from core.recall.profile import QueryProfile, RuntimeState, build_query_profile
 from core.recall.render import Lang, RenderedMemory, language_for, render
 from core.recall.route import LtmMode, Route, RoutingPolicy, decide_route, with_ltm_fallback
 from core.recall.text import coverage, terms
-from core.stm.store import StmStore, redis_errors
+from core.stm.store import RecallRead, StmHit, StmStore
 
 log = logging.getLogger(__name__)
 
@@ -82,7 +85,6 @@ class RecallSettings(BaseModel):
     routing: RoutingPolicy = RoutingPolicy()
     stm_per_index: int = Field(20, ge=1, le=1000)
     ltm_candidates: int = Field(20, ge=1, le=200)
-    stm_timeout_s: float = Field(0.5, gt=0)
     ltm_timeout_s: float = Field(2.0, gt=0)
     session_recent_s: float = Field(1800.0, gt=0)
 
@@ -108,21 +110,23 @@ class RecallResult(BaseModel):
     explain: Explain | None = None
 
 
-def _stm_candidate(item: MemoryItem, q_terms: set[str]) -> PoolCandidate:
-    doc = terms(item.summary + " " + " ".join(item.entities))
-    return PoolCandidate(
-        memory_id=item.id,
+def _stm_candidate(hit: StmHit, q_terms: set[str]) -> PoolCandidate:
+    doc = terms(hit.summary + " " + " ".join(hit.entities))
+    return PoolCandidate.model_construct(  # typed fields straight from the store: no re-validation
+        memory_id=hit.memory_id,
         source_type=SourceType.REDIS_STM,
-        summary=item.summary,
-        canonical_fact_key=item.canonical_fact_key,
-        fingerprint=item.fingerprint,
-        memory_type=item.memory_type.value,
+        summary=hit.summary,
+        canonical_fact_key=hit.canonical_fact_key,
+        fingerprint=hit.fingerprint,
+        memory_type=hit.memory_type,
         similarity=coverage(q_terms, doc),
-        importance=item.importance,
-        updated_at=item.updated_at,
-        entities=tuple(item.entities),
-        message_ids=tuple(item.source.message_ids),
-        task_id=item.task_id,
+        importance=hit.importance,
+        updated_at=hit.updated_at,
+        entities=hit.entities,
+        message_ids=hit.message_ids,
+        task_id=hit.task_id,
+        tenant_id=None,
+        project_id=None,
     )
 
 
@@ -147,6 +151,12 @@ class Recaller:
         self.settings = settings or RecallSettings()
         self.pool = executor or ThreadPoolExecutor(max_workers=4, thread_name_prefix="recall")
         self.clock = clock
+        self.access_log = AccessLog(stm.r)
+
+    def close(self) -> None:
+        """Flush pending bookkeeping and stop the helper threads."""
+        self.access_log.close()
+        self.pool.shutdown(wait=True)
 
     # ------------------------------------------------------------------ public
     def recall(self, req: RecallRequest) -> RecallResult:
@@ -155,35 +165,26 @@ class Recaller:
         now = req.now if req.now is not None else self.clock()
         degraded: dict[str, str] = {}
 
-        who = {"tenant_id": req.tenant_id, "user_id": req.user_id}
-        with self.engine.connect() as conn:  # a pool checkout; PG is only hit on a cache miss
-            snapshot, lookup = self.cache.load(db=conn, **who)
-            filters = filters_for(
-                snapshot, project_id=req.project_id, workspace_id=req.workspace_id
-            )
-            timings["authority"] = _ms(t0)
-            state = self._runtime_state(req, lookup, snapshot, now)
-            profile = build_query_profile(req.query, state)
-            route = decide_route(profile, self.settings.routing)
-            exact = route.need_pg and profile.needs_exact_metadata
-            if exact and self.cache.verify(db=conn, **who).profile_cache_stale:
-                # an invalidation never reached Redis: exact answers come from PG itself
-                snapshot = read_snapshot(db=conn, **who)
-                self.cache.put(snapshot)
+        snapshot, lookup = self._snapshot(req)
+        filters = filters_for(snapshot, project_id=req.project_id, workspace_id=req.workspace_id)
+        timings["authority"] = _ms(t0)
+        known = tuple(p.project_id for p in snapshot.projects)
+        stm_read = self._stm_read(req, known, now, degraded)
+        timings["stm"] = _ms(t0)
+
+        state = self._runtime_state(req, lookup, known, stm_read, now)
+        profile = build_query_profile(req.query, state)
+        route = decide_route(profile, self.settings.routing)
+        if route.need_pg and profile.needs_exact_metadata:
+            snapshot = self._exact_snapshot(req, snapshot)
         q_terms = terms(req.query)
 
-        ltm_future: Future[list[PoolCandidate]] | None = None
-        if route.need_ltm:
-            ltm_future = self._start_ltm(req, route, filters)
-        stm_cands: list[PoolCandidate] = []
         # STM when routed there, or as the default layer of a query no rule claimed
         stm_needed = route.need_redis or not (route.need_pg or route.need_ltm)
-        if stm_needed:
-            stm_cands = self._stm(req, profile, q_terms, now, degraded)
-            timings["stm"] = _ms(t0)
+        stm_cands = [_stm_candidate(h, q_terms) for h in stm_read.hits] if stm_needed else []
+        if stm_needed and "stm" not in degraded:
             route = with_ltm_fallback(route, profile, len(stm_cands), self.settings.routing)
-            if route.need_ltm and ltm_future is None:
-                ltm_future = self._start_ltm(req, route, filters)
+        ltm_future = self._start_ltm(req, route, filters) if route.need_ltm else None
         if route.need_ltm and self.ltm is None:
             degraded["ltm"] = "no long-term memory backend configured"
         ltm_cands = self._collect_ltm(ltm_future, degraded)
@@ -191,7 +192,7 @@ class Recaller:
             timings["ltm"] = _ms(t0)
 
         all_cands = stm_cands + [c for c in ltm_cands if _in_scope(c, filters)]
-        outcome, overridden = self._authority(all_cands, snapshot, filters)
+        decisions, overridden = self._authority(all_cands, snapshot, filters)
         scored = build_pool(
             all_cands,
             query_entities=profile.entities,
@@ -202,7 +203,7 @@ class Recaller:
         kept = [s.candidate for s in scored if s.verdict is Verdict.KEPT]
         lang = language_for(snapshot.profile_value("language"), req.query)
         blocks = None
-        if route.need_pg or lookup.profile_cache_missing:
+        if route.need_pg:
             blocks = build_blocks(
                 snapshot, project_id=filters.project_id, workspace_id=filters.workspace_id,
                 agent_id=req.agent_id,
@@ -210,12 +211,13 @@ class Recaller:
         memory = RenderedMemory.from_candidates(kept, task_id=req.task_id)
         text = render(blocks, memory, lang)
         timings["total"] = _ms(t0)
-        self._bookkeeping(req, kept, stm_count=len(stm_cands), now=now)
+        if stm_needed:
+            self._bookkeeping(req, kept, stm_count=len(stm_cands))
         explain = None
         if req.explain:
             explain = Explain(
                 profile=profile, route=route, cache=lookup.status.value, candidates=scored,
-                authority=list(outcome), timings_ms=timings,
+                authority=list(decisions), timings_ms=timings,
             )  # fmt: skip
         return RecallResult(
             text=text, language=lang, blocks=blocks, memory=memory, route=route,
@@ -223,72 +225,71 @@ class Recaller:
         )  # fmt: skip
 
     # ------------------------------------------------------------------ layers
-    def _runtime_state(
-        self, req: RecallRequest, lookup: CacheLookup, snapshot: AuthoritySnapshot, now: float
-    ) -> RuntimeState:
-        recent_entities: list[str] = []
-        last_turn_at = None
-        insufficient = False
+    def _snapshot(self, req: RecallRequest) -> tuple[AuthoritySnapshot, CacheLookup]:
+        """The cached snapshot, or PG's (then cached); no PG connection on a cache hit."""
+        lookup = self.cache.get(req.tenant_id, req.user_id)
+        if lookup.status is CacheStatus.HIT and lookup.snapshot is not None:
+            return lookup.snapshot, lookup
+        with self.engine.connect() as conn:
+            snapshot = read_snapshot(db=conn, tenant_id=req.tenant_id, user_id=req.user_id)
+        self.cache.put(snapshot)
+        return snapshot, lookup
+
+    def _exact_snapshot(self, req: RecallRequest, snapshot: AuthoritySnapshot) -> AuthoritySnapshot:
+        """For exact metadata, check the cached version against PG itself."""
+        who = {"tenant_id": req.tenant_id, "user_id": req.user_id}
+        with self.engine.connect() as conn:
+            if read_version(db=conn, **who) <= snapshot.version:
+                return snapshot
+            fresh = read_snapshot(db=conn, **who)  # an invalidation never reached Redis
+        self.cache.put(fresh)
+        return fresh
+
+    def _stm_read(
+        self, req: RecallRequest, known: tuple[str, ...], now: float, degraded: dict[str, str]
+    ) -> RecallRead:
+        """Session + task + query-entity indexes and the last-recall flag, one round trip.
+
+        Its timeout is the Redis client's socket timeout (``MEMSTRATA_REDIS_SOCKET_TIMEOUT_S``).
+        """
+        entities = extract_entities(req.query, default_lexicon(), extra=known)[:5]
         try:
-            recent = self.stm.by_session(
-                req.user_id, req.session_id, limit=20, now=now, tenant_id=req.tenant_id
+            return self.stm.read_for_recall(
+                req.user_id,
+                tenant_id=req.tenant_id,
+                session_id=req.session_id,
+                task_id=req.task_id,
+                entities=entities,
+                limit=self.settings.stm_per_index,
+                now=now,
+                flag_suffix=f"lastrecall:{req.session_id}",
             )
-            for item in recent:
-                recent_entities.extend(item.entities)
-            last_turn_at = max((i.updated_at for i in recent), default=None)
-            with redis_errors():
-                insufficient = bool(self.stm.r.get(self._last_recall_key(req)) == "insufficient")
         except MemstrataError as exc:
-            log.warning("runtime state unavailable for %s/%s: %s", req.user_id, req.session_id, exc)
-        known = tuple(p.project_id for p in snapshot.projects) if snapshot.projects else ()
+            degraded["stm"] = f"{type(exc).__name__}: {exc}"
+            return RecallRead(flag=None, hits=[])
+
+    def _runtime_state(
+        self,
+        req: RecallRequest,
+        lookup: CacheLookup,
+        known: tuple[str, ...],
+        read: RecallRead,
+        now: float,
+    ) -> RuntimeState:
+        recent: list[str] = []
+        for hit in read.hits:
+            recent.extend(hit.entities)
         return RuntimeState(
             active_task_id=req.task_id,
             now=now,
-            last_turn_at=last_turn_at,
-            recent_entities=tuple(dict.fromkeys(recent_entities)),
+            last_turn_at=max((h.updated_at for h in read.hits), default=None),
+            recent_entities=tuple(dict.fromkeys(recent)),
             known_entities=known,
             profile_cache_missing=lookup.profile_cache_missing,
             profile_cache_stale=lookup.profile_cache_stale,
-            last_recall_insufficient=insufficient,
+            last_recall_insufficient=read.flag == "insufficient",
             session_recent_s=self.settings.session_recent_s,
         )
-
-    def _stm(
-        self,
-        req: RecallRequest,
-        profile: QueryProfile,
-        q_terms: set[str],
-        now: float,
-        degraded: dict[str, str],
-    ) -> list[PoolCandidate]:
-        n = self.settings.stm_per_index
-        fut = self.pool.submit(self._stm_items, req, profile.entities, n, now)
-        try:
-            items = fut.result(timeout=self.settings.stm_timeout_s)
-        except FutureTimeout:
-            degraded["stm"] = f"timed out after {self.settings.stm_timeout_s:g} s"
-            return []
-        except MemstrataError as exc:
-            degraded["stm"] = f"{type(exc).__name__}: {exc}"
-            return []
-        return [_stm_candidate(i, q_terms) for i in items]
-
-    def _stm_items(
-        self, req: RecallRequest, entities: list[str], n: int, now: float
-    ) -> list[MemoryItem]:
-        seen: dict[str, MemoryItem] = {}
-        kw: dict[str, Any] = {"limit": n, "now": now, "tenant_id": req.tenant_id}
-        batches = [self.stm.by_session(req.user_id, req.session_id, **kw)]
-        if req.task_id:
-            batches.append(self.stm.by_task(req.user_id, req.task_id, **kw))
-        for entity in entities[:5]:
-            batches.append(self.stm.by_entity(req.user_id, entity, **kw))
-        if not any(batches):
-            batches.append(self.stm.recent(req.user_id, **kw))
-        for batch in batches:
-            for item in batch:
-                seen.setdefault(item.id, item)
-        return list(seen.values())
 
     def _start_ltm(
         self, req: RecallRequest, route: Route, filters: RetrievalFilters
@@ -318,17 +319,21 @@ class Recaller:
     def _authority(
         self, cands: list[PoolCandidate], snapshot: AuthoritySnapshot, filters: RetrievalFilters
     ) -> tuple[tuple[AuthorityDecision, ...], dict[str, str]]:
-        auth = [
-            AuthorityCandidate(
-                id=c.memory_id,
-                source_type=c.source_type.value,
-                canonical_fact_key=authority_key(
-                    c.canonical_fact_key, project_id=filters.project_id
-                ),
-                summary=c.summary,
-            )
-            for c in cands
-        ]
+        """Seed 十五.3 on the candidates whose key falls in an authoritative PG domain."""
+        auth = []
+        for c in cands:
+            key = authority_key(c.canonical_fact_key, project_id=filters.project_id)
+            if domain_of_key(key) in AUTHORITATIVE_DOMAINS:
+                auth.append(
+                    AuthorityCandidate(
+                        id=c.memory_id,
+                        source_type=c.source_type.value,
+                        canonical_fact_key=key,
+                        summary=c.summary,
+                    )
+                )
+        if not auth:
+            return (), {}
         outcome = arbitrate(auth, snapshot)
         reasons = {
             d.candidate_id: f"{d.action.value}: {d.reason.value} ({d.canonical_fact_key})"
@@ -342,26 +347,19 @@ class Recaller:
         return self.stm.keys(req.user_id, req.tenant_id).prefix + f"lastrecall:{req.session_id}"
 
     def _bookkeeping(
-        self, req: RecallRequest, kept: list[PoolCandidate], *, stm_count: int, now: float
+        self, req: RecallRequest, kept: list[PoolCandidate], *, stm_count: int
     ) -> None:
-        """Record access counts and recall sufficiency after the answer (off the hot path)."""
-        key = self._last_recall_key(req)
-        access = self.stm.keys(req.user_id, req.tenant_id).prefix + "access"
+        """Queue access counts and the recall-sufficiency flag (written by a timer thread)."""
+        prefix = self.stm.keys(req.user_id, req.tenant_id).prefix
         enough = stm_count >= self.settings.routing.min_redis_results
-
-        def write() -> None:
-            try:
-                with redis_errors():
-                    pipe = self.stm.r.pipeline(transaction=False)
-                    pipe.set(key, "ok" if enough else "insufficient", ex=3600)
-                    for c in kept:
-                        pipe.zincrby(access, 1, f"{c.source_type.value}:{c.memory_id}")
-                    pipe.expire(access, 30 * 24 * 3600)
-                    pipe.execute()
-            except MemstrataError as exc:
-                log.warning("recall bookkeeping skipped: %s", exc)
-
-        self.pool.submit(write)
+        self.access_log.add(
+            AccessRecord(
+                flag_key=prefix + f"lastrecall:{req.session_id}",
+                flag="ok" if enough else "insufficient",
+                access_key=prefix + "access",
+                members=tuple(f"{c.source_type.value}:{c.memory_id}" for c in kept),
+            )
+        )
 
 
 def _in_scope(c: PoolCandidate, filters: RetrievalFilters) -> bool:

@@ -6,15 +6,18 @@ import itertools
 import re
 
 _WORD = re.compile(r"[a-z0-9_]+|[\u4e00-\u9fff]")
+_CJK_RUN = re.compile(r"[\u4e00-\u9fff]{2,}")
 _CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
 
 
 def terms(text: str) -> set[str]:
     """Lower-cased words, camelCase parts, and CJK characters plus their bigrams."""
-    whole = _WORD.findall(text.casefold())
-    out = set(whole) | set(_WORD.findall(_CAMEL.sub(" ", text).casefold()))
-    cjk = [w for w in whole if len(w) == 1 and "\u4e00" <= w <= "\u9fff"]
-    out.update(a + b for a, b in itertools.pairwise(cjk))
+    folded = text.casefold()
+    out = set(_WORD.findall(folded))
+    if any(c.isupper() for c in text):
+        out.update(_WORD.findall(_CAMEL.sub(" ", text).casefold()))
+    for run in _CJK_RUN.findall(folded):
+        out.update(a + b for a, b in itertools.pairwise(run))
     return out
 
 

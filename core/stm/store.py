@@ -78,6 +78,7 @@ class StmStore:
         self._upsert: Script = client.register_script(common + _lua("upsert.lua"))
         self._delete: Script = client.register_script(common + _lua("delete.lua"))
         self._sweep: Script = client.register_script(common + _lua("sweep.lua"))
+        self._recall_read: Script = client.register_script(common + _lua("recall_read.lua"))
         self.gkeys = GlobalKeys(self.namespace)
 
     def keys(self, user_id: str, tenant_id: str | None = None) -> UserKeys:
@@ -287,6 +288,52 @@ class StmStore:
         k = self.keys(user_id, tenant_id)
         return self._by_index(user_id, k.type(mtype.value), limit, now, tenant_id)
 
+    def read_for_recall(
+        self,
+        user_id: str,
+        *,
+        tenant_id: str | None,
+        session_id: str,
+        task_id: str | None,
+        entities: Sequence[str],
+        limit: int,
+        now: float,
+        flag_suffix: str = "",
+    ) -> RecallRead:
+        """Session, task and entity indexes in one round trip, with only ranking fields.
+
+        The recall hot path: one EVALSHA instead of a ZREVRANGE and a pipeline of
+        HGETALLs per index, and no full model validation per item.
+        """
+        validate_id(session_id, kind="session_id")
+        k = self.keys(user_id, tenant_id)
+        p = len(k.prefix)
+        suffixes = [k.session(session_id)[p:]]
+        if task_id:
+            suffixes.append(k.task(validate_id(task_id, kind="task_id"))[p:])
+        suffixes += [k.entity(e)[p:] for e in entities]
+        with redis_errors():
+            raw = self._recall_read(keys=[k.prefix], args=[limit, now, flag_suffix, *suffixes])
+        flag = raw[0] or None
+        hits = []
+        for i in range(1, len(raw), 11):
+            mid, summary, key, fp, mtype, imp, upd, ents, src, task, _exp = raw[i : i + 11]
+            hits.append(
+                StmHit(
+                    memory_id=mid,
+                    summary=summary,
+                    canonical_fact_key=key,
+                    fingerprint=fp,
+                    memory_type=mtype,
+                    importance=float(imp or 0),
+                    updated_at=float(upd or 0),
+                    entities=tuple(json.loads(ents or "[]") or ()),
+                    message_ids=tuple((json.loads(src or "{}") or {}).get("message_ids") or ()),
+                    task_id=task or None,
+                )
+            )
+        return RecallRead(flag=flag, hits=hits)
+
     # ------------------------------------------------------------------ sweep
     def sweep_user(
         self, user_id: str, *, now: float, limit: int, tenant_id: str | None = None
@@ -330,6 +377,28 @@ class StmStore:
             if not progressed:
                 break
         return SweepReport(removed=removed, users=users)
+
+
+@dataclass(frozen=True)
+class StmHit:
+    """The fields of an STM item that recall ranks and renders."""
+
+    memory_id: str
+    summary: str
+    canonical_fact_key: str
+    fingerprint: str
+    memory_type: str
+    importance: float
+    updated_at: float
+    entities: tuple[str, ...]
+    message_ids: tuple[str, ...]
+    task_id: str | None
+
+
+@dataclass(frozen=True)
+class RecallRead:
+    flag: str | None
+    hits: list[StmHit]
 
 
 @dataclass(frozen=True)

@@ -34,7 +34,7 @@ T0 = 1_700_000_000.0
 def recaller(res: Resources, engine: Engine, cache: ProfileCache) -> Iterator[Recaller]:
     r = Recaller(stm=res.stm, profile_cache=cache, engine=engine)
     yield r
-    r.pool.shutdown(wait=True)
+    r.close()
 
 
 def ingest(res: Resources, world: World, user: str, session: str, turns: list[list[dict]]) -> None:
@@ -149,7 +149,7 @@ def test_stm_down_degrades_to_the_other_layers(
     try:
         out = r.recall(req(world, "那个接口还是超时"))
     finally:
-        r.pool.shutdown(wait=True)
+        r.close()
     # Then recall still answers, with the STM layer flagged
     assert "stm" in out.degraded
     assert out.memory.short_term == ()
