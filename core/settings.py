@@ -82,6 +82,10 @@ class Settings(BaseSettings):
     ingest_kick_ttl_ms: int = Field(30_000, ge=1000)
     ingest_claim_idle_ms: int = Field(60_000, ge=1000)
     ingest_max_run_s: float = Field(5.0, gt=0, le=300)
+    # how long an idle drain waits for new turns before releasing its shard (0 = not at all;
+    # ~20 under steady load); keep ingest_shards <= worker processes when > 0, or a
+    # lingering drain holds a worker that another shard's drain is waiting for
+    ingest_linger_ms: int = Field(0, ge=0, le=5000)
 
     # maintenance
     sweep_batch: int = Field(1000, ge=1, le=1_000_000)

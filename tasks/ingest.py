@@ -41,6 +41,7 @@ def drain(self: Any, shard: int) -> dict[str, int]:
         consumer=consumer_name(),
         batch=res.settings.ingest_batch,
         max_run_s=res.settings.ingest_max_run_s,
+        linger_ms=res.settings.ingest_linger_ms,
         on_batch=track_turns,
     )
     if report.continued:

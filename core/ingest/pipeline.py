@@ -186,7 +186,8 @@ class IngestPipeline:
         importance: float,
         ttl_s: int,
     ) -> MemoryItem:
-        return MemoryItem(
+        # every part was validated already (pointer, candidate): construct, don't re-validate
+        return MemoryItem.model_construct(
             id=memory_id,
             user_id=ptr.user_id,
             tenant_id=ptr.tenant_id,

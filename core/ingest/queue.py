@@ -121,6 +121,22 @@ class IngestQueue:
             )
         return [_entry(eid, fields) for eid, fields in raw]
 
+    def read_new(self, shard: int, consumer: str, count: int, block_ms: int) -> list[Entry]:
+        """Wait up to ``block_ms`` for new entries without touching the kick flag.
+
+        A drain lingers here before :meth:`claim_or_release`, so a steady trickle of turns
+        is served by the running drain instead of a new Celery task per turn or two.
+        """
+        self.ensure_group(shard)
+        with redis_errors():
+            res: Any = self.r.xreadgroup(
+                GROUP, consumer, {self.keys.ingest_stream(shard): ">"}, count=count,
+                block=block_ms,
+            )  # fmt: skip
+        if not res:
+            return []
+        return [_entry(eid, fields) for eid, fields in res[0][1] if fields]
+
     def own_pending(self, shard: int, consumer: str, count: int) -> list[Entry]:
         """Entries this consumer read before and did not acknowledge (a retried drain)."""
         self.ensure_group(shard)

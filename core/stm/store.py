@@ -13,6 +13,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from importlib import resources
+from typing import Any
 
 import redis
 from redis.commands.core import Script
@@ -117,17 +118,23 @@ class StmStore:
         payloads = [(self.keys(item.user_id, item.tenant_id), self._encode(item)) for item in items]
         if not payloads:
             return []
-        with redis_errors():
+
+        def send() -> list[Any]:
             pipe = self.r.pipeline(transaction=False)
             for k, payload in payloads:
-                self._upsert(
-                    keys=[k.prefix],
-                    args=[payload, self.session_cap, self.history_cap],
-                    client=pipe,
-                )
+                # plain EVALSHA: redis-py's Script object adds a SCRIPT EXISTS per pipeline
+                pipe.evalsha(self._upsert.sha, 1, k.prefix, payload, self.session_cap,
+                             self.history_cap)  # fmt: skip
             for (k, _payload), item in zip(payloads, items, strict=True):
                 pipe.zadd(self.gkeys.sweep_users, {k.scope: item.expires_at}, lt=True)
-            raw = pipe.execute()
+            return pipe.execute()
+
+        with redis_errors():
+            try:
+                raw = send()
+            except redis.exceptions.NoScriptError:  # a restarted or flushed Redis
+                self.r.script_load(self._upsert.script)
+                raw = send()
         out = []
         for res in raw[: len(items)]:
             op, memory_id, version, *evicted = res
@@ -300,7 +307,7 @@ class StmStore:
         now: float,
         flag_suffix: str = "",
     ) -> RecallRead:
-        """Session, task and entity indexes in one round trip, with only ranking fields.
+        """Session, task, entity and recent indexes in one round trip, only ranking fields.
 
         The recall hot path: one EVALSHA instead of a ZREVRANGE and a pipeline of
         HGETALLs per index, and no full model validation per item.
@@ -312,6 +319,8 @@ class StmStore:
         if task_id:
             suffixes.append(k.task(validate_id(task_id, kind="task_id"))[p:])
         suffixes += [k.entity(e)[p:] for e in entities]
+        # last, the user's most recent items: a fresh session still sees its recent past
+        suffixes.append(k.recent[p:])
         with redis_errors():
             raw = self._recall_read(keys=[k.prefix], args=[limit, now, flag_suffix, *suffixes])
         flag = raw[0] or None

@@ -153,6 +153,8 @@ def test_insert_writes_the_item_every_index_and_both_dedup_maps(res: Resources) 
         "entity:createorder": {"m_1": T0},
         f"entity:{entity_key_part('thread pool')}": {"m_1": T0},
         "expire": {"m_1": T0 + 2 * HOUR},
+        # eviction order of the session: importance (4 decimals) above updated_at
+        "evict:s_1": {"m_1": 5000 * 1e10 + T0},
     }
     keys = user_keys(res)
     assert keys["canon"] == {"bug456:decision:m_1": "m_1"}
@@ -165,7 +167,7 @@ def test_insert_writes_the_item_every_index_and_both_dedup_maps(res: Resources) 
 
 def test_item_without_a_task_is_not_in_any_task_index(res: Resources) -> None:
     res.stm.upsert(item("m_1", task=None, entities=()))
-    assert set(zsets(res)) == {"recent", "session:s_1", "type:decision", "expire"}
+    assert set(zsets(res)) == {"recent", "session:s_1", "type:decision", "expire", "evict:s_1"}
 
 
 # ---------------------------------------------------------------- merged
@@ -646,6 +648,7 @@ def test_sweep_removes_expired_items_from_every_index_and_reports_the_next_expir
         "task:bug456",
         "entity:createorder",
         "expire",
+        "evict:s_1",
     }
 
 

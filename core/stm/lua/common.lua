@@ -3,6 +3,17 @@
 
 local P = KEYS[1]
 
+-- Per-session eviction order (DESIGN §3 addition): ZSET id -> importance, then updated_at,
+-- in one score (importance to 4 decimals above the timestamp), so the per-session cap
+-- evicts with one ZRANGE instead of reading every item of a full session.
+local function evict_key(session_suffix)
+  return P .. 'evict:' .. string.sub(session_suffix, 9)  -- 'session:' is 8 characters
+end
+
+local function evict_score(importance, updated_at)
+  return math.floor((tonumber(importance) or 0) * 10000) * 1e10 + (tonumber(updated_at) or 0)
+end
+
 local function unindex(id)
   -- Remove an item from every index it was written to, and the item itself.
   local ikey = P .. 'item:' .. id
@@ -10,6 +21,7 @@ local function unindex(id)
   if fields[1] then
     for _, suffix in ipairs(cjson.decode(fields[1])) do
       redis.call('ZREM', P .. suffix, id)
+      if string.sub(suffix, 1, 8) == 'session:' then redis.call('ZREM', evict_key(suffix), id) end
     end
   end
   redis.call('ZREM', P .. 'expire', id)

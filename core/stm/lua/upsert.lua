@@ -34,8 +34,12 @@ end
 
 local function index(id, item)
   local score = tonumber(item.updated_at)
+  local escore = evict_score(item.importance, item.updated_at)
   for _, suffix in ipairs(cjson.decode(item._idx)) do
     redis.call('ZADD', P .. suffix, score, id)
+    if string.sub(suffix, 1, 8) == 'session:' then
+      redis.call('ZADD', evict_key(suffix), escore, id)
+    end
   end
   redis.call('ZADD', P .. 'expire', tonumber(item.expires_at), id)
   redis.call('HSET', P .. 'canon', item.canonical_fact_key, id)
@@ -47,24 +51,11 @@ local function enforce_cap(session_suffix)
   local n = redis.call('ZCARD', skey)
   local evicted = {}
   if n <= cap then return evicted end
-  local ids = redis.call('ZRANGE', skey, 0, -1)
-  local ranked = {}
-  for _, mid in ipairs(ids) do
-    local f = redis.call('HMGET', P .. 'item:' .. mid, 'importance', 'updated_at')
-    ranked[#ranked + 1] = {mid, tonumber(f[1]) or -1, tonumber(f[2]) or 0}
-  end
-  -- least important first, then oldest
-  table.sort(ranked, function(x, y)
-    if x[2] ~= y[2] then return x[2] < y[2] end
-    return x[3] < y[3]
-  end)
-  local i = 1
-  while n > cap and i <= #ranked do
-    unindex(ranked[i][1])
-    redis.call('ZREM', skey, ranked[i][1])
-    evicted[#evicted + 1] = ranked[i][1]
-    n = n - 1
-    i = i + 1
+  -- least important first, then oldest: the order of the session's eviction zset
+  for _, mid in ipairs(redis.call('ZRANGE', evict_key(session_suffix), 0, n - cap - 1)) do
+    unindex(mid)
+    redis.call('ZREM', skey, mid)
+    evicted[#evicted + 1] = mid
   end
   return evicted
 end
@@ -121,7 +112,10 @@ else
     return {'stale', id, cur.version}
   end
   redis.call('ZREM', P .. 'expire', id)
-  for _, suffix in ipairs(cjson.decode(cur._idx)) do redis.call('ZREM', P .. suffix, id) end
+  for _, suffix in ipairs(cjson.decode(cur._idx)) do
+    redis.call('ZREM', P .. suffix, id)
+    if string.sub(suffix, 1, 8) == 'session:' then redis.call('ZREM', evict_key(suffix), id) end
+  end
   local merged = {}
   for k, v in pairs(cur) do merged[k] = v end
   local sessions = union(cjson.decode(cur.seen_sessions or '[]'), cjson.decode(new.seen_sessions), 32)
