@@ -71,7 +71,16 @@ def _exec(argv: list[str], env: dict[str, str] | None = None) -> int:
 def _bench(args: argparse.Namespace) -> int:
     from ops.bench import BENCHES
 
-    names = list(BENCHES) if args.name == "all" else [args.name]
+    if args.name == "all":
+        from ops.bench.report import run_all
+
+        results = run_all(BENCHES, quick=args.quick, progress=lambda m: print(m, file=sys.stderr))
+        if args.json:
+            print(json.dumps(results))
+        else:
+            print("docs/BENCHMARKS.md and docs/benchmarks.json regenerated", file=sys.stderr)
+        return 0 if not any("error" in f for f in results.values()) else 1
+    names = [args.name]
     unknown = [n for n in names if n not in BENCHES]
     if unknown:
         print(
@@ -82,7 +91,10 @@ def _bench(args: argparse.Namespace) -> int:
     results = {}
     for name in names:
         module = importlib.import_module(BENCHES[name])
-        results[name] = module.run(quick=args.quick)
+        if name == "quality":
+            results[name] = module.run(quick=args.quick, dataset=args.dataset, fmt=args.format)
+        else:
+            results[name] = module.run(quick=args.quick)
         if not args.json:
             print(module.markdown(results[name]))
     if args.json:
@@ -460,6 +472,16 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("name", help="benchmark name, or 'all'")
     b.add_argument("--quick", action="store_true", help="a short run (under a minute)")
     b.add_argument("--json", action="store_true", help="print one JSON object of figures")
+    b.add_argument(
+        "--dataset",
+        help="quality: benchmark file or folder, read in place "
+        "(default ../shared/bench/locomo/locomo_dev.json)",
+    )
+    b.add_argument(
+        "--format",
+        choices=["locomo", "memdaily", "madial"],
+        help="quality: dataset format (default: detected from the file)",
+    )
     b.set_defaults(func=_bench)
     _add_up(sub)
     _add_celery_roles(sub)

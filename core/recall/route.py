@@ -27,7 +27,12 @@ class RoutingPolicy(BaseModel):
     redis_intents: frozenset[str] = frozenset(
         {"continue_task", "debug_continue", "verify_current_state"}
     )
-    min_redis_results: int = Field(2, ge=0, description="fewer STM hits than this = insufficient")
+    min_redis_results: int = Field(
+        2, ge=0, description="fewer relevant STM hits than this = insufficient"
+    )
+    min_relevance: float = Field(
+        0.2, ge=0, le=1, description="query-term coverage that makes an STM hit relevant"
+    )
 
 
 class Route(BaseModel):

@@ -182,8 +182,11 @@ class Recaller:
         # STM when routed there, or as the default layer of a query no rule claimed
         stm_needed = route.need_redis or not (route.need_pg or route.need_ltm)
         stm_cands = [_stm_candidate(h, q_terms) for h in stm_read.hits] if stm_needed else []
+        pol = self.settings.routing
+        relevant = sum(1 for c in stm_cands if c.similarity >= pol.min_relevance)
         if stm_needed and "stm" not in degraded:
-            route = with_ltm_fallback(route, profile, len(stm_cands), self.settings.routing)
+            # sufficiency by relevance: items that merely share the session do not count
+            route = with_ltm_fallback(route, profile, relevant, pol)
         ltm_future = self._start_ltm(req, route, filters) if route.need_ltm else None
         if route.need_ltm and self.ltm is None:
             degraded["ltm"] = "no long-term memory backend configured"
@@ -212,7 +215,7 @@ class Recaller:
         text = render(blocks, memory, lang)
         timings["total"] = _ms(t0)
         if stm_needed:
-            self._bookkeeping(req, kept, stm_count=len(stm_cands))
+            self._bookkeeping(req, kept, stm_count=relevant)
         explain = None
         if req.explain:
             explain = Explain(

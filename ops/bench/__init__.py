@@ -9,5 +9,7 @@ from __future__ import annotations
 BENCHES: dict[str, str] = {
     "stm": "ops.bench.stm",
     "ingest": "ops.bench.ingest",
+    "compress": "ops.bench.compress",
     "authority": "ops.bench.authority",
+    "quality": "ops.bench.quality",
 }

@@ -94,7 +94,9 @@ def test_continuing_a_debug_task_recalls_its_short_term_state(
     assert {m.memory_type for m in out.memory.short_term} >= {"constraint", "fact", "decision"}
     assert out.explain is not None
     assert out.explain.profile.has_reference
-    assert out.degraded == {}
+    # STM answered; with only one item relevant to the words, LTM is asked too (and this
+    # Recaller has none, which is flagged rather than failing)
+    assert "stm" not in out.degraded
 
 
 def test_a_preference_question_is_answered_from_postgresql(

@@ -1,0 +1,70 @@
+"""The LTM port of recall, implemented on core.ltm: search, then card details from the ledger.
+
+Search returns ranked card ids with similarity; the pool also needs each card's canonical
+key, type, entities and provenance, which live in the ledger (PostgreSQL), so one batched
+ledger read follows the search.  The tenant/user/project filter is built from the
+authority layer's :class:`RetrievalFilters`, never from the query text.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+
+from core.authority.filters import RetrievalFilters
+from core.ltm.filters import CardFilter
+from core.ltm.ledger import Ledger
+from core.ltm.policy import SearchMode
+from core.ltm.search import LtmSearch
+from core.recall.pool import PoolCandidate, SourceType
+from core.recall.route import LtmMode
+
+_MODES = {LtmMode.LEXICAL: SearchMode.LEXICAL, LtmMode.VECTOR: SearchMode.VECTOR,
+          LtmMode.HYBRID: SearchMode.HYBRID}  # fmt: skip
+
+
+def card_filter(filters: RetrievalFilters) -> CardFilter:
+    """The user's own cards in their tenant, within the current project when there is one."""
+    return CardFilter(
+        tenant_id=filters.tenant_id, user_id=filters.user_id, project_id=filters.project_id
+    )
+
+
+class LedgerBackedSearcher:
+    """``LtmSearcher`` for recall: ``LtmSearch`` ranks, the ``Ledger`` supplies the details."""
+
+    def __init__(self, search: LtmSearch, ledger: Ledger) -> None:
+        self.search_service = search
+        self.ledger = ledger
+
+    def search(
+        self, *, query: str, mode: LtmMode, filters: RetrievalFilters, k: int
+    ) -> list[PoolCandidate]:
+        ranked = self.search_service.search(
+            query, card_filter(filters), mode=_MODES[mode], now=time.time()
+        )[:k]
+        cards = self.ledger.cards([r.memory_id for r in ranked])
+        out = []
+        for r in ranked:
+            card = cards.get(r.memory_id)
+            if card is None:  # deleted since it was indexed: the ledger is the truth
+                continue
+            text = card.summary or card.title
+            out.append(
+                PoolCandidate(
+                    memory_id=card.memory_id,
+                    source_type=SourceType.LTM,
+                    summary=text,
+                    canonical_fact_key=card.canonical_key,
+                    fingerprint=hashlib.sha1(text.casefold().encode()).hexdigest()[:24],
+                    memory_type=card.memory_type,
+                    similarity=max(0.0, min(1.0, r.similarity)),
+                    importance=card.importance,
+                    updated_at=card.updated_at,
+                    entities=tuple(card.entities),
+                    message_ids=tuple(getattr(card, "source_message_ids", ()) or ()),
+                    tenant_id=card.tenant_id,
+                    project_id=card.project_id,
+                )
+            )
+        return out

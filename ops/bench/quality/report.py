@@ -1,0 +1,177 @@
+"""Markdown tables and matplotlib plots of a quality run."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from ops.bench.quality.metrics import KS
+from ops.bench.quality.stageloss import STAGES
+
+
+def _f(v: Any) -> str:
+    return f"{v:.3f}" if isinstance(v, float) else str(v)
+
+
+def markdown(figures: dict[str, Any]) -> str:
+    lines = _systems_table(figures)
+    lines += _diagnostics_table(figures)
+    lines += _category_table(figures)
+    lines += _stage_table(figures)
+    emb = figures.get("embedder")
+    if emb:
+        lines += ["", f"Embedder: {emb['name']} ({emb['dim']}-d), one text "
+                  f"{emb['embed_ms']['p50']} ms p50 ({emb['embedded_now']} embedded in this run, "
+                  "the rest from the cache); add/search latencies exclude embedding."]  # fmt: skip
+    return "\n".join(lines) + "\n"
+
+
+def _systems_table(figures: dict[str, Any]) -> list[str]:
+    ds = figures.get("dataset", {})
+    lines = [
+        f"### Retrieval quality: {ds.get('name', '?')} ({ds.get('format', '?')})"
+        + (" — quick" if figures.get("quick") else ""),
+        "",
+        f"{ds.get('spaces', '?')} memory spaces, {ds.get('questions', '?')} questions with gold; "
+        f"headline = {', '.join(ds.get('headline', []))}. Turn budget: ranked memories "
+        "expanded into source turns, de-duplicated, cut at k.",
+        "",
+        "| system | " + " | ".join(f"R@{k}" for k in KS) + " | hit@10 | all@10 | nDCG@10 | MRR "
+        "| stored items | turns in | tokens/query | add p50 ms | search p50 ms |",
+        "|---" * (len(KS) + 10) + "|",
+    ]
+    for name, s in figures.get("systems", {}).items():
+        cells = [_f(s.get(f"recall@{k}", 0.0)) for k in KS]
+        cells += [_f(s.get("hit@10", 0.0)), _f(s.get("recall_all@10", 0.0)),
+                  _f(s.get("ndcg@10", 0.0)), _f(s.get("mrr", 0.0))]  # fmt: skip
+        cells += [str(s.get("stored_items")), str(s.get("ingested_turns")),
+                  _f(s.get("tokens_per_query")), _f(s["add_ms"]["p50"]),
+                  _f(s["search_ms"]["p50"])]  # fmt: skip
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    for name, err in figures.get("errors", {}).items():
+        lines.append(f"| {name} | did not run: {err} |")
+    return lines
+
+
+def _diagnostics_table(figures: dict[str, Any]) -> list[str]:
+    diag = figures.get("diagnostics", {})
+    if not diag:
+        return []
+    head = " | ".join(f"R@{k}" for k in KS)
+    lines = [
+        "",
+        "#### memstrata diagnostic variants (one measured loss removed each)",
+        "",
+        f"| variant | {head} | stored items | notes |",
+        "|---" * (len(KS) + 3) + "|",
+    ]
+    for name, s in diag.items():
+        vals = " | ".join(_f(s.get(f"recall@{k}", 0.0)) for k in KS)
+        notes = "; ".join(s.get("notes", [])[1:])
+        lines.append(f"| {name} | {vals} | {s.get('stored_items')} | {notes} |")
+    return lines
+
+
+def _category_table(figures: dict[str, Any]) -> list[str]:
+    lines = ["", "#### Recall@k per category", ""]
+    cats = sorted({c for pc in figures.get("per_category", {}).values() for c in pc})
+    lines.append("| system | category | n | " + " | ".join(f"R@{k}" for k in KS) + " |")
+    lines.append("|---" * (len(KS) + 3) + "|")
+    for name, pc in figures.get("per_category", {}).items():
+        for c in cats:
+            if c in pc:
+                row = pc[c]
+                vals = " | ".join(_f(row.get(f"recall@{k}", 0.0)) for k in KS)
+                lines.append(f"| {name} | {c} | {row.get('questions')} | {vals} |")
+    return lines
+
+
+def _stage_table(figures: dict[str, Any]) -> list[str]:
+    sl = figures.get("stage_loss") or {}
+    if not sl:
+        return []
+    lines = [
+        "",
+        f"#### Where {sl.get('system', 'memstrata')} loses gold turns (k = {sl['k']})",
+        "",
+        "| stage | " + " | ".join(STAGES) + " |",
+        "|---" * (len(STAGES) + 1) + "|",
+        "| all | " + " | ".join(str(sl["totals"].get(s, 0)) for s in STAGES) + " |",
+    ]
+    for c, row in sl.get("by_category", {}).items():
+        lines.append(f"| {c} | " + " | ".join(str(row.get(s, 0)) for s in STAGES) + " |")
+    for name, v in figures.get("stage_loss_variants", {}).items():
+        cells = " | ".join(str(v["totals"].get(s, 0)) for s in STAGES)
+        lines.append(f"| all, {name} | {cells} |")
+    funnel = ", ".join(f"{k} {v}" for k, v in sl.get("write_funnel", {}).items())
+    lines += ["", f"Write path over every ingested turn: {funnel}", ""]
+    by_rule = ", ".join(f"{k} {v}" for k, v in sl.get("decisions_by_rule", {}).items())
+    if by_rule:
+        lines += [f"Write decisions by rule: {by_rule}", ""]
+    if sl.get("refusal_reasons"):
+        lines += ["Refusals of gold turns (rule: reason):", ""]
+        lines += [f"- {n} × {r}" for r, n in sl["refusal_reasons"].items()]
+    return lines
+
+
+def plots(figures: dict[str, Any], out_dir: Path) -> list[Path]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    stem = Path(str(figures.get("dataset", {}).get("name", "dataset"))).stem
+    out: list[Path] = []
+    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    for name, s in figures.get("systems", {}).items():
+        ax.plot(KS, [s.get(f"recall@{k}", 0.0) for k in KS], marker="o", label=name)
+    for name, s in figures.get("diagnostics", {}).items():
+        ax.plot(KS, [s.get(f"recall@{k}", 0.0) for k in KS], marker=".", ls="--", label=name)
+    ax.set_xscale("log")
+    ax.set_xticks(KS, [str(k) for k in KS])
+    ax.set_ylim(0, 1)
+    ax.set_xlabel("k (unique source turns)")
+    ax.set_ylabel("Recall@k (headline categories)")
+    ax.set_title(f"Recall@k per system — {stem}")
+    ax.grid(alpha=0.3)
+    if ax.get_lines():
+        ax.legend(fontsize=7)
+    p = out_dir / f"quality-recall-{stem}.png"
+    fig.tight_layout()
+    fig.savefig(p, dpi=110)
+    plt.close(fig)
+    out.append(p)
+
+    pc = figures.get("per_category", {})
+    cats = sorted({c for v in pc.values() for c in v})
+    if pc and cats:
+        fig, ax = plt.subplots(figsize=(7.4, 4.2))
+        width = 0.8 / max(1, len(pc))
+        for i, (name, rows) in enumerate(pc.items()):
+            xs = [j + i * width for j in range(len(cats))]
+            ax.bar(xs, [rows.get(c, {}).get("recall@10", 0.0) for c in cats], width, label=name)
+        ax.set_xticks([j + 0.4 - width / 2 for j in range(len(cats))], cats, fontsize=8)
+        ax.set_ylim(0, 1)
+        ax.set_ylabel("Recall@10")
+        ax.set_title(f"Recall@10 per category — {stem}")
+        ax.legend(fontsize=8)
+        p = out_dir / f"quality-categories-{stem}.png"
+        fig.tight_layout()
+        fig.savefig(p, dpi=110)
+        plt.close(fig)
+        out.append(p)
+
+    sl = figures.get("stage_loss") or {}
+    if sl.get("totals"):
+        fig, ax = plt.subplots(figsize=(7.4, 3.6))
+        vals = [sl["totals"].get(s, 0) for s in STAGES]
+        ax.barh(list(STAGES), vals, color="tab:red")
+        ax.invert_yaxis()
+        ax.set_xlabel(f"gold turns (k = {sl['k']})")
+        ax.set_title(f"Where {sl.get('system', 'memstrata')} loses gold turns — {stem}")
+        p = out_dir / f"quality-stageloss-{stem}.png"
+        fig.tight_layout()
+        fig.savefig(p, dpi=110)
+        plt.close(fig)
+        out.append(p)
+    return out

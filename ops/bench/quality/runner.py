@@ -1,0 +1,297 @@
+"""Run every system on one dataset, score it, attribute memstrata's losses, write outputs."""
+
+from __future__ import annotations
+
+import json
+import logging
+import platform
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from statistics import median
+from typing import Any
+
+from core.recall.pool import estimate_tokens
+from ops.bench.quality import stageloss
+from ops.bench.quality.datasets import Dataset, Format, Question, Space, load
+from ops.bench.quality.embed import shared_embedder
+from ops.bench.quality.metrics import KS, average, score_question, turn_budget
+from ops.bench.quality.systems.base import Hit, System
+
+log = logging.getLogger(__name__)
+
+SYSTEMS: tuple[str, ...] = ("memstrata", "bm25_raw", "dense_raw", "hybrid_raw", "mem0")
+# the shared folder beside the repository (read in place, never copied)
+DEFAULT_DATASET = Path(__file__).resolve().parents[4] / "shared/bench/locomo/locomo_dev.json"
+TOKENS_AT = 10  # tokens injected per query = the memories that fill a 10-turn budget
+ATTRIBUTION_K = 10
+QUICK_SESSIONS = 6
+
+
+def _pct(values: Sequence[float], q: float) -> float:
+    if not values:
+        return 0.0
+    s = sorted(values)
+    return s[min(len(s) - 1, int(q * len(s)))]
+
+
+def _ms(values: Sequence[float]) -> dict[str, float]:
+    return {
+        "p50": round(median(values) * 1000, 3) if values else 0.0,
+        "p95": round(_pct(values, 0.95) * 1000, 3),
+        "p99": round(_pct(values, 0.99) * 1000, 3),
+    }
+
+
+# Diagnostic variants of memstrata (not systems of the headline table): each suffix
+# removes one measured loss with a general change, so the report can say what it buys.
+VARIANTS: dict[str, str] = {
+    "convfact": "prototype conversation-fact rule (ops/bench/quality/proto_extract.py)",
+    "nottl": "every STM lifetime 10 years (stands in for promotion keeping what expires)",
+    "fetchall": "recall reads up to 1000 STM items per index",
+    "ltmsim": "every item ever written ranked by hybrid BM25+dense RRF over its summary "
+    "(stands in for promote-everything + LTM hybrid search; not the recall path)",
+}
+
+
+def make_memstrata(name: str, **kw: Any) -> System:
+    from core.recall.service import RecallSettings
+    from ops.bench.quality.systems.memstrata import BENCH_TIMEOUTS, MemstrataSystem
+
+    parts = name.split("+")
+    unknown = [p for p in parts[1:] if p not in VARIANTS]
+    if parts[0] != "memstrata" or unknown:
+        raise ValueError(f"unknown memstrata variant {name!r}; suffixes: {', '.join(VARIANTS)}")
+    if "convfact" in parts:
+        from ops.bench.quality.proto_extract import ConversationFactExtractor
+
+        kw.setdefault("extractor", ConversationFactExtractor())
+    if "nottl" in parts:
+        kw.setdefault("ttl_days", 3650.0)
+    if "ltmsim" in parts:
+        from ops.bench.quality.systems.raw import RawSystem
+
+        kw.setdefault("item_ranker", RawSystem("hybrid", shared_embedder()))
+    if "fetchall" in parts:
+        kw.setdefault("recall_settings", RecallSettings(stm_per_index=1000, **BENCH_TIMEOUTS))
+    system = MemstrataSystem(name=name, **kw)
+    system.stats.notes += [VARIANTS[p] for p in parts[1:]]
+    return system
+
+
+def make_system(name: str, **kw: Any) -> System:
+    if name.startswith("memstrata"):
+        return make_memstrata(name, **kw)
+    if name in ("bm25_raw", "dense_raw", "hybrid_raw"):
+        from ops.bench.quality.systems.raw import RawSystem
+
+        mode = name.removesuffix("_raw")
+        return RawSystem(mode, None if mode == "bm25" else shared_embedder())
+    if name == "mem0":
+        from ops.bench.quality.systems.mem0_peer import Mem0System
+
+        return Mem0System(shared_embedder())
+    raise ValueError(f"unknown system {name!r}; choose from {', '.join(SYSTEMS)}")
+
+
+def load_dataset(
+    path: Path, fmt: Format | None, *, quick: bool, distractors: int | None
+) -> Dataset:
+    from ops.bench.quality.datasets import detect_format
+
+    fmt = fmt or detect_format(path)
+    if fmt == "locomo":
+        if quick:  # the first conversation's first sessions: under a minute on a cold cache
+            return load(path, fmt, limit_spaces=1, limit_sessions=QUICK_SESSIONS)
+        return load(path, fmt)
+    if fmt == "memdaily":
+        n = distractors if distractors is not None else (10 if quick else 50)
+        return load(path, fmt, distractors=n, per_file=1 if quick else 10)
+    return load(path, fmt)
+
+
+def _tokens(hits: list[Hit], k: int) -> int:
+    used: list[Hit] = []
+    covered: set[str] = set()
+    for h in hits:
+        if len(covered) >= k:
+            break
+        used.append(h)
+        covered.update(h.turns)
+    return sum(estimate_tokens(h.text) for h in used)
+
+
+def run_system(
+    system: System, ds: Dataset, *, on_question: Callable[[Space, Question, list[Hit]], None]
+) -> dict[str, Any]:
+    t0 = time.perf_counter()
+    for space in ds.spaces:
+        system.ingest(space)
+    t_ingest = time.perf_counter() - t0
+    tokens: list[int] = []
+    for space in ds.spaces:
+        for q in space.questions:
+            if not q.gold:
+                continue
+            hits = system.search(space, q, max(KS))
+            tokens.append(_tokens(hits, TOKENS_AT))
+            on_question(space, q, hits)
+    st = system.stats
+    return {
+        "stored_items": st.stored_items,
+        "ingested_turns": st.ingested_turns,
+        "tokens_per_query": round(sum(tokens) / len(tokens), 1) if tokens else 0.0,
+        "add_ms": _ms(st.add_seconds),
+        "search_ms": _ms(st.search_seconds),
+        "ingest_s": round(t_ingest, 2),
+        "total_s": round(time.perf_counter() - t0, 2),
+        "notes": list(st.notes),
+        "degraded": dict(st.degraded.most_common()),
+    }
+
+
+def evaluate(
+    ds: Dataset,
+    systems: Sequence[str] = SYSTEMS,
+    *,
+    system_kw: dict[str, dict[str, Any]] | None = None,
+    attribution_k: int = ATTRIBUTION_K,
+) -> dict[str, Any]:
+    """Every system on every space of ``ds``; the figures as one JSON-able dict."""
+    out: dict[str, Any] = {"systems": {}, "per_category": {}, "diagnostics": {}, "errors": {}}
+    per_question: dict[str, dict[str, dict[str, float]]] = {}
+    stage: dict[str, Any] = {}  # memstrata (and variants) stage-loss attribution
+    emb = None
+    for name in systems:
+        try:
+            system = make_system(name, **(system_kw or {}).get(name, {}))
+        except Exception as exc:  # a peer that cannot start is reported, not fatal
+            log.exception("system %s did not start", name)
+            out["errors"][name] = f"{type(exc).__name__}: {exc}"
+            continue
+        rows: dict[str, dict[str, float]] = {}
+
+        def record(space: Space, q: Question, hits: list[Hit], rows: dict[str, Any] = rows) -> None:
+            rows[q.id] = score_question([h.turns for h in hits], q.gold)
+
+        try:
+            info = run_system(system, ds, on_question=record)
+            if name.startswith("memstrata"):
+                stage.setdefault("variants", {})[name] = attribute_losses(system, ds, attribution_k)
+        except Exception as exc:
+            log.exception("system %s failed", name)
+            out["errors"][name] = f"{type(exc).__name__}: {exc}"
+            continue
+        finally:
+            system.close()
+        per_question[name] = rows
+        if name in SYSTEMS:
+            out["systems"][name] = {**_headline(ds, rows), **info}
+            out["per_category"][name] = _by_category(ds, rows)
+        else:  # a diagnostic variant: same figures, kept out of the systems table
+            out["diagnostics"][name] = {
+                **_headline(ds, rows),
+                **info,
+                "per_category": _by_category(ds, rows),
+            }
+    if any(s.startswith(("dense", "hybrid", "mem0")) for s in systems):
+        emb = shared_embedder()
+        emb.save()
+        out["embedder"] = {"name": emb.name, "dim": emb.dim, "embed_ms": _ms(emb.embed_seconds),
+                           "embedded_now": len(emb.embed_seconds)}  # fmt: skip
+    variants = stage.pop("variants", {})
+    out["stage_loss"] = variants.get("memstrata") or next(iter(variants.values()), {})
+    out["stage_loss_variants"] = {k: v for k, v in variants.items() if k != "memstrata"}
+    out["per_question"] = per_question
+    return out
+
+
+def _questions(ds: Dataset) -> list[Question]:
+    return [q for s in ds.spaces for q in s.questions if q.gold]
+
+
+def _headline(ds: Dataset, rows: dict[str, dict[str, float]]) -> dict[str, Any]:
+    head = [rows[q.id] for q in _questions(ds) if q.category in ds.headline and q.id in rows]
+    avg = average(head)
+    return {**avg, "questions": len(head)}
+
+
+def _by_category(ds: Dataset, rows: dict[str, dict[str, float]]) -> dict[str, Any]:
+    cats: dict[str, list[dict[str, float]]] = {}
+    for q in _questions(ds):
+        if q.id in rows:
+            cats.setdefault(q.category, []).append(rows[q.id])
+    return {c: {**average(r), "questions": len(r)} for c, r in sorted(cats.items())}
+
+
+def attribute_losses(system: Any, ds: Dataset, k: int) -> dict[str, Any]:
+    """Stage-loss attribution of every gold turn (all questions) plus the write funnel."""
+    totals: Counter[str] = Counter()
+    by_cat: dict[str, Counter[str]] = {}
+    refusals: Counter[str] = Counter()
+    funnel: Counter[str] = Counter()
+    rules: Counter[str] = Counter()
+    questions = []
+    for space in ds.spaces:
+        ledger = stageloss.build_ledger(system, space.id)
+        seen: set[str] = set()
+        for ds_ in ledger.decisions.values():
+            for d in ds_:
+                if d.decision_id not in seen:
+                    seen.add(d.decision_id)
+                    rules[f"{d.rule} {d.verdict.value}"] += 1
+        for t in space.turns:
+            funnel[stageloss.write_stage(t.id, ledger)] += 1
+        for q in space.questions:
+            if not q.gold:
+                continue
+            fates = stageloss.attribute(system, space.id, ledger, q, k)
+            for f in fates:
+                totals[f.stage] += 1
+                by_cat.setdefault(q.category, Counter())[f.stage] += 1
+                if f.stage == "refused":
+                    refusals[f.detail] += 1
+            questions.append(
+                {"id": q.id, "category": q.category, "question": q.text,
+                 "fates": [f.as_dict() for f in fates]}
+            )  # fmt: skip
+    return {
+        "k": k,
+        "system": system.name,
+        "gold_turns": sum(totals.values()),
+        "totals": {s: totals.get(s, 0) for s in stageloss.STAGES},
+        "by_category": {
+            c: {s: n.get(s, 0) for s in stageloss.STAGES} for c, n in sorted(by_cat.items())
+        },
+        "refusal_reasons": dict(refusals.most_common(10)),
+        "write_funnel": dict(funnel.most_common()),
+        "decisions_by_rule": dict(rules.most_common()),
+        "questions": questions,
+    }
+
+
+def machine() -> dict[str, Any]:
+    import os
+
+    return {
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "cpus": os.cpu_count(),
+    }
+
+
+def save(figures: dict[str, Any], out_dir: Path) -> list[Path]:
+    """results.json, results.md and the PNG plots into ``out_dir``."""
+    from ops.bench.quality.report import markdown, plots
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    pngs = plots(figures, out_dir)
+    figures["figures"] = [str(p) for p in pngs]
+    (out_dir / "results.json").write_text(json.dumps(figures, indent=1, ensure_ascii=False))
+    (out_dir / "results.md").write_text(markdown(figures))
+    return [out_dir / "results.json", out_dir / "results.md", *pngs]
+
+
+def turns_of(hits: list[Hit], k: int) -> list[str]:
+    return turn_budget([h.turns for h in hits], k)

@@ -1,0 +1,1 @@
+"""Systems under test: memstrata, raw-turn baselines, the mem0 peer."""

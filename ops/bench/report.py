@@ -1,0 +1,91 @@
+"""``memstrata bench all``: run every benchmark in one process, one after the other, and
+regenerate ``docs/BENCHMARKS.md`` from their figures.
+
+Sequential on purpose: on a 2-core machine two benchmarks at once measure each other.
+Each section is the benchmark's own ``markdown(figures)``; the raw figures are kept as
+JSON beside the page (``docs/benchmarks.json``) so a reader can check every number.
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import time
+import traceback
+from collections.abc import Callable, Mapping
+from importlib import import_module
+from pathlib import Path
+from typing import Any
+
+from ops.bench.common import REPO, load_average, machine
+
+HEADER = """# Benchmarks
+
+Every figure on this page was produced by one command, run on the machine described
+below, benchmarks one after the other in a single process:
+
+```bash
+{command}
+```
+
+Single benchmarks: `memstrata bench <name> [--quick] [--json]` with `<name>` one of
+{names}. The machine is small and shared: figures are medians and high percentiles of
+many repetitions measured within one run, and ratios are taken between figures of the
+same run. Raw figures: [`benchmarks.json`](benchmarks.json).
+
+## Machine
+
+{machine}
+"""
+
+
+def _machine_block(info: Mapping[str, Any]) -> str:
+    rows = [f"| {k} | {v} |" for k, v in info.items() if not isinstance(v, dict | list)]
+    versions = info.get("versions")
+    if isinstance(versions, dict):
+        rows.append("| versions | " + ", ".join(f"{k} {v}" for k, v in versions.items()) + " |")
+    return "\n".join(["| | |", "|---|---|", *rows])
+
+
+def run_all(
+    benches: Mapping[str, str],
+    *,
+    quick: bool,
+    out_dir: Path = REPO / "docs",
+    progress: Callable[[str], None] = print,
+) -> dict[str, Any]:
+    """Run each benchmark; a failing one is recorded (with its error) and the rest go on."""
+    results: dict[str, Any] = {}
+    sections: list[str] = []
+    for name, module_name in benches.items():
+        module = import_module(module_name)
+        progress(f"[bench all] {name} … (load average {load_average()[0]:.2f})")
+        t0 = time.monotonic()
+        try:
+            figures = module.run(quick=quick)
+        except Exception as exc:  # one broken benchmark must not hide the others' figures
+            progress(traceback.format_exc())
+            results[name] = {"error": f"{type(exc).__name__}: {exc}"}
+            sections.append(f"## {name}\n\nFAILED in this run: `{type(exc).__name__}: {exc}`")
+            continue
+        figures.setdefault("wall_s", round(time.monotonic() - t0, 1))
+        results[name] = figures
+        sections.append(module.markdown(figures))
+        progress(f"[bench all] {name} done in {figures['wall_s']} s")
+    command = "memstrata bench all" + (" --quick" if quick else "")
+    info = machine()
+    info["run_at_utc"] = time.strftime("%Y-%m-%d %H:%M", time.gmtime())
+    info["python"] = platform.python_version()
+    page = HEADER.format(
+        command=command,
+        names=", ".join(f"`{n}`" for n in benches),
+        machine=_machine_block(info),
+    )
+    page += "\n" + "\n\n".join(sections) + "\n"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "BENCHMARKS.md").write_text(page, encoding="utf-8")
+    (out_dir / "benchmarks.json").write_text(
+        json.dumps({"machine": info, "results": results}, indent=1, ensure_ascii=False) + "\n",
+        encoding="utf-8",
+    )
+    return results
