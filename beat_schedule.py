@@ -11,12 +11,18 @@ from typing import Any
 
 def build_schedule(settings: Any) -> dict[str, dict[str, Any]]:
     sweep_s = float(settings.sweep_interval_s)
+    ltm_s = float(settings.ltm.reconcile_interval_s)
     idle_s = float(settings.compress_idle_check_s)
     return {
         "sweep-expired-stm": {
             "task": "memstrata.maintenance.sweep_expired",
             "schedule": sweep_s,
             "options": {"queue": "maintenance", "expires": sweep_s * 0.9},
+        },
+        "ltm-reconcile": {
+            "task": "memstrata.ltm.reconcile",
+            "schedule": ltm_s,
+            "options": {"queue": "ltm", "expires": ltm_s * 0.9},
         },
         "ingest-reclaim": {
             "task": "memstrata.maintenance.ingest_reclaim",

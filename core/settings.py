@@ -22,6 +22,7 @@ from pydantic import (
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from core.ids import validate_id
+from core.ltm.config import LtmSettings
 
 
 class TtlPolicy(BaseModel):
@@ -99,6 +100,9 @@ class Settings(BaseSettings):
     compress_idle_check_s: float = Field(300.0, gt=0)
     compress_idle_batch: int = Field(50, ge=1, le=10_000)
     compress_view_ttl_s: int = Field(24 * 3600, ge=60)
+
+    # long-term memory: Milvus / Elasticsearch, embeddings, search policy (MEMSTRATA_LTM__*)
+    ltm: LtmSettings = Field(default_factory=LtmSettings)
 
     # celery
     task_soft_time_limit_s: int = Field(60, ge=1)

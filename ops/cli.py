@@ -8,6 +8,8 @@
     memstrata migrate                  bring the PostgreSQL authority schema up to date
     memstrata replay [...]             replay public agent sessions (ops/replay.py)
     memstrata bench <name>             benchmarks (ops/bench)
+    memstrata ltm status|reindex|requeue  LTM projections: counts, rebuild, dead letters
+    memstrata milvus [DB_FILE] [ADDR]  the local milvus-lite server in the foreground
 
 Settings come from ``MEMSTRATA_*`` environment variables (``core.settings``), read when a
 command starts.
@@ -298,6 +300,7 @@ def _add_compress(sub: Any) -> None:
 
 # ---------------------------------------------------------------------- recall
 def _recall(args: argparse.Namespace) -> int:
+    from core.recall.ltm_adapter import connect_ltm
     from core.recall.service import Recaller, RecallRequest
 
     res = _resources()
@@ -306,7 +309,10 @@ def _recall(args: argparse.Namespace) -> int:
         task_id=args.task, project_id=args.project, workspace_id=args.workspace,
         top_k=args.top_k, token_budget=args.budget, explain=args.explain,
     )  # fmt: skip
-    recaller = Recaller(stm=res.stm, profile_cache=res.profile_cache, engine=res.authority)
+    recaller = Recaller(
+        stm=res.stm, profile_cache=res.profile_cache, engine=res.authority,
+        ltm=connect_ltm(res.settings),
+    )  # fmt: skip
     try:
         out = recaller.recall(request)
     finally:
@@ -383,6 +389,41 @@ def _migrate(args: argparse.Namespace) -> int:
     return 0
 
 
+# ---------------------------------------------------------------------- ltm
+def _ltm(args: argparse.Namespace) -> int:
+    from core.ltm import admin
+
+    settings = load_settings()
+    if args.action == "status":
+        out: object = admin.status(settings)
+    elif args.action == "reindex":
+        out = admin.reindex(settings, drop=not args.no_drop)
+    else:
+        out = {"requeued": admin.requeue(settings)}
+    print(json.dumps(out, indent=2))
+    return 0
+
+
+def _milvus(args: argparse.Namespace) -> int:
+    from core.ltm.milvus_server import serve_forever
+
+    return serve_forever(
+        Path(args.db_file), args.address, Path(args.log_dir) if args.log_dir else None
+    )
+
+
+def _add_ltm(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    t = sub.add_parser("ltm", help="long-term memory: status | reindex | requeue")
+    t.add_argument("action", choices=["status", "reindex", "requeue"])
+    t.add_argument("--no-drop", action="store_true", help="reindex without dropping first")
+    t.set_defaults(func=_ltm)
+    v = sub.add_parser("milvus", help="serve the local milvus-lite server in the foreground")
+    v.add_argument("db_file", nargs="?", default="var/milvus/ltm.db")
+    v.add_argument("address", nargs="?", default="127.0.0.1:19530")
+    v.add_argument("--log-dir", default=None)
+    v.set_defaults(func=_milvus)
+
+
 def _replay(argv: Sequence[str]) -> int:
     """Everything after ``replay`` goes to ``ops.replay`` untouched (its own options)."""
     from ops import replay
@@ -457,7 +498,7 @@ def _add_queries(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     s.add_argument("--json", action="store_true")
     s.set_defaults(func=_sweep)
     m = sub.add_parser("migrate", help="bring the PostgreSQL authority schema up to date")
-    m.add_argument("--revision", default="head", help="target Alembic revision")
+    m.add_argument("--revision", default="heads", help="target Alembic revision (all branches)")
     m.set_defaults(func=_migrate)
     # listed for --help only: main() hands `replay ...` to ops.replay before parsing
     sub.add_parser("replay", help="replay public agent sessions (ops/replay.py; --help there)")
@@ -489,6 +530,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_queries(sub)
     _add_recall(sub)
     _add_compress(sub)
+    _add_ltm(sub)
     return parser
 
 

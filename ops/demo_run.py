@@ -245,11 +245,15 @@ def ensure_demo_authority(res: Resources, sessions: Sequence[DemoSession]) -> No
 
 def recall_report(res: Resources, session: DemoSession) -> str:
     """Ask the session's follow-up questions through recall() and show the memory block."""
+    from core.recall.ltm_adapter import connect_ltm
     from core.recall.service import Recaller, RecallRequest
 
     lang = session.name.split("_", 1)[0]
     task_id = next((t.get("task_id") for t in reversed(session.turns) if t.get("task_id")), None)
-    recaller = Recaller(stm=res.stm, profile_cache=res.profile_cache, engine=res.authority)
+    recaller = Recaller(
+        stm=res.stm, profile_cache=res.profile_cache, engine=res.authority,
+        ltm=connect_ltm(res.settings),
+    )  # fmt: skip
     lines = ["", f"--- recall() for {session.name} ---"]
     try:
         for query in FOLLOW_UPS.get(lang, []):

@@ -19,6 +19,7 @@ import sys
 import time
 from pathlib import Path
 from types import FrameType
+from urllib.parse import urlparse
 
 from core.settings import load_settings
 from ops.procs import (
@@ -58,7 +59,14 @@ def _children(args: argparse.Namespace) -> list[Child]:
     settings = load_settings()
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     logs = Path(args.log_dir)
+    milvus = []
+    target = urlparse(settings.ltm.milvus_uri)
+    if target.hostname in {"127.0.0.1", "localhost"}:  # the embedded default: serve it here
+        address = f"127.0.0.1:{target.port or 19530}"
+        argv = [sys.executable, "-m", "ops.cli", "milvus", "var/milvus/ltm.db", address]
+        milvus = [Child("milvus", argv, env, logs / "milvus.log")]
     return [
+        *milvus,
         Child("worker", worker_argv(settings, concurrency=args.concurrency), env,
               logs / "worker.log"),
         Child("beat", beat_argv(settings), env, logs / "beat.log"),

@@ -14,7 +14,9 @@ from core.settings import Settings, load_settings
 
 QUEUES = ("ingest", "ltm", "maintenance")
 
-app = Celery("memstrata", include=["tasks.ingest", "tasks.maintenance", "tasks.compress"])
+app = Celery(
+    "memstrata", include=["tasks.ingest", "tasks.maintenance", "tasks.compress", "tasks.ltm"]
+)
 
 
 def celery_config(settings: Settings) -> dict[str, Any]:

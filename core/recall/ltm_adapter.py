@@ -9,15 +9,20 @@ authority layer's :class:`RetrievalFilters`, never from the query text.
 from __future__ import annotations
 
 import hashlib
+import logging
 import time
 
 from core.authority.filters import RetrievalFilters
+from core.errors import MemstrataError
 from core.ltm.filters import CardFilter
 from core.ltm.ledger import Ledger
 from core.ltm.policy import SearchMode
 from core.ltm.search import LtmSearch
 from core.recall.pool import PoolCandidate, SourceType
 from core.recall.route import LtmMode
+from core.settings import Settings
+
+log = logging.getLogger(__name__)
 
 _MODES = {LtmMode.LEXICAL: SearchMode.LEXICAL, LtmMode.VECTOR: SearchMode.VECTOR,
           LtmMode.HYBRID: SearchMode.HYBRID}  # fmt: skip
@@ -68,3 +73,18 @@ class LedgerBackedSearcher:
                 )
             )
         return out
+
+
+def connect_ltm(settings: Settings) -> LedgerBackedSearcher | None:
+    """This process's LTM searcher, or None (logged) when Milvus or the ledger is down.
+
+    recall() then flags ``ltm`` as degraded instead of failing.
+    """
+    from core.ltm.runtime import get_runtime
+
+    try:
+        rt = get_runtime(settings.ltm, postgres_url=settings.postgres_url)
+    except (MemstrataError, OSError) as exc:
+        log.warning("long-term memory unavailable: %s", exc)
+        return None
+    return LedgerBackedSearcher(rt.search, rt.ledger)

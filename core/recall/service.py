@@ -4,8 +4,10 @@
 
 The authority snapshot is always read (cache first): it supplies the tenant / project
 filters that scope every other read, so no query can cross a scope whatever its text.
-Layers needed together run concurrently, each under its own timeout; a layer that times
-out or is down is skipped and flagged (``degraded``) while the others still answer.
+STM is read in one round trip before routing (the runtime state of the query profile
+comes from it; its timeout is the Redis socket timeout); LTM then runs on a worker thread
+concurrently with STM ranking and the PG blocks, under its own timeout.  A layer that
+times out or is down is skipped and flagged (``degraded``) while the others answer.
 Access bookkeeping happens after the answer is built, on a background thread.
 """
 
@@ -177,6 +179,8 @@ class Recaller:
         route = decide_route(profile, self.settings.routing)
         if route.need_pg and profile.needs_exact_metadata:
             snapshot = self._exact_snapshot(req, snapshot)
+        # LTM runs on a worker thread, concurrently with STM ranking and the PG blocks
+        ltm_future = self._start_ltm(req, route, filters) if route.need_ltm else None
         q_terms = terms(req.query)
 
         # STM when routed there, or as the default layer of a query no rule claimed
@@ -187,7 +191,8 @@ class Recaller:
         if stm_needed and "stm" not in degraded:
             # sufficiency by relevance: items that merely share the session do not count
             route = with_ltm_fallback(route, profile, relevant, pol)
-        ltm_future = self._start_ltm(req, route, filters) if route.need_ltm else None
+            if route.need_ltm and ltm_future is None:
+                ltm_future = self._start_ltm(req, route, filters)
         if route.need_ltm and self.ltm is None:
             degraded["ltm"] = "no long-term memory backend configured"
         ltm_cands = self._collect_ltm(ltm_future, degraded)

@@ -1,0 +1,142 @@
+"""The long-term memory card (seed 1 七.2) and its vector record (七.3).
+
+One card, one ``memory_id``, two index projections.  The id is derived from the card's
+canonical key (tenant, user, ``canonical_key``), so promoting the same knowledge again
+updates the card instead of adding a duplicate - the most common complaint about peer
+memory stores.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from enum import StrEnum
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+
+from core.ids import SafeId
+from core.ltm.text import normalise
+
+BM25_TEXT_MAX_BYTES = 60_000
+"""Milvus VARCHAR fields hold at most 65,535 bytes; the rest is cut at a token boundary."""
+
+Label = Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9_]{0,63}$")]
+"""memory_type / source_type: lower snake case, so it is safe inside a filter."""
+
+
+class CardStatus(StrEnum):
+    ACTIVE = "active"
+    SUPERSEDED = "superseded"
+    DELETED = "deleted"
+
+
+def card_id(tenant_id: str, user_id: str, canonical_key: str) -> str:
+    """Deterministic id from the canonical key: the same knowledge maps to the same card."""
+    raw = "\x1f".join((tenant_id, user_id, canonical_key.strip().casefold()))
+    return "ltm_" + hashlib.sha256(raw.encode("utf-8")).hexdigest()[:32]
+
+
+class CardDraft(BaseModel):
+    """What a promotion hands over; id, bm25_text and version are derived from it."""
+
+    model_config = ConfigDict(frozen=True)
+
+    tenant_id: SafeId = "default"
+    user_id: SafeId
+    project_id: SafeId | None = None
+    canonical_key: str = Field(min_length=1, max_length=256)
+    memory_type: Label = "semantic_fact"
+    title: str = Field(min_length=1, max_length=256)
+    summary: str = Field(min_length=1, max_length=2000)
+    content: str = ""
+    entities: list[Annotated[str, StringConstraints(min_length=1, max_length=128)]] = Field(
+        default_factory=list, max_length=64
+    )
+    tags: list[Annotated[str, StringConstraints(min_length=1, max_length=64)]] = Field(
+        default_factory=list, max_length=32
+    )
+    source_type: Label = "promoted_from_stm"
+    importance: float = Field(0.5, ge=0.0, le=1.0)
+    confidence: float = Field(0.8, ge=0.0, le=1.0)
+    status: CardStatus = CardStatus.ACTIVE
+
+
+class LtmCard(BaseModel):
+    """One long-term memory card with every field of seed 七.2, plus ledger bookkeeping."""
+
+    model_config = ConfigDict(frozen=True)
+
+    memory_id: SafeId
+    user_id: SafeId
+    tenant_id: SafeId
+    project_id: SafeId | None = None
+    memory_type: Label
+    title: str
+    summary: str
+    content: str = ""
+    entities: list[str] = Field(default_factory=list)
+    tags: list[str] = Field(default_factory=list)
+    source_type: Label
+    bm25_text: str
+    created_at: float
+    updated_at: float
+    importance: float = Field(ge=0.0, le=1.0)
+    confidence: float = Field(ge=0.0, le=1.0)
+    access_count: int = Field(0, ge=0)
+    status: CardStatus = CardStatus.ACTIVE
+    # ledger bookkeeping, not part of the seed's document
+    canonical_key: str
+    version: int = Field(1, ge=1)
+
+    @classmethod
+    def from_draft(cls, draft: CardDraft, *, now: float) -> LtmCard:
+        return cls(
+            memory_id=card_id(draft.tenant_id, draft.user_id, draft.canonical_key),
+            bm25_text=build_bm25_text(draft),
+            created_at=now,
+            updated_at=now,
+            **draft.model_dump(),
+        )
+
+    def content_hash(self) -> str:
+        """Hash of everything an index holds: equal hashes mean no re-projection is needed."""
+        # status is compared on its own (the ledger changes it without rehashing)
+        indexed = self.model_dump(
+            exclude={
+                "access_count", "created_at", "updated_at", "version", "canonical_key", "status"
+            }
+        )  # fmt: skip
+        raw = json.dumps(indexed, sort_keys=True, ensure_ascii=False, default=str)
+        return hashlib.sha256(raw.encode("utf-8")).hexdigest()
+
+    def embedding_text(self, max_chars: int) -> str:
+        """The text that is embedded: title, summary, then the head of the content.
+
+        Sentence models read a few hundred tokens at most; the summary carries the
+        card's meaning, so long content is cut (documented behaviour, not an error).
+        """
+        text = f"{self.title}\n{self.summary}\n{self.content}".strip()
+        return text[:max_chars]
+
+    def vector_record(self, vector: list[float]) -> dict[str, Any]:
+        """The Milvus row of seed 七.3 (plus status and updated_at for filters and rerank)."""
+        return {
+            "id": self.memory_id,
+            "vector": vector,
+            "user_id": self.user_id,
+            "tenant_id": self.tenant_id,
+            "project_id": self.project_id or "",
+            "memory_type": self.memory_type,
+            "status": self.status.value,
+            "importance": self.importance,
+            "updated_at": self.updated_at,
+        }
+
+
+def build_bm25_text(draft: CardDraft | LtmCard) -> str:
+    """Normalised lexical text of a card: title, summary, content, entities and tags."""
+    raw = " ".join(
+        [draft.title, draft.summary, draft.content, " ".join(draft.entities), " ".join(draft.tags)]
+    )
+    return normalise(raw, max_bytes=BM25_TEXT_MAX_BYTES)

@@ -1,0 +1,39 @@
+"""Errors of the long-term memory layer, placed in the one tree of :mod:`core.errors`.
+
+StoreUnavailable
+├── IndexUnavailable          Milvus / Elasticsearch did not answer (retry)
+└── EmbeddingUnavailable      the embedding service did not answer (retry)
+PermanentError
+├── MilvusServerError         the local server could not be started or is taken
+├── EmbeddingDimensionMismatch  model and collection disagree: fix config, not retry
+├── IndexRejected             the index refused a request as malformed
+└── IllegalTransition         a projection state change the state machine forbids
+"""
+
+from __future__ import annotations
+
+from core.errors import PermanentError, StoreUnavailable
+
+
+class IndexUnavailable(StoreUnavailable):
+    """A search index (Milvus or Elasticsearch) is unreachable or timed out."""
+
+
+class EmbeddingUnavailable(StoreUnavailable):
+    """The embedding service is unreachable, timed out or answered 5xx/429."""
+
+
+class MilvusServerError(PermanentError):
+    """The local milvus-lite server could not start, or another one holds its file."""
+
+
+class EmbeddingDimensionMismatch(PermanentError):
+    """The embedder's dimension differs from the collection's: re-index or change model."""
+
+
+class IndexRejected(PermanentError):
+    """The index answered, but refused the request (schema mismatch, bad expression)."""
+
+
+class IllegalTransition(PermanentError):
+    """A card projection state change that the state machine does not allow."""

@@ -1,0 +1,69 @@
+"""Search filters: validated once, then rendered for each backend.
+
+Milvus 2.5's filter templates (``filter_params``) are not served by milvus-lite 2.5.1,
+so the Milvus expression is built as a string - from values that passed the id / label
+validators (``[A-Za-z0-9_.-]`` only) and are then JSON-quoted, so no value can close a
+quote or add a clause.  Elasticsearch gets structured ``term`` queries, never strings.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from core.errors import InvalidInput
+from core.ids import SafeId
+from core.ltm.card import CardStatus, Label
+
+
+class CardFilter(BaseModel):
+    """Who may see which cards: tenant always, then user, project, types and statuses."""
+
+    model_config = ConfigDict(frozen=True)
+
+    tenant_id: SafeId
+    user_id: SafeId | None = None
+    project_id: SafeId | None = None
+    memory_types: tuple[Label, ...] = Field(default=(), max_length=16)
+    statuses: tuple[CardStatus, ...] = Field(default=(CardStatus.ACTIVE,), min_length=1)
+
+    @classmethod
+    def parse(cls, **values: Any) -> CardFilter:
+        """Validate untrusted filter values; :class:`InvalidInput` names the bad field."""
+        try:
+            return cls(**values)
+        except ValidationError as exc:
+            fields = ", ".join(str(e["loc"][0]) for e in exc.errors() if e["loc"])
+            raise InvalidInput(f"invalid search filter ({fields or 'values'})") from exc
+
+
+def _q(value: str) -> str:
+    return json.dumps(value)
+
+
+def milvus_expr(flt: CardFilter) -> str:
+    """The boolean expression of ``flt`` for Milvus ``filter=``."""
+    parts = [f"tenant_id == {_q(flt.tenant_id)}"]
+    if flt.user_id is not None:
+        parts.append(f"user_id == {_q(flt.user_id)}")
+    if flt.project_id is not None:
+        parts.append(f"project_id == {_q(flt.project_id)}")
+    if flt.memory_types:
+        parts.append(f"memory_type in [{', '.join(_q(t) for t in flt.memory_types)}]")
+    parts.append(f"status in [{', '.join(_q(s.value) for s in flt.statuses)}]")
+    return " and ".join(parts)
+
+
+def es_filter(flt: CardFilter) -> list[dict[str, Any]]:
+    """The ``bool.filter`` clauses of ``flt`` for Elasticsearch."""
+    clauses: list[dict[str, Any]] = [{"term": {"tenant_id": flt.tenant_id}}]
+    if flt.user_id is not None:
+        clauses.append({"term": {"user_id": flt.user_id}})
+    if flt.project_id is not None:
+        clauses.append({"term": {"project_id": flt.project_id}})
+    if flt.memory_types:
+        clauses.append({"terms": {"memory_type": list(flt.memory_types)}})
+    clauses.append({"terms": {"status": [s.value for s in flt.statuses]}})
+    return clauses

@@ -1,0 +1,234 @@
+"""Projection of ledger cards into the two indexes: index, delete, reconcile, rebuild.
+
+One function does the work for tasks, the CLI and tests: :func:`project` reads cards and
+their projection rows, embeds the ones the vector index lacks (one batch), upserts or
+deletes per index (one call each), then records per (card, index) ``indexed``, a
+transient error (still ``pending``, attempts + 1) or a permanent one (``failed``, the
+dead letter, with its reason).  Every step is idempotent by memory_id, so a retry, a
+duplicate task or the reconciler can run it again at any time.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+from core.errors import MemstrataError, PermanentError, TransientError
+from core.ltm.card import CardStatus, LtmCard
+from core.ltm.embedding import CachedEmbedder
+from core.ltm.ledger import Ledger, Projection, ProjectionState
+from core.ltm.ports import LexicalIndex, VectorIndex
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class ProjectReport:
+    indexed: int = 0
+    deleted: int = 0
+    transient: list[str] = field(default_factory=list)
+    permanent: list[str] = field(default_factory=list)
+    missing: list[str] = field(default_factory=list)
+
+    @property
+    def retry(self) -> bool:
+        return bool(self.transient)
+
+
+Mark = tuple[str, str, int]  # memory_id, index name, card version
+
+
+@dataclass
+class Outcome:
+    """What happened to each (card, index) in one projection run."""
+
+    done: list[Mark] = field(default_factory=list)
+    transient: list[tuple[Mark, str]] = field(default_factory=list)
+    permanent: list[tuple[Mark, str]] = field(default_factory=list)
+    deleted: int = 0
+
+    def merge(self, other: Outcome) -> None:
+        self.done += other.done
+        self.transient += other.transient
+        self.permanent += other.permanent
+        self.deleted += other.deleted
+
+    def report(self, missing: list[str]) -> ProjectReport:
+        return ProjectReport(
+            indexed=len(self.done) - self.deleted,
+            deleted=self.deleted,
+            transient=[m for (m, _, _), _ in self.transient],
+            permanent=[m for (m, _, _), _ in self.permanent],
+            missing=missing,
+        )
+
+
+@dataclass(frozen=True)
+class Work:
+    card: LtmCard
+    version: int
+
+
+def _work_per_index(
+    cards: dict[str, LtmCard], rows: Sequence[Projection], *, force: bool
+) -> dict[str, list[Work]]:
+    todo: dict[str, list[Work]] = {"lexical": [], "vector": []}
+    for row in rows:
+        card = cards.get(row.memory_id)
+        if card is None or row.index_name not in todo:
+            continue
+        if not force and row.state is ProjectionState.INDEXED:
+            continue
+        todo[row.index_name].append(Work(card, row.target_version))
+    return todo
+
+
+class Projector:
+    """Keeps the lexical and vector indexes in step with the ledger."""
+
+    def __init__(
+        self,
+        *,
+        ledger: Ledger,
+        lexical: LexicalIndex,
+        vector: VectorIndex,
+        embedder: CachedEmbedder,
+        max_embed_chars: int = 2000,
+    ) -> None:
+        self.ledger = ledger
+        self.lexical = lexical
+        self.vector = vector
+        self.embedder = embedder
+        self.max_embed_chars = max_embed_chars
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ltm-lexical")
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True)
+
+    def project(self, memory_ids: Sequence[str], *, force: bool = False) -> ProjectReport:
+        """Bring both indexes up to the ledger for ``memory_ids``; see module docstring.
+
+        The lexical write runs in a helper thread while this one embeds and writes the
+        vectors (embedding is CPU in C, the index writes wait on the network), and all
+        outcomes are recorded in one ledger transaction.
+        """
+        cards, rows = self.ledger.work(memory_ids)
+        todo = _work_per_index(cards, rows, force=force)
+        lexical = self._pool.submit(self._apply, "lexical", todo["lexical"])
+        outcome = self._apply("vector", todo["vector"])
+        outcome.merge(lexical.result())
+        self.ledger.settle(
+            indexed=outcome.done,
+            transient=outcome.transient,
+            permanent=outcome.permanent,
+            now=time.time(),
+        )
+        report = outcome.report(missing=[m for m in memory_ids if m not in cards])
+        if report.transient or report.permanent:
+            log.warning(
+                "ltm projection incomplete cards=%s transient=%s permanent=%s",
+                len(memory_ids), len(report.transient), len(report.permanent),
+            )  # fmt: skip
+        return report
+
+    def _apply(self, index_name: str, work: list[Work]) -> Outcome:
+        outcome = Outcome()
+        live = [w for w in work if w.card.status is CardStatus.ACTIVE]
+        gone = [w for w in work if w.card.status is not CardStatus.ACTIVE]
+        for batch, removing in ((live, False), (gone, True)):
+            if not batch:
+                continue
+            marks = [(w.card.memory_id, index_name, w.version) for w in batch]
+            try:
+                self._write(index_name, batch, removing)
+            except TransientError as exc:
+                outcome.transient.extend((m, str(exc)) for m in marks)
+                continue
+            except PermanentError as exc:
+                if len(batch) > 1:  # find the culprit: retry one by one
+                    for single in batch:
+                        outcome.merge(self._apply(index_name, [single]))
+                    continue
+                outcome.permanent.extend((m, _reason(exc)) for m in marks)
+                continue
+            outcome.done.extend(marks)
+            if removing:
+                outcome.deleted += len(batch)
+
+        return outcome
+
+    def _write(self, index_name: str, batch: list[Work], removing: bool) -> None:
+        ids = [w.card.memory_id for w in batch]
+        if index_name == "lexical":
+            if removing:
+                self.lexical.delete(ids)
+            else:
+                self.lexical.upsert([w.card for w in batch])
+            return
+        if removing:
+            self.vector.delete(ids)
+            return
+        texts = [w.card.embedding_text(self.max_embed_chars) for w in batch]
+        vectors = self.embedder.embed_documents(texts)
+        self.vector.upsert([w.card for w in batch], vectors)
+
+
+def _reason(exc: MemstrataError) -> str:
+    return f"{type(exc).__name__}: {exc}"
+
+
+@dataclass(frozen=True)
+class ReconcilePlan:
+    """What one reconciler run will re-drive (computed first, so it can be shown)."""
+
+    memory_ids: tuple[str, ...]
+
+
+def plan_reconcile(
+    ledger: Ledger, *, now: float, grace_s: float, max_attempts: int, limit: int
+) -> ReconcilePlan:
+    ids = ledger.due(now=now, grace_s=grace_s, max_attempts=max_attempts, limit=limit)
+    return ReconcilePlan(tuple(ids))
+
+
+def reconcile(projector: Projector, plan: ReconcilePlan, *, batch: int = 100) -> ProjectReport:
+    """Re-drive the planned cards in batches; the report sums all batches."""
+    total = ProjectReport()
+    ids = list(plan.memory_ids)
+    for start in range(0, len(ids), batch):
+        part = projector.project(ids[start : start + batch])
+        total.indexed += part.indexed
+        total.deleted += part.deleted
+        total.transient += part.transient
+        total.permanent += part.permanent
+        total.missing += part.missing
+        if part.transient:  # the index is down: stop early, the next run picks up
+            break
+    return total
+
+
+def rebuild(projector: Projector, *, drop: bool = True, batch: int = 500) -> ProjectReport:
+    """Rebuild both indexes from PostgreSQL: optionally drop them, then re-project all.
+
+    Every projection goes back to ``pending`` first, so an interrupted rebuild is
+    finished by the reconciler.
+    """
+    if drop:
+        projector.lexical.drop()
+        projector.vector.drop()
+    projector.vector.ensure_schema()
+    projector.lexical.ensure_schema()
+    projector.ledger.reset_all(now=time.time())
+    total = ProjectReport()
+    after = ""
+    while ids := projector.ledger.ids(after=after, limit=batch):
+        part = projector.project(ids)
+        total.indexed += part.indexed
+        total.deleted += part.deleted
+        total.transient += part.transient
+        total.permanent += part.permanent
+        after = ids[-1]
+    return total

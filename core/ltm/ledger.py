@@ -1,0 +1,487 @@
+"""The card ledger (outbox) in PostgreSQL: cards and their per-index projection state.
+
+Writing a card and marking both of its projections ``pending`` happen in one
+transaction, so a card can never exist without the work that puts it into the indexes.
+Projection state is a small state machine (:func:`next_state`)::
+
+    pending --indexed--> indexed --new version--> pending
+    pending --transient error--> pending (attempts + 1)
+    pending --permanent error--> failed  --requeue / reconcile--> pending
+
+Marks carry the card version they were computed for, so a slow indexer never marks a
+newer version as indexed.  Functions take a Core ``Connection`` (the caller's
+transaction); :class:`Ledger` wraps an engine with one short transaction per call.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+from sqlalchemy import Connection, Engine, and_, bindparam, func, or_, select, text, update
+from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy.exc import DBAPIError, IntegrityError, InterfaceError, OperationalError
+
+from core.errors import CorruptRecord, InvalidInput, NotFound, PayloadTooLarge, StoreUnavailable
+from core.ids import validate_id
+from core.ltm.card import CardDraft, CardStatus, LtmCard
+from core.ltm.errors import IllegalTransition
+from core.ltm.tables import INDEX_NAMES, cards, projections
+
+
+class ProjectionState(StrEnum):
+    PENDING = "pending"
+    INDEXED = "indexed"
+    FAILED = "failed"
+
+
+class ProjectionEvent(StrEnum):
+    NEW_VERSION = "new_version"
+    INDEXED = "indexed"
+    TRANSIENT_ERROR = "transient_error"
+    PERMANENT_ERROR = "permanent_error"
+    REQUEUE = "requeue"
+
+
+_TRANSITIONS: dict[tuple[ProjectionState, ProjectionEvent], ProjectionState] = {
+    (ProjectionState.PENDING, ProjectionEvent.NEW_VERSION): ProjectionState.PENDING,
+    (ProjectionState.PENDING, ProjectionEvent.INDEXED): ProjectionState.INDEXED,
+    (ProjectionState.PENDING, ProjectionEvent.TRANSIENT_ERROR): ProjectionState.PENDING,
+    (ProjectionState.PENDING, ProjectionEvent.PERMANENT_ERROR): ProjectionState.FAILED,
+    (ProjectionState.INDEXED, ProjectionEvent.NEW_VERSION): ProjectionState.PENDING,
+    (ProjectionState.INDEXED, ProjectionEvent.INDEXED): ProjectionState.INDEXED,
+    (ProjectionState.FAILED, ProjectionEvent.NEW_VERSION): ProjectionState.PENDING,
+    (ProjectionState.FAILED, ProjectionEvent.REQUEUE): ProjectionState.PENDING,
+    (ProjectionState.FAILED, ProjectionEvent.INDEXED): ProjectionState.INDEXED,
+    (ProjectionState.FAILED, ProjectionEvent.TRANSIENT_ERROR): ProjectionState.FAILED,
+    (ProjectionState.FAILED, ProjectionEvent.PERMANENT_ERROR): ProjectionState.FAILED,
+}
+
+
+def next_state(state: ProjectionState, event: ProjectionEvent) -> ProjectionState:
+    """The state after ``event``, or :class:`IllegalTransition` if the machine forbids it."""
+    try:
+        return _TRANSITIONS[(state, event)]
+    except KeyError:
+        raise IllegalTransition(f"projection cannot go from {state} on {event}") from None
+
+
+@dataclass(frozen=True)
+class Projection:
+    memory_id: str
+    index_name: str
+    state: ProjectionState
+    target_version: int
+    indexed_version: int | None
+    attempts: int
+    last_error: str | None
+    changed_at: float
+
+
+@dataclass(frozen=True)
+class WriteResult:
+    memory_id: str
+    version: int
+    op: str  # inserted | updated | unchanged
+
+
+@contextmanager
+def ledger_errors(what: str) -> Iterator[None]:
+    """Translate database errors into the memstrata tree."""
+    try:
+        yield
+    except IntegrityError as exc:
+        raise InvalidInput(f"{what}: refused by the database: {exc.orig}") from exc
+    except (OperationalError, InterfaceError) as exc:
+        raise StoreUnavailable(f"{what}: PostgreSQL unavailable: {exc.orig}") from exc
+    except DBAPIError as exc:
+        raise StoreUnavailable(f"{what}: database error: {exc.orig}") from exc
+
+
+def _row_values(card: LtmCard) -> dict[str, Any]:
+    values = card.model_dump(mode="json")
+    values["content_hash"] = card.content_hash()
+    return values
+
+
+def write_card(
+    conn: Connection, draft: CardDraft, *, now: float, max_content_chars: int
+) -> WriteResult:
+    """Insert or update a card and mark both projections pending, in ``conn``'s transaction.
+
+    A re-promotion with identical indexed content changes nothing (``unchanged``): no
+    version bump and no re-indexing.  Otherwise the version goes up by one.
+    """
+    if len(draft.content) > max_content_chars:
+        raise PayloadTooLarge(
+            f"card content of {len(draft.content)} chars over the {max_content_chars} limit"
+        )
+    card = LtmCard.from_draft(draft, now=now)
+    values = _row_values(card)
+    stmt = insert(cards).values(**values)
+    changed = {
+        k: stmt.excluded[k]
+        for k in values
+        if k not in {"memory_id", "created_at", "access_count", "version"}
+    }
+    upsert = stmt.on_conflict_do_update(
+        index_elements=[cards.c.memory_id],
+        set_={**changed, "version": cards.c.version + 1},
+        where=or_(
+            cards.c.content_hash != stmt.excluded.content_hash,
+            cards.c.status != stmt.excluded.status,
+        ),
+    ).returning(cards.c.version)
+    row = conn.execute(upsert).first()
+    if row is None:
+        current = conn.execute(
+            select(cards.c.version).where(cards.c.memory_id == card.memory_id)
+        ).scalar_one()
+        return WriteResult(card.memory_id, int(current), "unchanged")
+    version = int(row.version)
+    _mark_pending(conn, card.memory_id, version, now)
+    return WriteResult(card.memory_id, version, "inserted" if version == 1 else "updated")
+
+
+def _mark_pending(conn: Connection, memory_id: str, version: int, now: float) -> None:
+    stmt = insert(projections).values(
+        [
+            {
+                "memory_id": memory_id,
+                "index_name": name,
+                "state": ProjectionState.PENDING.value,
+                "target_version": version,
+                "attempts": 0,
+                "changed_at": now,
+            }
+            for name in INDEX_NAMES
+        ]
+    )
+    conn.execute(
+        stmt.on_conflict_do_update(
+            index_elements=[projections.c.memory_id, projections.c.index_name],
+            set_={
+                "state": ProjectionState.PENDING.value,
+                "target_version": version,
+                "attempts": 0,
+                "last_error": None,
+                "changed_at": now,
+            },
+        )
+    )
+
+
+def set_status(conn: Connection, memory_id: str, status: CardStatus, *, now: float) -> int:
+    """Change a card's status (``deleted`` propagates a delete to both indexes)."""
+    validate_id(memory_id, kind="memory_id")
+    row = conn.execute(
+        update(cards)
+        .where(cards.c.memory_id == memory_id, cards.c.status != status.value)
+        .values(status=status.value, version=cards.c.version + 1, updated_at=now)
+        .returning(cards.c.version)
+    ).first()
+    if row is None:
+        exists = conn.execute(
+            select(cards.c.version).where(cards.c.memory_id == memory_id)
+        ).scalar_one_or_none()
+        if exists is None:
+            raise NotFound(f"no LTM card {memory_id}")
+        return int(exists)
+    _mark_pending(conn, memory_id, int(row.version), now)
+    return int(row.version)
+
+
+def load_cards(conn: Connection, memory_ids: Sequence[str]) -> dict[str, LtmCard]:
+    """Cards by id (missing ids are simply absent)."""
+    ids = [validate_id(m, kind="memory_id") for m in memory_ids]
+    if not ids:
+        return {}
+    rows = conn.execute(select(cards).where(cards.c.memory_id.in_(ids))).mappings()
+    out: dict[str, LtmCard] = {}
+    for row in rows:
+        data = {k: v for k, v in row.items() if k != "content_hash"}
+        try:
+            out[row["memory_id"]] = LtmCard.model_validate(data)
+        except ValueError as exc:
+            raise CorruptRecord(f"unreadable LTM card {row['memory_id']}: {exc}") from exc
+    return out
+
+
+def load_projections(conn: Connection, memory_ids: Sequence[str]) -> list[Projection]:
+    ids = [validate_id(m, kind="memory_id") for m in memory_ids]
+    if not ids:
+        return []
+    rows = conn.execute(
+        select(projections)
+        .where(projections.c.memory_id.in_(ids))
+        .order_by(projections.c.memory_id, projections.c.index_name)
+    ).mappings()
+    return [_projection(row) for row in rows]
+
+
+def _projection(row: Any) -> Projection:
+    return Projection(
+        memory_id=row["memory_id"],
+        index_name=row["index_name"],
+        state=ProjectionState(row["state"]),
+        target_version=int(row["target_version"]),
+        indexed_version=row["indexed_version"],
+        attempts=int(row["attempts"]),
+        last_error=row["last_error"],
+        changed_at=float(row["changed_at"]),
+    )
+
+
+def mark_indexed(
+    conn: Connection, memory_id: str, index_name: str, version: int, *, now: float
+) -> bool:
+    """Record that ``index_name`` holds ``version``; False if a newer version is pending."""
+    row = conn.execute(
+        update(projections)
+        .where(
+            projections.c.memory_id == memory_id,
+            projections.c.index_name == index_name,
+            projections.c.target_version == version,
+        )
+        .values(
+            state=ProjectionState.INDEXED.value,
+            indexed_version=version,
+            attempts=0,
+            last_error=None,
+            changed_at=now,
+        )
+        .returning(projections.c.memory_id)
+    ).first()
+    return row is not None
+
+
+def mark_indexed_many(
+    conn: Connection, marks: Sequence[tuple[str, str, int]], *, now: float
+) -> None:
+    """:func:`mark_indexed` for many (memory_id, index, version) in one executemany."""
+    if not marks:
+        return
+    stmt = (
+        update(projections)
+        .where(
+            projections.c.memory_id == bindparam("m"),
+            projections.c.index_name == bindparam("i"),
+            projections.c.target_version == bindparam("v"),
+        )
+        .values(
+            state=ProjectionState.INDEXED.value,
+            indexed_version=bindparam("v"),
+            attempts=0,
+            last_error=None,
+            changed_at=now,
+        )
+    )
+    conn.execute(stmt, [{"m": m, "i": i, "v": v} for m, i, v in marks])
+
+
+def mark_error(
+    conn: Connection,
+    memory_id: str,
+    index_name: str,
+    version: int,
+    *,
+    error: str,
+    permanent: bool,
+    now: float,
+) -> bool:
+    """Record a failed attempt: stays ``pending`` if transient, becomes ``failed`` if not."""
+    state = ProjectionState.FAILED if permanent else None
+    values: dict[str, Any] = {
+        "attempts": projections.c.attempts + 1,
+        "last_error": error[:2000],
+        "changed_at": now,
+    }
+    if state is not None:
+        values["state"] = state.value
+    row = conn.execute(
+        update(projections)
+        .where(
+            projections.c.memory_id == memory_id,
+            projections.c.index_name == index_name,
+            projections.c.target_version == version,
+            projections.c.state != ProjectionState.INDEXED.value,
+        )
+        .values(**values)
+        .returning(projections.c.memory_id)
+    ).first()
+    return row is not None
+
+
+def due_for_reconcile(
+    conn: Connection, *, now: float, grace_s: float, max_attempts: int, limit: int
+) -> list[str]:
+    """Card ids whose projection is pending for longer than ``grace_s`` seconds, or
+    failed with fewer than ``max_attempts`` attempts; oldest first."""
+    cutoff = now - grace_s
+    rows = conn.execute(
+        select(projections.c.memory_id, func.min(projections.c.changed_at).label("oldest"))
+        .where(
+            projections.c.changed_at <= cutoff,
+            or_(
+                projections.c.state == ProjectionState.PENDING.value,
+                and_(
+                    projections.c.state == ProjectionState.FAILED.value,
+                    projections.c.attempts < max_attempts,
+                ),
+            ),
+        )
+        .group_by(projections.c.memory_id)
+        .order_by("oldest")
+        .limit(limit)
+    )
+    return [r.memory_id for r in rows]
+
+
+def requeue_failed(conn: Connection, *, now: float, memory_ids: Sequence[str] = ()) -> int:
+    """Dead letters back to ``pending`` with attempts reset (all, or the given cards)."""
+    stmt = update(projections).where(projections.c.state == ProjectionState.FAILED.value)
+    if memory_ids:
+        stmt = stmt.where(
+            projections.c.memory_id.in_([validate_id(m, kind="memory_id") for m in memory_ids])
+        )
+    result = conn.execute(
+        stmt.values(state=ProjectionState.PENDING.value, attempts=0, changed_at=now)
+    )
+    return int(result.rowcount or 0)
+
+
+def mark_all_pending(conn: Connection, *, now: float, index_name: str | None = None) -> int:
+    """Rebuild: every projection (of one index, or both) back to ``pending``."""
+    stmt = update(projections)
+    if index_name is not None:
+        stmt = stmt.where(projections.c.index_name == index_name)
+    result = conn.execute(
+        stmt.values(state=ProjectionState.PENDING.value, attempts=0, changed_at=now)
+    )
+    return int(result.rowcount or 0)
+
+
+def state_counts(conn: Connection) -> dict[str, dict[str, int]]:
+    """``{index_name: {state: count}}`` for dashboards and tests."""
+    rows = conn.execute(
+        select(projections.c.index_name, projections.c.state, func.count()).group_by(
+            projections.c.index_name, projections.c.state
+        )
+    )
+    out: dict[str, dict[str, int]] = {name: {} for name in INDEX_NAMES}
+    for name, state, count in rows:
+        out[name][state] = int(count)
+    return out
+
+
+def all_card_ids(conn: Connection, *, after: str = "", limit: int = 1000) -> list[str]:
+    """Card ids in id order, for paging through a rebuild."""
+    rows = conn.execute(
+        select(cards.c.memory_id)
+        .where(cards.c.memory_id > after)
+        .order_by(cards.c.memory_id)
+        .limit(limit)
+    )
+    return [r.memory_id for r in rows]
+
+
+class Ledger:
+    """The ledger functions, each in its own short transaction on ``engine``."""
+
+    def __init__(self, engine: Engine, *, max_content_chars: int = 16_000) -> None:
+        self.engine = engine
+        self.max_content_chars = max_content_chars
+
+    def write(self, draft: CardDraft, *, now: float | None = None) -> WriteResult:
+        with ledger_errors("write card"), self.engine.begin() as conn:
+            return write_card(
+                conn, draft, now=now or time.time(), max_content_chars=self.max_content_chars
+            )
+
+    def write_many(
+        self, drafts: Sequence[CardDraft], *, now: float | None = None
+    ) -> list[WriteResult]:
+        """Several cards in one transaction (a promotion batch): one commit, not one each."""
+        with ledger_errors("write cards"), self.engine.begin() as conn:
+            return [
+                write_card(
+                    conn, d, now=now or time.time(), max_content_chars=self.max_content_chars
+                )
+                for d in drafts
+            ]
+
+    def delete(self, memory_id: str, *, now: float | None = None) -> int:
+        with ledger_errors("delete card"), self.engine.begin() as conn:
+            return set_status(conn, memory_id, CardStatus.DELETED, now=now or time.time())
+
+    def cards(self, memory_ids: Sequence[str]) -> dict[str, LtmCard]:
+        with ledger_errors("load cards"), self.engine.connect() as conn:
+            return load_cards(conn, memory_ids)
+
+    def work(self, memory_ids: Sequence[str]) -> tuple[dict[str, LtmCard], list[Projection]]:
+        """Cards and their projections, read in one snapshot."""
+        with ledger_errors("load work"), self.engine.begin() as conn:
+            return load_cards(conn, memory_ids), load_projections(conn, memory_ids)
+
+    def projections(self, memory_ids: Sequence[str]) -> list[Projection]:
+        with ledger_errors("load projections"), self.engine.connect() as conn:
+            return load_projections(conn, memory_ids)
+
+    def indexed(self, marks: Sequence[tuple[str, str, int]], *, now: float) -> None:
+        with ledger_errors("mark indexed"), self.engine.begin() as conn:
+            for memory_id, index_name, version in marks:
+                mark_indexed(conn, memory_id, index_name, version, now=now)
+
+    def errored(
+        self, marks: Sequence[tuple[str, str, int]], *, error: str, permanent: bool, now: float
+    ) -> None:
+        with ledger_errors("mark error"), self.engine.begin() as conn:
+            for memory_id, index_name, version in marks:
+                mark_error(
+                    conn, memory_id, index_name, version, error=error, permanent=permanent, now=now
+                )
+
+    def settle(
+        self,
+        *,
+        indexed: Sequence[tuple[str, str, int]],
+        transient: Sequence[tuple[tuple[str, str, int], str]],
+        permanent: Sequence[tuple[tuple[str, str, int], str]],
+        now: float,
+    ) -> None:
+        """Record one projection run's outcomes in a single transaction."""
+        if not (indexed or transient or permanent):
+            return
+        with ledger_errors("settle projections"), self.engine.begin() as conn:
+            # a lost mark only means one idempotent re-projection, so this commit need
+            # not wait for the WAL flush (saves a disk sync per projection run)
+            conn.execute(text("SET LOCAL synchronous_commit = off"))
+            mark_indexed_many(conn, indexed, now=now)
+            for failures, is_permanent in ((transient, False), (permanent, True)):
+                for (memory_id, index_name, version), error in failures:
+                    mark_error(
+                        conn, memory_id, index_name, version,
+                        error=error, permanent=is_permanent, now=now,
+                    )  # fmt: skip
+
+    def due(self, *, now: float, grace_s: float, max_attempts: int, limit: int) -> list[str]:
+        with ledger_errors("select due"), self.engine.connect() as conn:
+            return due_for_reconcile(
+                conn, now=now, grace_s=grace_s, max_attempts=max_attempts, limit=limit
+            )
+
+    def reset_all(self, *, now: float) -> int:
+        with ledger_errors("reset projections"), self.engine.begin() as conn:
+            return mark_all_pending(conn, now=now)
+
+    def ids(self, *, after: str = "", limit: int = 1000) -> list[str]:
+        with ledger_errors("page card ids"), self.engine.connect() as conn:
+            return all_card_ids(conn, after=after, limit=limit)
+
+    def counts(self) -> dict[str, dict[str, int]]:
+        with ledger_errors("count states"), self.engine.connect() as conn:
+            return state_counts(conn)

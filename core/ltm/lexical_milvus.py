@@ -1,0 +1,127 @@
+"""Lexical index on Milvus's built-in BM25 full-text function, in its own collection.
+
+The card's ``bm25_text`` is already normalised by :mod:`core.ltm.text`, so the analyzer
+is a plain whitespace tokenizer: Milvus sees exactly the tokens Elasticsearch sees, and
+the Chinese segmentation is jieba's in both.  Title, summary and content are stored for
+returning card text (seed 七.2: the lexical index returns the body).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from core.ids import validate_id
+from core.ltm.card import LtmCard
+from core.ltm.filters import CardFilter, milvus_expr
+from core.ltm.milvus import MilvusConnection, milvus_errors, rpc_timeout
+from core.ltm.ports import Hit
+from core.ltm.vector import add_scalar_fields, hits_of
+
+_OUT = ["importance", "updated_at", "title", "summary"]
+_MAX_BYTES = 65_535
+
+
+def _clip(text: str) -> str:
+    raw = text.encode("utf-8")
+    return text if len(raw) <= _MAX_BYTES else raw[:_MAX_BYTES].decode("utf-8", errors="ignore")
+
+
+class MilvusLexicalIndex:
+    """BM25 over ``bm25_text`` with scalar filters; ``timeout_s`` bounds every call."""
+
+    name = "lexical"
+
+    def __init__(self, conn: MilvusConnection, *, collection: str, timeout_s: float = 5.0) -> None:
+        self.conn = conn
+        self.collection = collection
+        self.timeout_s = timeout_s
+        self._rpc_timeout = rpc_timeout(timeout_s)
+
+    def ensure_schema(self) -> None:
+        with milvus_errors("ensure lexical schema", self.conn):
+            if self.conn.client.has_collection(self.collection, timeout=self._rpc_timeout):
+                self.conn.client.load_collection(self.collection, timeout=self._rpc_timeout)
+                return
+            from pymilvus import DataType, Function, FunctionType
+
+            schema = self.conn.client.create_schema(auto_id=False, enable_dynamic_field=False)
+            schema.add_field("id", DataType.VARCHAR, is_primary=True, max_length=64)
+            schema.add_field(
+                "bm25_text",
+                DataType.VARCHAR,
+                max_length=_MAX_BYTES,
+                enable_analyzer=True,
+                analyzer_params={"tokenizer": "whitespace"},
+            )
+            schema.add_field("sparse", DataType.SPARSE_FLOAT_VECTOR)
+            schema.add_field("title", DataType.VARCHAR, max_length=1024)
+            schema.add_field("summary", DataType.VARCHAR, max_length=8192)
+            schema.add_field("content", DataType.VARCHAR, max_length=_MAX_BYTES)
+            add_scalar_fields(schema)
+            schema.add_function(
+                Function(
+                    name="bm25",
+                    function_type=FunctionType.BM25,
+                    input_field_names=["bm25_text"],
+                    output_field_names=["sparse"],
+                )
+            )
+            index = self.conn.client.prepare_index_params()
+            index.add_index(
+                field_name="sparse", index_type="SPARSE_INVERTED_INDEX", metric_type="BM25"
+            )
+            self.conn.client.create_collection(
+                self.collection, schema=schema, index_params=index, timeout=self._rpc_timeout
+            )
+
+    def upsert(self, cards: Sequence[LtmCard]) -> None:
+        if not cards:
+            return
+        rows = [
+            {
+                "id": card.memory_id,
+                "bm25_text": _clip(card.bm25_text),
+                "title": _clip(card.title)[:1024],
+                "summary": _clip(card.summary)[:2000],
+                "content": _clip(card.content),
+                "tenant_id": card.tenant_id,
+                "user_id": card.user_id,
+                "project_id": card.project_id or "",
+                "memory_type": card.memory_type,
+                "status": card.status.value,
+                "importance": card.importance,
+                "updated_at": card.updated_at,
+            }
+            for card in cards
+        ]
+        with milvus_errors("upsert lexical", self.conn):
+            self.conn.client.upsert(self.collection, rows, timeout=self._rpc_timeout)
+
+    def delete(self, memory_ids: Sequence[str]) -> None:
+        ids = [validate_id(m, kind="memory_id") for m in memory_ids]
+        if ids:
+            with milvus_errors("delete lexical", self.conn):
+                self.conn.client.delete(self.collection, ids=ids, timeout=self._rpc_timeout)
+
+    def search(self, normalised_query: str, flt: CardFilter, limit: int) -> list[Hit]:
+        if not normalised_query.strip():
+            return []
+        with milvus_errors("lexical search", self.conn):
+            result = self.conn.client.search(
+                self.collection,
+                data=[normalised_query],
+                anns_field="sparse",
+                filter=milvus_expr(flt),
+                limit=limit,
+                output_fields=_OUT,
+                search_params={"metric_type": "BM25"},
+                timeout=self._rpc_timeout,
+            )
+        return hits_of(result)
+
+    def refresh(self) -> None:
+        """Milvus serves unflushed rows to search; nothing to do."""
+
+    def drop(self) -> None:
+        with milvus_errors("drop lexical collection", self.conn):
+            self.conn.client.drop_collection(self.collection, timeout=self._rpc_timeout)

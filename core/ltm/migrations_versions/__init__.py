@@ -1,0 +1,1 @@
+"""Alembic revisions of the LTM ledger (branch ``ltm``), run by the authority's env."""

@@ -1,0 +1,121 @@
+"""Shared pieces of the Milvus adapters: connecting, error translation, naming.
+
+Clients are built per process after fork (gRPC channels hang across a fork), lazily,
+by :class:`MilvusConnection`; every call carries ``timeout`` seconds.  After a call
+finds the server unreachable the connection is dropped and rebuilt on the next call:
+a gRPC channel that failed keeps backing off for up to two minutes after the server
+is back, which would stall the reconciler long after an outage ended.  pymilvus raises
+``MilvusException`` for both "server gone" and "request malformed"; the malformed kinds
+are listed in ``_REJECTED`` and everything else from the wire counts as transient.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import re
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from core.errors import InvalidInput
+from core.ltm.errors import IndexRejected, IndexUnavailable
+
+_NAME_RE = re.compile(r"[^A-Za-z0-9_]")
+
+
+def collection_name(prefix: str, suffix: str) -> str:
+    """A Milvus-safe collection name (letters, digits, underscores; max 255)."""
+    name = _NAME_RE.sub("_", f"{prefix}_{suffix}")
+    if not name or not name[0].isalpha():
+        name = "c_" + name
+    if len(name) > 255:
+        raise InvalidInput("collection name too long")
+    return name
+
+
+def _rejected_types() -> tuple[type[BaseException], ...]:
+    from pymilvus import exceptions as exc
+
+    return (
+        exc.ParamError,
+        exc.DataTypeNotMatchException,
+        exc.DataNotMatchException,
+        exc.PrimaryKeyException,
+        exc.FieldTypeException,
+        exc.FieldsTypeException,
+        exc.CollectionNotExistException,
+        exc.DataTypeNotSupportException,
+    )
+
+
+@contextmanager
+def milvus_errors(what: str, conn: MilvusConnection | None = None) -> Iterator[None]:
+    """Translate pymilvus / gRPC failures raised inside the block (resetting ``conn``
+    when the server was unreachable)."""
+    from pymilvus import MilvusException
+
+    try:
+        yield
+    except _rejected_types() as exc:
+        raise IndexRejected(f"milvus {what}: {exc}") from exc
+    except MilvusException as exc:
+        message = str(getattr(exc, "message", "") or exc)
+        if "collection not found" in message or "can't find collection" in message:
+            raise IndexRejected(f"milvus {what}: {message} (run ensure_schema)") from exc
+        if conn is not None:
+            conn.reset()
+        raise IndexUnavailable(f"milvus {what}: {message[:300]}") from exc
+    except Exception as exc:
+        if type(exc).__module__.startswith("grpc"):
+            if conn is not None:
+                conn.reset()
+            raise IndexUnavailable(f"milvus {what}: {exc}") from exc
+        raise
+
+
+def rpc_timeout(timeout_s: float) -> int:
+    """Whole seconds: pymilvus bounds its retry loop by ``timeout`` only when it is an
+    ``int``; a float leaves it at 75 retries (minutes against a stopped server)."""
+    return max(1, math.ceil(timeout_s))
+
+
+def connect(uri: str, *, timeout_s: float = 5.0, token: str = "") -> Any:
+    """A ``MilvusClient`` with its own gRPC channel (pymilvus otherwise shares one per
+    uri, so closing one client would close the others); raises
+    :class:`IndexUnavailable` if the server is unreachable."""
+    from pymilvus import MilvusClient
+
+    with milvus_errors("connect"):
+        return MilvusClient(
+            uri=uri,
+            token=token,
+            timeout=rpc_timeout(timeout_s),
+            alias=f"memstrata-{uuid.uuid4().hex}",
+        )
+
+
+class MilvusConnection:
+    """A lazily (re)built ``MilvusClient``: what the Milvus adapters are given."""
+
+    def __init__(self, uri: str, *, timeout_s: float = 5.0, token: str = "") -> None:
+        self.uri = uri
+        self.timeout_s = timeout_s
+        self._token = token
+        self._client: Any = None
+
+    @property
+    def client(self) -> Any:
+        if self._client is None:
+            self._client = connect(self.uri, timeout_s=self.timeout_s, token=self._token)
+        return self._client
+
+    def reset(self) -> None:
+        """Drop the client; the next call connects afresh."""
+        client, self._client = self._client, None
+        if client is not None:
+            with contextlib.suppress(Exception):
+                client.close()
+
+    close = reset

@@ -1,0 +1,64 @@
+"""The two index ports of long-term memory and what flows through them.
+
+Both indexes are projections of the ledger, keyed by ``memory_id``: upserts are
+idempotent, deletes of absent ids are no-ops, and each can be dropped and rebuilt.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from core.ltm.card import LtmCard
+from core.ltm.embedding import Vectors
+from core.ltm.filters import CardFilter
+
+
+@dataclass(frozen=True)
+class Hit:
+    """One search result of one index; ``score`` is higher-is-better within that index."""
+
+    memory_id: str
+    score: float
+    importance: float
+    updated_at: float
+    title: str = ""
+    summary: str = ""
+
+
+class LexicalIndex(Protocol):
+    """BM25 over the card's normalised ``bm25_text`` (plus title/summary where supported)."""
+
+    name: str
+
+    def ensure_schema(self) -> None: ...
+
+    def upsert(self, cards: Sequence[LtmCard]) -> None: ...
+
+    def delete(self, memory_ids: Sequence[str]) -> None: ...
+
+    def search(self, normalised_query: str, flt: CardFilter, limit: int) -> list[Hit]: ...
+
+    def refresh(self) -> None:
+        """Make recent writes visible to search (a no-op where they already are)."""
+        ...
+
+    def drop(self) -> None: ...
+
+
+class VectorIndex(Protocol):
+    """Nearest-neighbour search over card embeddings (cosine)."""
+
+    name: str
+    dim: int
+
+    def ensure_schema(self) -> None: ...
+
+    def upsert(self, cards: Sequence[LtmCard], vectors: Vectors) -> None: ...
+
+    def delete(self, memory_ids: Sequence[str]) -> None: ...
+
+    def search(self, vector: Vectors, flt: CardFilter, limit: int) -> list[Hit]: ...
+
+    def drop(self) -> None: ...

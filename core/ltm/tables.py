@@ -1,0 +1,85 @@
+"""Ledger tables of long-term memory (SQLAlchemy Core, own metadata; DESIGN §2).
+
+``ltm_cards`` is the source of truth for cards.  ``ltm_projections`` is the outbox: one
+row per (card, index) saying whether that index holds the card's current version
+(``pending`` / ``indexed`` / ``failed``), with attempts and the last error.  Both are
+written in one transaction, so an index can always be rebuilt from PostgreSQL.  Times
+are epoch seconds (DOUBLE PRECISION), like the seed's card and the STM items.
+
+The schema itself is created by the Alembic revision in ``core/ltm/migrations_versions``
+(branch ``ltm``); this module mirrors it for queries and for autogenerate checks.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    CheckConstraint,
+    Column,
+    Float,
+    ForeignKeyConstraint,
+    Index,
+    Integer,
+    MetaData,
+    PrimaryKeyConstraint,
+    String,
+    Table,
+    Text,
+)
+from sqlalchemy.dialects.postgresql import JSONB
+
+ltm_metadata = MetaData()
+
+INDEX_NAMES = ("lexical", "vector")
+STATES = ("pending", "indexed", "failed")
+
+cards = Table(
+    "ltm_cards",
+    ltm_metadata,
+    Column("memory_id", String(64), nullable=False),
+    Column("tenant_id", String(128), nullable=False),
+    Column("user_id", String(128), nullable=False),
+    Column("project_id", String(128), nullable=True),
+    Column("canonical_key", String(256), nullable=False),
+    Column("memory_type", String(64), nullable=False),
+    Column("title", String(256), nullable=False),
+    Column("summary", Text, nullable=False),
+    Column("content", Text, nullable=False),
+    Column("entities", JSONB, nullable=False),
+    Column("tags", JSONB, nullable=False),
+    Column("source_type", String(64), nullable=False),
+    Column("bm25_text", Text, nullable=False),
+    Column("created_at", Float(precision=53), nullable=False),
+    Column("updated_at", Float(precision=53), nullable=False),
+    Column("importance", Float(precision=53), nullable=False),
+    Column("confidence", Float(precision=53), nullable=False),
+    Column("access_count", Integer, nullable=False, server_default="0"),
+    Column("status", String(16), nullable=False),
+    Column("version", Integer, nullable=False),
+    Column("content_hash", String(64), nullable=False),
+    PrimaryKeyConstraint("memory_id", name="pk_ltm_cards"),
+    CheckConstraint("status IN ('active', 'superseded', 'deleted')", name="ck_ltm_cards_status"),
+    Index("ix_ltm_cards_owner", "tenant_id", "user_id", "status"),
+)
+
+projections = Table(
+    "ltm_projections",
+    ltm_metadata,
+    Column("memory_id", String(64), nullable=False),
+    Column("index_name", String(16), nullable=False),
+    Column("state", String(16), nullable=False),
+    Column("target_version", Integer, nullable=False),
+    Column("indexed_version", Integer, nullable=True),
+    Column("attempts", Integer, nullable=False, server_default="0"),
+    Column("last_error", Text, nullable=True),
+    Column("changed_at", Float(precision=53), nullable=False),
+    PrimaryKeyConstraint("memory_id", "index_name", name="pk_ltm_projections"),
+    ForeignKeyConstraint(
+        ["memory_id"],
+        ["ltm_cards.memory_id"],
+        name="fk_ltm_projections_memory_id_ltm_cards",
+        ondelete="CASCADE",
+    ),
+    CheckConstraint("index_name IN ('lexical', 'vector')", name="ck_ltm_projections_index_name"),
+    CheckConstraint("state IN ('pending', 'indexed', 'failed')", name="ck_ltm_projections_state"),
+    Index("ix_ltm_projections_state", "state", "changed_at"),
+)

@@ -1,0 +1,106 @@
+"""Text normalisation for lexical search: one function, used for cards and for queries.
+
+Every lexical backend (Milvus BM25, Elasticsearch) indexes the output of
+:func:`normalise` with a plain whitespace tokenizer, so they all see the same tokens
+and a query matches a card exactly when their normalised tokens meet:
+
+* lower-casing;
+* identifiers split and kept whole: ``createOrder`` -> ``create order createorder``,
+  ``payment-service`` -> ``payment service payment-service``;
+* error codes kept whole and never split (``ERR_CONN_RESET``, ``ORA-00942``, ``E1234``,
+  ``HTTP504``, ``0x80070005``), because they are searched verbatim;
+* Chinese runs segmented with jieba (precise mode), other punctuation dropped.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+
+_CJK_RUN = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]+")
+_WORD = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9_.\-/]*[A-Za-z0-9])?")
+_ERROR_CODE = re.compile(
+    r"0x[0-9a-f]+"  # hex status codes
+    r"|[a-z]{1,10}[-_]?\d{2,}[a-z0-9]*"  # ORA-00942, E1234, HTTP504, ERR42
+    r"|[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+",  # ERR_CONN_RESET (upper snake case)
+    re.IGNORECASE,
+)
+_SEPARATORS = re.compile(r"[_.\-/]+")
+_CAMEL = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|\d+")
+
+_jieba_ready = False
+
+
+def _segment(run: str) -> list[str]:
+    global _jieba_ready
+    import jieba  # imported lazily: 0.6 s dictionary load, paid once per process
+
+    if not _jieba_ready:
+        jieba.setLogLevel(60)
+        jieba.initialize()
+        _jieba_ready = True
+    return [w for w in jieba.lcut(run) if w.strip()]
+
+
+def _is_error_code(word: str) -> bool:
+    if not _ERROR_CODE.fullmatch(word):
+        return False
+    # upper snake case counts only when written in capitals (thread_pool is an identifier)
+    return "_" not in word or word.isupper() or any(c.isdigit() for c in word)
+
+
+def identifier_tokens(word: str) -> list[str]:
+    """Tokens of one latin word: its parts (split on case and separators), then itself."""
+    if _is_error_code(word):
+        return [word.lower()]
+    parts: list[str] = []
+    for chunk in _SEPARATORS.split(word):
+        parts.extend(p.lower() for p in _CAMEL.findall(chunk))
+    whole = word.lower()
+    if len(parts) <= 1:
+        return [whole]
+    return [*parts, whole]
+
+
+def tokens(text: str) -> Iterator[str]:
+    """Normalised tokens of ``text`` in order (may repeat, as term frequency should)."""
+    pos = 0
+    for match in _CJK_RUN.finditer(text):
+        yield from _latin_tokens(text[pos : match.start()])
+        yield from _segment(match.group())
+        pos = match.end()
+    yield from _latin_tokens(text[pos:])
+
+
+def _latin_tokens(text: str) -> Iterator[str]:
+    for match in _WORD.finditer(text):
+        yield from identifier_tokens(match.group())
+
+
+_CASE_CHANGE = re.compile(r"[a-z][A-Z]|[A-Z]{2}[a-z]")
+
+
+def exact_terms(text: str) -> list[str]:
+    """Words a user types to be matched verbatim: error codes, camelCase, snake_case and
+    dotted or slashed names (seed 七.4: such queries lean on the lexical index).
+    Hyphenated words are left out: English compounds ("well-known") look the same."""
+    out = []
+    for match in _WORD.finditer(text):
+        word = match.group()
+        if (
+            _is_error_code(word)
+            or _CASE_CHANGE.search(word)
+            or "_" in word
+            or (("." in word or "/" in word) and any(c.isalpha() for c in word))
+        ):
+            out.append(word)
+    return out
+
+
+def normalise(text: str, *, max_bytes: int | None = None) -> str:
+    """Whitespace-joined tokens of ``text``, cut at a token boundary under ``max_bytes``."""
+    out = " ".join(tokens(text))
+    if max_bytes is not None and len(out.encode("utf-8")) > max_bytes:
+        cut = out.encode("utf-8")[:max_bytes].decode("utf-8", errors="ignore")
+        out = cut.rsplit(" ", 1)[0] if " " in cut else cut
+    return out

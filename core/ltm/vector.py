@@ -1,0 +1,158 @@
+"""Vector index on Milvus (pymilvus 2.5.x ``MilvusClient``), one collection per deployment.
+
+Schema (seed 七.3): ``id`` (primary key = memory_id), ``vector`` (FLOAT_VECTOR, dim of
+the embedder), ``tenant_id``, ``user_id``, ``project_id`` ("" for none), ``memory_type``,
+``status``, ``importance``, ``updated_at``.  The index is FLAT with COSINE: exact, and
+the only vector index milvus-lite 2.5.1 serves without losing filtered results
+(MEASURED.md); a real Milvus may use HNSW through ``index_type``.  Nothing touches the
+server in the constructor: :meth:`MilvusVectorIndex.ensure_schema` creates or checks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from core.errors import InvalidInput
+from core.ids import validate_id
+from core.ltm.card import LtmCard
+from core.ltm.embedding import Vectors
+from core.ltm.errors import EmbeddingDimensionMismatch
+from core.ltm.filters import CardFilter, milvus_expr
+from core.ltm.milvus import MilvusConnection, milvus_errors, rpc_timeout
+from core.ltm.ports import Hit
+
+_OUT = ["importance", "updated_at"]
+
+
+def add_scalar_fields(schema: Any) -> None:
+    """Filter and rerank fields shared by the vector and the lexical collections."""
+    from pymilvus import DataType
+
+    schema.add_field("tenant_id", DataType.VARCHAR, max_length=128)
+    schema.add_field("user_id", DataType.VARCHAR, max_length=128)
+    schema.add_field("project_id", DataType.VARCHAR, max_length=128)
+    schema.add_field("memory_type", DataType.VARCHAR, max_length=64)
+    schema.add_field("status", DataType.VARCHAR, max_length=16)
+    schema.add_field("importance", DataType.FLOAT)
+    schema.add_field("updated_at", DataType.DOUBLE)
+
+
+def hits_of(result: Any) -> list[Hit]:
+    out = []
+    for row in result[0] if result else []:
+        entity = row.get("entity", {})
+        out.append(
+            Hit(
+                memory_id=str(row["id"]),
+                score=float(row["distance"]),
+                importance=float(entity.get("importance", 0.0)),
+                updated_at=float(entity.get("updated_at", 0.0)),
+                title=str(entity.get("title", "")),
+                summary=str(entity.get("summary", "")),
+            )
+        )
+    return out
+
+
+class MilvusVectorIndex:
+    """Card vectors in Milvus; ``timeout_s`` bounds every call (seconds)."""
+
+    name = "vector"
+
+    def __init__(
+        self,
+        conn: MilvusConnection,
+        *,
+        collection: str,
+        dim: int,
+        index_type: str = "FLAT",
+        timeout_s: float = 5.0,
+    ) -> None:
+        if dim < 1:
+            raise InvalidInput("vector dim must be positive")
+        self.conn = conn
+        self.collection = collection
+        self.dim = dim
+        self.index_type = index_type
+        self.timeout_s = timeout_s
+        self._rpc_timeout = rpc_timeout(timeout_s)
+
+    def ensure_schema(self) -> None:
+        """Create the collection and its index if missing; check the dimension if present."""
+        with milvus_errors("ensure vector schema", self.conn):
+            if self.conn.client.has_collection(self.collection, timeout=self._rpc_timeout):
+                self._check_dim()
+                self.conn.client.load_collection(self.collection, timeout=self._rpc_timeout)
+                return
+            from pymilvus import DataType
+
+            schema = self.conn.client.create_schema(auto_id=False, enable_dynamic_field=False)
+            schema.add_field("id", DataType.VARCHAR, is_primary=True, max_length=64)
+            schema.add_field("vector", DataType.FLOAT_VECTOR, dim=self.dim)
+            add_scalar_fields(schema)
+            index = self.conn.client.prepare_index_params()
+            index.add_index(field_name="vector", index_type=self.index_type, metric_type="COSINE")
+            self.conn.client.create_collection(
+                self.collection, schema=schema, index_params=index, timeout=self._rpc_timeout
+            )
+
+    def collection_dim(self) -> int:
+        with milvus_errors("describe vector collection", self.conn):
+            info = self.conn.client.describe_collection(self.collection, timeout=self._rpc_timeout)
+        for field in info.get("fields", []):
+            if field.get("name") == "vector":
+                return int(field.get("params", {}).get("dim", 0))
+        raise EmbeddingDimensionMismatch(f"collection {self.collection} has no vector field")
+
+    def _check_dim(self) -> None:
+        found = self.collection_dim()
+        if found != self.dim:
+            raise EmbeddingDimensionMismatch(
+                f"Milvus collection {self.collection!r} holds {found}-d vectors but the "
+                f"embedder makes {self.dim}-d ones: rebuild the collection or switch model"
+            )
+
+    def upsert(self, cards: Sequence[LtmCard], vectors: Vectors) -> None:
+        if len(cards) != len(vectors):
+            raise InvalidInput("one vector per card")
+        if not cards:
+            return
+        if vectors.shape[1] != self.dim:
+            raise EmbeddingDimensionMismatch(
+                f"vectors of {vectors.shape[1]}-d, index is {self.dim}-d"
+            )
+        rows = [card.vector_record(vec.tolist()) for card, vec in zip(cards, vectors, strict=True)]
+        with milvus_errors("upsert vectors", self.conn):
+            self.conn.client.upsert(self.collection, rows, timeout=self._rpc_timeout)
+
+    def delete(self, memory_ids: Sequence[str]) -> None:
+        ids = [validate_id(m, kind="memory_id") for m in memory_ids]
+        if ids:
+            with milvus_errors("delete vectors", self.conn):
+                self.conn.client.delete(self.collection, ids=ids, timeout=self._rpc_timeout)
+
+    def search(self, vector: Vectors, flt: CardFilter, limit: int) -> list[Hit]:
+        with milvus_errors("vector search", self.conn):
+            result = self.conn.client.search(
+                self.collection,
+                data=[vector.tolist()],
+                anns_field="vector",
+                filter=milvus_expr(flt),
+                limit=limit,
+                output_fields=_OUT,
+                search_params={"metric_type": "COSINE"},
+                timeout=self._rpc_timeout,
+            )
+        return hits_of(result)
+
+    def count(self) -> int:
+        with milvus_errors("count vectors", self.conn):
+            rows = self.conn.client.query(
+                self.collection, filter="", output_fields=["count(*)"], timeout=self._rpc_timeout
+            )
+        return int(rows[0]["count(*)"])
+
+    def drop(self) -> None:
+        with milvus_errors("drop vector collection", self.conn):
+            self.conn.client.drop_collection(self.collection, timeout=self._rpc_timeout)

@@ -1,0 +1,302 @@
+"""Long-term memory benchmark: indexing throughput, write and search latency, quality.
+
+Why these figures (issue 4): one card's LTM write (ledger + embedding + both
+projections) should stay within 50 ms p95 (seed 2 §2.2); a hybrid search within 30 ms
+p95 at 100k cards, query embedding included; and hybrid should be at least as good as
+the better single mode on MADial-Bench Recall@5 in both languages.  Everything runs on
+the real stack: a milvus-lite 2.5.1 server of its own (temp folder, free port), a
+scratch PostgreSQL database, the default embedding model.  Searches are filtered by
+tenant and user, as the read path does.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import random
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+from psycopg.conninfo import make_conninfo
+from sqlalchemy.engine import make_url
+
+from core.ltm import migrate
+from core.ltm.config import LtmSettings
+from core.ltm.filters import CardFilter
+from core.ltm.milvus_server import MilvusServer, free_port
+from core.ltm.runtime import LtmRuntime, build_runtime
+from core.ltm.search import SearchMode, SearchPolicy
+from core.settings import load_settings
+from ops.bench.common import load_average, percentile, r3
+from ops.bench.ltm_data import (
+    DEFAULT_MADIAL,
+    load_madial,
+    memory_draft,
+    metrics,
+    synthetic_draft,
+    synthetic_query,
+)
+
+TARGET_WRITE_P95_MS = 50.0
+TARGET_HYBRID_P95_MS = 30.0
+BATCH = 500
+MODES = (SearchMode.LEXICAL, SearchMode.VECTOR, SearchMode.HYBRID)
+MODE_NAMES = tuple(m.value for m in MODES)
+
+
+@contextlib.contextmanager
+def _scratch_db() -> Iterator[str]:
+    base = make_url(os.environ.get("MEMSTRATA_POSTGRES_URL") or load_settings().postgres_url)
+    name = f"memstrata_bench_ltm_{uuid.uuid4().hex[:10]}"
+    admin = make_conninfo(
+        host=base.host or "127.0.0.1",
+        port=base.port or 5432,
+        user=base.username or "postgres",
+        password=base.password,
+        dbname="postgres",
+        connect_timeout=5,
+    )
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"'.encode())
+    try:
+        yield base.set(database=name).render_as_string(hide_password=False)
+    finally:
+        with psycopg.connect(admin, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'.encode())
+
+
+@contextlib.contextmanager
+def _stack() -> Iterator[LtmRuntime]:
+    with tempfile.TemporaryDirectory(prefix="ltm-bench-") as tmp, _scratch_db() as url:
+        migrate.upgrade(url)
+        server = MilvusServer(Path(tmp) / "bench.db", f"127.0.0.1:{free_port()}")
+        server.start()
+        rt = build_runtime(
+            LtmSettings(milvus_uri=server.uri, collection_prefix="bench", milvus_timeout_s=30),
+            postgres_url=url,
+        )
+        try:
+            yield rt.start()
+        finally:
+            rt.close()
+            server.stop()
+
+
+def _quality(rt: LtmRuntime, root: Path) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    policy = SearchPolicy(candidates=20, top_k=10)
+    for lang in ("en", "zh"):
+        memories, queries = load_madial(lang, root)
+        tenant = f"madial-{lang}"
+        written = rt.ledger.write_many([memory_draft(m, tenant) for m in memories])
+        ids = {w.memory_id: m.key for w, m in zip(written, memories, strict=True)}
+        rt.projector.project(list(ids))
+        per_mode: dict[str, Any] = {}
+        for mode in MODES:
+            rows = []
+            for q in queries:
+                flt = CardFilter(tenant_id=tenant, user_id=f"u{q.user}")
+                ranked = [
+                    ids[r.memory_id]
+                    for r in rt.search.search(q.text, flt, mode=mode, policy=policy)
+                ]
+                row = metrics(ranked, q.gold, 5)
+                row["recall@1"] = metrics(ranked, q.gold, 1)["recall@1"]
+                row["recall@10"] = metrics(ranked, q.gold, 10)["recall@10"]
+                rows.append(row)
+            per_mode[mode.value] = {k: r3(sum(r[k] for r in rows) / len(rows)) for k in rows[0]}
+        out[lang] = {"memories": len(memories), "queries": len(queries), **per_mode}
+    return out
+
+
+def _load(
+    rt: LtmRuntime, start: int, count: int, users: int, rng: random.Random
+) -> dict[str, float]:
+    """Write ``count`` synthetic cards and project them in batches; cold embedding cache."""
+    ledger_s = project_s = 0.0
+    for lo in range(start, start + count, BATCH):
+        drafts = [
+            synthetic_draft(i, rng, tenant="bench", users=users)
+            for i in range(lo, min(lo + BATCH, start + count))
+        ]
+        t0 = time.perf_counter()
+        ids = [r.memory_id for r in rt.ledger.write_many(drafts)]
+        t1 = time.perf_counter()
+        rt.projector.project(ids)
+        project_s += time.perf_counter() - t1
+        ledger_s += t1 - t0
+    return {"ledger_s": ledger_s, "project_s": project_s}
+
+
+def _reproject(rt: LtmRuntime, count: int) -> float:
+    """Projection of ``count`` already-embedded cards (cache warm): cost without the model."""
+    ids = rt.ledger.ids(limit=count)
+    t0 = time.perf_counter()
+    for lo in range(0, len(ids), BATCH):
+        rt.projector.project(ids[lo : lo + BATCH], force=True)
+    return len(ids) / (time.perf_counter() - t0)
+
+
+def _writes(rt: LtmRuntime, n: int, users: int, rng: random.Random, base: int) -> list[float]:
+    """One card at a time, as a promotion does: ledger write + embed + both projections."""
+    times = []
+    for i in range(base, base + n):
+        draft = synthetic_draft(i, rng, tenant="bench", users=users)
+        t0 = time.perf_counter()
+        memory_id = rt.ledger.write(draft).memory_id
+        rt.projector.project([memory_id])
+        times.append((time.perf_counter() - t0) * 1000)
+    return times
+
+
+def _searches(
+    rt: LtmRuntime, n: int, users: int, rng: random.Random
+) -> dict[str, dict[str, float]]:
+    out: dict[str, dict[str, float]] = {}
+    queries = [(f"{synthetic_query(rng)} {i}", f"u{rng.randrange(users)}") for i in range(n)]
+    for mode in MODES:
+        times = []
+        for text, user in queries:
+            flt = CardFilter(tenant_id="bench", user_id=user)
+            t0 = time.perf_counter()
+            rt.search.search(f"{text} {mode.value}", flt, mode=mode)  # distinct text: no cache hit
+            times.append((time.perf_counter() - t0) * 1000)
+        out[mode.value] = {"p50": r3(percentile(times, 50)), "p95": r3(percentile(times, 95))}
+    return out
+
+
+def run(quick: bool) -> dict[str, Any]:
+    """Quality on MADial-Bench, then throughput and latency at each scale."""
+    override = os.environ.get("MEMSTRATA_BENCH_LTM_SCALES")  # e.g. "10000,100000"
+    scales = [int(x) for x in override.split(",")] if override else None
+    scales = scales or ([2000] if quick else [10_000, 100_000])
+    root = Path(os.environ.get("MEMSTRATA_MADIAL_DIR", DEFAULT_MADIAL))
+    rng = random.Random(42)
+    figures: dict[str, Any] = {
+        "quick": quick,
+        "loadavg_at_start": [round(x, 2) for x in load_average()],
+        "embedding": "use-multilingual",
+    }
+    with _stack() as rt:
+        figures["embedding"] = rt.embedder.name
+        figures["quality"] = _quality(rt, root)
+        users = 100
+        loaded = 0
+        per_scale: list[dict[str, Any]] = []
+        for size in scales:
+            t0 = time.perf_counter()
+            phases = _load(rt, loaded, size - loaded, users, rng)
+            wall = time.perf_counter() - t0
+            new = size - loaded
+            loaded = size
+            writes = _writes(rt, 50 if quick else 200, users, rng, base=10_000_000 + size)
+            entry: dict[str, Any] = {
+                "cards": size,
+                "index_cards_per_s": r3(new / wall),
+                "project_cards_per_s": r3(new / phases["project_s"]),
+                "project_cards_per_s_no_embedding": r3(_reproject(rt, min(size, 5000))),
+                "ledger_cards_per_s": r3(new / phases["ledger_s"]),
+                "write_p50_ms": r3(percentile(writes, 50)),
+                "write_p95_ms": r3(percentile(writes, 95)),
+                "search_ms": _searches(rt, 60 if quick else 200, users, rng),
+            }
+            per_scale.append(entry)
+        last = per_scale[-1]
+        figures.update(
+            {
+                "cards": last["cards"],
+                "index_cards_per_s": last["index_cards_per_s"],
+                "write_p95_ms": last["write_p95_ms"],
+                "search_p95_ms": {m: v["p95"] for m, v in last["search_ms"].items()},
+                "scales": per_scale,
+            }
+        )
+    figures["loadavg_at_end"] = [round(x, 2) for x in load_average()]
+    return figures
+
+
+def _scale_rows(scales: list[dict[str, Any]]) -> list[str]:
+    rows = [
+        "| cards | index cards/s (ledger + embed + 2 projections) | projection/s "
+        "| projection/s, embeddings cached | write p50 / p95 ms "
+        "| lexical p50 / p95 ms | vector p50 / p95 ms | hybrid p50 / p95 ms |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for s in scales:
+        cells = [
+            s["cards"],
+            s["index_cards_per_s"],
+            s["project_cards_per_s"],
+            s["project_cards_per_s_no_embedding"],
+            f"{s['write_p50_ms']} / {s['write_p95_ms']}",
+            *(f"{s['search_ms'][m]['p50']} / {s['search_ms'][m]['p95']}" for m in MODE_NAMES),
+        ]
+        rows.append("| " + " | ".join(str(c) for c in cells) + " |")
+    return rows
+
+
+def _quality_rows(quality: dict[str, Any]) -> list[str]:
+    rows = [
+        "| lang | mode | recall@1 | recall@5 | ndcg@5 | mrr | recall@10 |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    keys = ("recall@1", "recall@5", "ndcg@5", "mrr", "recall@10")
+    for lang in ("en", "zh"):
+        for mode in MODE_NAMES:
+            m = quality[lang][mode]
+            rows.append(f"| {lang} | {mode} | " + " | ".join(str(m[k]) for k in keys) + " |")
+    return rows
+
+
+def markdown(figures: dict[str, Any]) -> str:
+    f = figures
+
+    def verdict(ok: bool) -> str:
+        return "met" if ok else "MISSED"
+
+    write_ok = verdict(f["write_p95_ms"] <= TARGET_WRITE_P95_MS)
+    hybrid_ok = verdict(f["search_p95_ms"]["hybrid"] <= TARGET_HYBRID_P95_MS)
+    fusion = []
+    for lang in ("en", "zh"):
+        q = f["quality"][lang]
+        best = max(q["lexical"]["recall@5"], q["vector"]["recall@5"])
+        fusion.append(f"{lang} {verdict(q['hybrid']['recall@5'] >= best)}")
+    quick = " --quick" if f.get("quick") else ""
+    return (
+        "\n".join(
+            [
+                f"### Long-term memory (`memstrata bench ltm{quick}`)",
+                "",
+                f"Embedding model `{f['embedding']}`; milvus-lite 2.5.1 server (FLAT, BM25 "
+                f"function), PostgreSQL ledger; load average {f['loadavg_at_start']} at start, "
+                f"{f.get('loadavg_at_end')} at end.  Searches filtered by tenant and user, query "
+                "embedding included, distinct query texts (no cache hits).",
+                "",
+                *_scale_rows(f["scales"]),
+                "",
+                f"Targets: one card's write p95 ≤ {TARGET_WRITE_P95_MS} ms: {write_ok}; hybrid p95 "
+                f"≤ {TARGET_HYBRID_P95_MS} ms at {f['cards']} cards: {hybrid_ok}; hybrid ≥ best "
+                f"single mode on recall@5: {', '.join(fusion)}.",
+                "",
+                "MADial-Bench (candidates: the user's memories; query: the dialogue before the "
+                "test turn; gold: relevant-id):",
+                "",
+                *_quality_rows(f["quality"]),
+            ]
+        )
+        + "\n"
+    )
+
+
+if __name__ == "__main__":  # pragma: no cover - manual run
+    import json
+    import sys
+
+    result = run("--quick" in sys.argv)
+    print(json.dumps(result, indent=2, ensure_ascii=False))
+    print(markdown(result))

@@ -1,0 +1,182 @@
+"""The card ledger in PostgreSQL: migration, one-transaction writes, projection states."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from alembic.autogenerate import compare_metadata
+from alembic.runtime.migration import MigrationContext
+from sqlalchemy import Engine, create_engine, inspect, text
+
+from core.errors import NotFound, PayloadTooLarge
+from core.ltm import migrate
+from core.ltm.ledger import Ledger, ProjectionState
+from core.ltm.tables import ltm_metadata
+from tests.integration import ltm_env
+from tests.integration.authority_db import scratch_database
+
+pytestmark = pytest.mark.integration
+
+ltm_pg_url = ltm_env.ltm_pg_url
+tenant = ltm_env.tenant
+
+
+@pytest.fixture
+def engine(ltm_pg_url: str) -> Iterator[Engine]:
+    eng = create_engine(ltm_pg_url)
+    yield eng
+    with eng.begin() as conn:
+        conn.execute(text("DELETE FROM ltm_cards"))
+    eng.dispose()
+
+
+@pytest.fixture
+def ledger(engine: Engine) -> Ledger:
+    return Ledger(engine, max_content_chars=1000)
+
+
+def states(ledger: Ledger, memory_id: str) -> dict[str, tuple[str, int, int]]:
+    return {
+        p.index_name: (p.state.value, p.target_version, p.attempts)
+        for p in ledger.projections([memory_id])
+    }
+
+
+def test_migration_branch_upgrades_beside_the_authority_and_downgrades_cleanly() -> None:
+    with scratch_database("memstrata_ltm_mig_") as url:
+        migrate.upgrade(url)
+        eng = create_engine(url)
+        try:
+            tables = set(inspect(eng).get_table_names())
+            assert {"ltm_cards", "ltm_projections"} <= tables
+            assert "tenants" not in tables  # the authority branch was not dragged along
+            migrate.upgrade(url, "heads")  # both branches together, as the lead wires it
+            assert "tenants" in set(inspect(eng).get_table_names())
+            migrate.downgrade(url)
+            tables = set(inspect(eng).get_table_names())
+            assert "ltm_cards" not in tables and "tenants" in tables
+        finally:
+            eng.dispose()
+
+
+def test_migrated_ledger_matches_the_table_definitions(ltm_pg_url: str) -> None:
+    eng = create_engine(ltm_pg_url)
+    try:
+        with eng.connect() as conn:
+            diff = compare_metadata(MigrationContext.configure(conn), ltm_metadata)
+            checks = set(
+                conn.execute(
+                    text(
+                        "SELECT conname FROM pg_constraint"
+                        " WHERE conrelid::regclass::text LIKE 'ltm_%'"
+                    )
+                ).scalars()
+            )
+    finally:
+        eng.dispose()
+    ours = [d for d in diff if "ltm_" in repr(d)]
+    assert ours == []
+    assert checks == {
+        "pk_ltm_cards",
+        "ck_ltm_cards_status",
+        "pk_ltm_projections",
+        "fk_ltm_projections_memory_id_ltm_cards",
+        "ck_ltm_projections_index_name",
+        "ck_ltm_projections_state",
+    }
+
+
+def test_a_new_card_and_both_pending_projections_are_written_together(
+    ledger: Ledger, tenant: str
+) -> None:
+    draft = ltm_env.card_draft(tenant, "k1", "createOrder timeout", "thread pool saturated")
+    result = ledger.write(draft, now=100.0)
+    assert result.op == "inserted" and result.version == 1
+    assert states(ledger, result.memory_id) == {
+        "lexical": ("pending", 1, 0),
+        "vector": ("pending", 1, 0),
+    }
+    card = ledger.cards([result.memory_id])[result.memory_id]
+    assert card.created_at == 100.0 and "createorder" in card.bm25_text
+
+
+def test_re_promotion_updates_the_same_card_and_identical_content_changes_nothing(
+    ledger: Ledger, tenant: str
+) -> None:
+    first = ledger.write(ltm_env.card_draft(tenant, "k1", "t", "s1"), now=100.0)
+    ledger.indexed([(first.memory_id, "lexical", 1), (first.memory_id, "vector", 1)], now=101.0)
+    same = ledger.write(ltm_env.card_draft(tenant, "k1", "t", "s1"), now=200.0)
+    assert (same.op, same.version) == ("unchanged", 1)
+    assert states(ledger, first.memory_id)["vector"][0] == "indexed"
+    newer = ledger.write(ltm_env.card_draft(tenant, "K1", "t", "s2"), now=300.0)
+    assert (newer.memory_id, newer.op, newer.version) == (first.memory_id, "updated", 2)
+    assert states(ledger, first.memory_id)["vector"] == ("pending", 2, 0)
+    card = ledger.cards([first.memory_id])[first.memory_id]
+    assert (card.created_at, card.updated_at, card.summary) == (100.0, 300.0, "s2")
+
+
+def test_a_late_mark_for_an_old_version_does_not_hide_the_new_one(
+    ledger: Ledger, tenant: str
+) -> None:
+    first = ledger.write(ltm_env.card_draft(tenant, "k1", "t", "s1"), now=100.0)
+    ledger.write(ltm_env.card_draft(tenant, "k1", "t", "s2"), now=101.0)
+    ledger.indexed([(first.memory_id, "vector", 1)], now=102.0)
+    assert states(ledger, first.memory_id)["vector"] == ("pending", 2, 0)
+
+
+def test_errors_count_attempts_and_permanent_ones_become_dead_letters(
+    ledger: Ledger, tenant: str
+) -> None:
+    mid = ledger.write(ltm_env.card_draft(tenant, "k1", "t", "s"), now=100.0).memory_id
+    ledger.errored([(mid, "vector", 1)], error="milvus down", permanent=False, now=110.0)
+    ledger.errored([(mid, "lexical", 1)], error="IndexRejected: bad", permanent=True, now=110.0)
+    rows = {p.index_name: p for p in ledger.projections([mid])}
+    assert rows["vector"].state is ProjectionState.PENDING and rows["vector"].attempts == 1
+    assert rows["vector"].last_error == "milvus down"
+    assert rows["lexical"].state is ProjectionState.FAILED
+    assert ledger.due(now=120.0, grace_s=5.0, max_attempts=3, limit=10) == [mid]
+    assert ledger.due(now=120.0, grace_s=60.0, max_attempts=3, limit=10) == []
+    assert ledger.counts()["lexical"] == {"failed": 1}
+
+
+def test_delete_is_a_tombstone_that_re_pends_both_projections(ledger: Ledger, tenant: str) -> None:
+    mid = ledger.write(ltm_env.card_draft(tenant, "k1", "t", "s"), now=100.0).memory_id
+    ledger.indexed([(mid, "lexical", 1), (mid, "vector", 1)], now=101.0)
+    assert ledger.delete(mid, now=102.0) == 2
+    assert states(ledger, mid)["lexical"] == ("pending", 2, 0)
+    assert ledger.cards([mid])[mid].status.value == "deleted"
+    with pytest.raises(NotFound):
+        ledger.delete("ltm_missing")
+
+
+def test_oversized_content_is_refused_before_anything_is_written(
+    ledger: Ledger, tenant: str
+) -> None:
+    with pytest.raises(PayloadTooLarge):
+        ledger.write(ltm_env.card_draft(tenant, "k1", "t", "s", content="x" * 1001))
+    assert ledger.ids() == []
+
+
+def test_a_promotion_batch_is_written_in_one_transaction(ledger: Ledger, tenant: str) -> None:
+    drafts = [ltm_env.card_draft(tenant, f"k{i}", "t", f"s{i}") for i in range(3)]
+    results = ledger.write_many(drafts, now=100.0)
+    assert [r.op for r in results] == ["inserted"] * 3
+    ids = [r.memory_id for r in results]
+    ledger.settle(
+        indexed=[(ids[0], "lexical", 1), (ids[0], "vector", 1), (ids[1], "vector", 9)],
+        transient=[((ids[1], "lexical", 1), "down")],
+        permanent=[((ids[2], "vector", 1), "IndexRejected: bad")],
+        now=101.0,
+    )
+    assert states(ledger, ids[0]) == {"lexical": ("indexed", 1, 0), "vector": ("indexed", 1, 0)}
+    assert states(ledger, ids[1]) == {"lexical": ("pending", 1, 1), "vector": ("pending", 1, 0)}
+    assert states(ledger, ids[2])["vector"] == ("failed", 1, 1)
+
+
+def test_promoting_a_deleted_card_again_brings_it_back(ledger: Ledger, tenant: str) -> None:
+    mid = ledger.write(ltm_env.card_draft(tenant, "k1", "t", "s"), now=100.0).memory_id
+    ledger.delete(mid, now=101.0)
+    again = ledger.write(ltm_env.card_draft(tenant, "k1", "t", "s"), now=102.0)
+    assert (again.op, again.version) == ("updated", 3)
+    assert ledger.cards([mid])[mid].status.value == "active"

@@ -1,0 +1,118 @@
+"""Ledger -> projections -> search, on the real milvus-lite server and PostgreSQL."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from core.ltm.errors import EmbeddingDimensionMismatch
+from core.ltm.filters import CardFilter
+from core.ltm.indexer import plan_reconcile, rebuild, reconcile
+from core.ltm.runtime import LtmRuntime
+from core.ltm.search import SearchMode
+from core.ltm.vector import MilvusVectorIndex
+from tests.integration import ltm_env
+
+pytestmark = pytest.mark.integration
+
+milvus_server = ltm_env.milvus_server
+ltm_pg_url = ltm_env.ltm_pg_url
+embedder = ltm_env.embedder
+ltm = ltm_env.ltm
+tenant = ltm_env.tenant
+
+
+def top(rt: LtmRuntime, query: str, flt: CardFilter, mode: SearchMode) -> list[str]:
+    return [r.memory_id for r in rt.search.search(query, flt, mode=mode)]
+
+
+def test_a_promoted_card_is_found_by_its_words_and_by_its_meaning(
+    ltm: LtmRuntime, tenant: str
+) -> None:
+    ids = ltm_env.seed_corpus(ltm, tenant)
+    flt = CardFilter(tenant_id=tenant, user_id="u_42")
+    assert top(ltm, "ORA-00942", flt, SearchMode.LEXICAL)[0] == ids["case.ora00942"]
+    meaning = "what sweet food does the user like"
+    assert top(ltm, meaning, flt, SearchMode.VECTOR)[0] == ids["pref.mango"]
+    assert top(ltm, "缓存写不进去了", flt, SearchMode.VECTOR)[0] == ids["case.redis.oom"]
+    hybrid = ltm.search.search("createOrder 超时 线程池", flt, mode=SearchMode.HYBRID)
+    assert hybrid[0].memory_id == ids["case.createorder.timeout"]
+    assert set(hybrid[0].sources) == {"lexical", "vector"}
+    assert len(hybrid) <= 5
+
+
+def test_re_promotion_does_not_duplicate_and_reindexing_is_idempotent(
+    ltm: LtmRuntime, tenant: str
+) -> None:
+    ids = ltm_env.seed_corpus(ltm, tenant)
+    again = ltm_env.card_draft(
+        tenant, "case.ora00942", "ORA-00942 on the reporting job", "new text"
+    )
+    assert ltm.ledger.write(again).memory_id == ids["case.ora00942"]
+    ltm.projector.project([ids["case.ora00942"]])
+    ltm.projector.project([ids["case.ora00942"]], force=True)
+    assert ltm.vector.count() == len(ltm_env.CORPUS)
+    flt = CardFilter(tenant_id=tenant)
+    hits = ltm.search.search("ORA-00942", flt, mode=SearchMode.LEXICAL)
+    assert [h.summary for h in hits if h.memory_id == ids["case.ora00942"]] == ["new text"]
+
+
+def test_filters_keep_other_users_and_projects_out(ltm: LtmRuntime, tenant: str) -> None:
+    ids = ltm_env.seed_corpus(ltm, tenant)
+    other = ltm_env.card_draft(tenant, "pref.mango", "Favourite dessert", "mango", user_id="u_9")
+    other_id = ltm.ledger.write(other).memory_id
+    ltm.projector.project([other_id])
+    for mode in SearchMode:
+        found = top(ltm, "mango ice cream", CardFilter(tenant_id=tenant, user_id="u_9"), mode)
+        assert found == [other_id]
+        blog = CardFilter(tenant_id=tenant, project_id="p_blog")
+        assert top(ltm, "mango ice cream", blog, mode) == []
+    assert ids["pref.mango"] != other_id
+
+
+def test_a_delete_propagates_to_both_indexes(ltm: LtmRuntime, tenant: str) -> None:
+    ids = ltm_env.seed_corpus(ltm, tenant)
+    ltm.ledger.delete(ids["case.ora00942"])
+    report = ltm.projector.project([ids["case.ora00942"]])
+    assert report.deleted == 2
+    flt = CardFilter(tenant_id=tenant)
+    for mode in SearchMode:
+        assert ids["case.ora00942"] not in top(ltm, "ORA-00942 reporting job", flt, mode)
+    assert {p.state.value for p in ltm.ledger.projections([ids["case.ora00942"]])} == {"indexed"}
+
+
+def test_both_indexes_can_be_rebuilt_from_postgresql(ltm: LtmRuntime, tenant: str) -> None:
+    ids = ltm_env.seed_corpus(ltm, tenant)
+    report = rebuild(ltm.projector, drop=True)
+    assert report.indexed == 2 * len(ids) and not report.transient
+    assert ltm.vector.count() == len(ids)
+    flt = CardFilter(tenant_id=tenant)
+    assert top(ltm, "ORA-00942", flt, SearchMode.HYBRID)[0] == ids["case.ora00942"]
+
+
+def test_a_collection_of_another_dimension_fails_start_up_clearly(ltm: LtmRuntime) -> None:
+    other = MilvusVectorIndex(ltm.milvus, collection=ltm.vector.collection, dim=384)
+    with pytest.raises(EmbeddingDimensionMismatch, match="holds 512-d vectors"):
+        other.ensure_schema()
+
+
+def test_a_rejected_projection_is_a_dead_letter_with_its_reason_until_reconciled(
+    ltm: LtmRuntime, tenant: str
+) -> None:
+    ltm.lexical.drop()  # the index now refuses writes: a permanent error, not an outage
+    draft = ltm_env.card_draft(tenant, "case.dl", "E5001 in checkout", "dead letter case")
+    memory_id = ltm.ledger.write(draft).memory_id
+    report = ltm.projector.project([memory_id])
+    assert report.permanent == [memory_id] and report.indexed == 1  # the vector side worked
+    rows = {p.index_name: p for p in ltm.ledger.projections([memory_id])}
+    assert rows["lexical"].state.value == "failed"
+    assert (rows["lexical"].last_error or "").startswith("IndexRejected")
+    assert rows["vector"].state.value == "indexed"
+
+    ltm.lexical.ensure_schema()  # the operator fixes the cause; the reconciler re-drives
+    plan = plan_reconcile(ltm.ledger, now=time.time(), grace_s=0, max_attempts=8, limit=10)
+    assert plan.memory_ids == (memory_id,)
+    assert reconcile(ltm.projector, plan).indexed == 1
+    hits = ltm.search.search("E5001", CardFilter(tenant_id=tenant), mode=SearchMode.LEXICAL)
+    assert hits[0].memory_id == memory_id

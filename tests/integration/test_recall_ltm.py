@@ -1,0 +1,130 @@
+"""recall() with the real long-term layer: milvus-lite server + ledger + embedder."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from sqlalchemy import Engine
+
+from core.authority import ProfileCache
+from core.ltm.milvus_server import MilvusServer, free_port
+from core.ltm.runtime import LtmRuntime
+from core.recall.ltm_adapter import LedgerBackedSearcher
+from core.recall.pool import SourceType, Verdict
+from core.recall.service import Recaller, RecallRequest
+from core.resources import Resources
+from tests.integration import authority_db, ltm_env
+from tests.integration.authority_db import World
+from tests.integration.test_recall import T0, ZH_DEBUG, ingest
+
+pytestmark = pytest.mark.integration
+
+pg_url = authority_db.pg_url
+engine = authority_db.engine
+world = authority_db.world
+cache = authority_db.cache
+milvus_server = ltm_env.milvus_server
+ltm_pg_url = ltm_env.ltm_pg_url
+embedder = ltm_env.embedder
+ltm = ltm_env.ltm
+
+
+def _cards(rt: LtmRuntime, w: World) -> dict[str, str]:
+    """A similar past case, and a card holding the same fact as an STM item."""
+    drafts = [
+        ltm_env.card_draft(
+            w.tenant_id, "case.createorder.timeout", "createOrder timeout 常见排查经验",
+            "历史上多次出现 createOrder 超时，数据库正常时常见根因是线程池饱和",
+            user_id=w.alice, project_id=w.shop, entities=["createOrder", "thread_pool"],
+        ),
+        ltm_env.card_draft(
+            w.tenant_id, "bug456:excluded:database", "数据库已排除",
+            "createOrder 超时与数据库无关（旧卡片）", user_id=w.alice, project_id=w.shop,
+        ),
+        ltm_env.card_draft(  # another user's card: must never come back
+            w.tenant_id, "case.other", "createOrder 超时 other user",
+            "createOrder 超时 线程池 other user", user_id=w.bob, project_id=w.shop,
+        ),
+    ]  # fmt: skip
+    ids = {d.canonical_key: rt.ledger.write(d).memory_id for d in drafts}
+    rt.projector.project(list(ids.values()))
+    rt.lexical.refresh()
+    return ids
+
+
+@pytest.fixture
+def recaller(
+    res: Resources, engine: Engine, cache: ProfileCache, ltm: LtmRuntime
+) -> Iterator[Recaller]:
+    r = Recaller(
+        stm=res.stm, profile_cache=cache, engine=engine,
+        ltm=LedgerBackedSearcher(ltm.search, ltm.ledger),
+    )  # fmt: skip
+    yield r
+    r.close()
+
+
+def test_similar_cases_come_from_ltm_and_the_stm_copy_of_a_fact_wins(
+    res: Resources, world: World, ltm: LtmRuntime, recaller: Recaller
+) -> None:
+    # Given the debugging turn in STM and cards in LTM (one holding the same fact)
+    ingest(res, world, world.alice, "s1", ZH_DEBUG)
+    ids = _cards(ltm, world)
+    # When the user asks for similar past cases about the same interface
+    out = recaller.recall(
+        RecallRequest(
+            tenant_id=world.tenant_id, user_id=world.alice, session_id="s1", task_id="bug456",
+            project_id=world.shop, query="以前有没有类似的 createOrder 超时案例？",
+            now=T0 + 600, explain=True,
+        )
+    )  # fmt: skip
+    # Then LTM is searched (hybrid: an entity plus a similarity request)
+    assert out.route.need_ltm and out.route.ltm_mode is not None
+    assert out.degraded == {}
+    assert out.explain is not None
+    by_id = {s.candidate.memory_id: s for s in out.explain.candidates}
+    # the similar case is injected under "相关长期经验"
+    assert by_id[ids["case.createorder.timeout"]].verdict is Verdict.KEPT
+    assert "相关长期经验：" in out.text
+    assert "线程池饱和" in out.text
+    # the LTM copy of an STM fact is dropped as a duplicate: STM wins (seed 十五.4)
+    dup = by_id[ids["bug456:excluded:database"]]
+    assert dup.verdict is Verdict.DUPLICATE
+    assert "redis_stm" in dup.reason
+    # another user's card never reaches the pool
+    assert ids["case.other"] not in by_id
+    assert all(
+        s.candidate.source_type in (SourceType.REDIS_STM, SourceType.LTM)
+        for s in out.explain.candidates
+    )
+
+
+def test_milvus_down_degrades_to_stm_and_pg(
+    res: Resources, world: World, engine: Engine, cache: ProfileCache,
+    ltm_pg_url: str, embedder: ltm_env.CachedEmbedder, tmp_path: object,
+) -> None:  # fmt: skip
+    # Given an LTM runtime whose Milvus server is then stopped
+    server = MilvusServer(ltm_env.Path(str(tmp_path)) / "down.db", f"127.0.0.1:{free_port()}")
+    server.start()
+    rt = ltm_env.make_runtime(server.uri, ltm_pg_url, embedder).start()
+    server.stop()
+    ingest(res, world, world.alice, "s1", ZH_DEBUG)
+    r = Recaller(
+        stm=res.stm, profile_cache=cache, engine=engine,
+        ltm=LedgerBackedSearcher(rt.search, rt.ledger),
+    )  # fmt: skip
+    try:
+        out = r.recall(
+            RecallRequest(
+                tenant_id=world.tenant_id, user_id=world.alice, session_id="s1",
+                task_id="bug456", query="那个接口还是超时，以前有类似案例吗", now=T0 + 600,
+            )
+        )  # fmt: skip
+    finally:
+        r.close()
+        rt.close()
+    # Then recall still answers from STM, and names the layer that failed
+    assert "ltm" in out.degraded
+    assert "stm" not in out.degraded
+    assert "不要重启生产数据库" in out.text

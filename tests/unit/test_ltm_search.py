@@ -1,0 +1,67 @@
+"""Fusion and rerank are pure functions of (hits, policy, now)."""
+
+from __future__ import annotations
+
+import pytest
+
+from core.ltm.ports import Hit
+from core.ltm.search import Fusion, SearchPolicy, fuse, recency, rerank, weights_for
+
+NOW = 1_000_000.0
+
+
+def hit(memory_id: str, score: float, importance: float = 0.5, age_s: float = 0.0) -> Hit:
+    return Hit(memory_id, score, importance, NOW - age_s)
+
+
+def test_rrf_rewards_cards_found_by_both_indexes() -> None:
+    lists = {
+        "lexical": [hit("a", 9.0), hit("b", 5.0)],
+        "vector": [hit("c", 0.9), hit("b", 0.8)],
+    }
+    fused = fuse(lists, SearchPolicy(recency_weight=0.0, importance_weight=0.0))
+    ranked = rerank(fused, SearchPolicy(recency_weight=0.0, importance_weight=0.0), now=NOW)
+    assert ranked[0].memory_id == "b"
+    assert ranked[0].sources == ("lexical", "vector")
+    assert ranked[0].similarity == pytest.approx(1.0)
+
+
+def test_weighted_fusion_follows_the_weights() -> None:
+    lists = {"lexical": [hit("a", 10.0)], "vector": [hit("b", 0.9)]}
+    policy = SearchPolicy(
+        fusion=Fusion.WEIGHTED, lexical_weight=0.2, vector_weight=0.8, importance_weight=0.0
+    )
+    ranked = rerank(fuse(lists, policy), policy, now=NOW)
+    assert [r.memory_id for r in ranked] == ["b", "a"]
+
+
+def test_rerank_blends_similarity_and_importance_sixty_forty_by_default() -> None:
+    policy = SearchPolicy(recency_weight=0.0)
+    lists = {
+        "vector": [hit("similar", 0.9, importance=0.1), hit("important", 0.85, importance=1.0)]
+    }
+    ranked = rerank(fuse(lists, policy), policy, now=NOW)
+    assert ranked[0].memory_id == "important"
+    top = ranked[0]
+    assert top.score == pytest.approx(0.6 * top.similarity + 0.4 * 1.0)
+
+
+def test_rerank_keeps_top_k_of_the_candidates() -> None:
+    policy = SearchPolicy()
+    lists = {"vector": [hit(f"m{i}", 1.0 - i / 100) for i in range(20)]}
+    assert len(rerank(fuse(lists, policy), policy, now=NOW)) == 5
+
+
+def test_recency_halves_after_one_half_life() -> None:
+    assert recency(NOW, NOW, 100.0) == pytest.approx(1.0)
+    assert recency(NOW - 100.0, NOW, 100.0) == pytest.approx(0.5)
+    policy = SearchPolicy(importance_weight=0.0, recency_weight=0.5, recency_half_life_s=100.0)
+    lists = {"vector": [hit("old", 0.9, age_s=1000.0), hit("new", 0.88)]}
+    assert rerank(fuse(lists, policy), policy, now=NOW)[0].memory_id == "new"
+
+
+def test_queries_naming_codes_or_identifiers_lean_on_the_lexical_index() -> None:
+    policy = SearchPolicy()
+    assert weights_for("ERR_CONN_RESET again", policy).lexical_weight == policy.exact_lexical_weight
+    assert weights_for("createOrder 超时", policy).lexical_weight == policy.exact_lexical_weight
+    assert weights_for("that slow thing from last week", policy) is policy

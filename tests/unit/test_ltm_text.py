@@ -1,0 +1,54 @@
+"""bm25_text normalisation: the same tokens for every lexical backend and for queries."""
+
+from __future__ import annotations
+
+import pytest
+
+from core.ltm.text import exact_terms, normalise
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [
+        ("createOrder", "create order createorder"),
+        ("payment-service", "payment service payment-service"),
+        ("thread_pool", "thread pool thread_pool"),
+        ("XMLParser", "xml parser xmlparser"),
+        ("Timeout", "timeout"),
+    ],
+)
+def test_identifiers_are_split_and_kept_whole(raw: str, expected: str) -> None:
+    assert normalise(raw) == expected
+
+
+@pytest.mark.parametrize("code", ["ERR_CONN_RESET", "ORA-00942", "E1234", "HTTP504", "0x80070005"])
+def test_error_codes_stay_one_token(code: str) -> None:
+    assert normalise(f"got {code} again") == f"got {code.lower()} again"
+
+
+def test_chinese_is_segmented_with_jieba_and_mixed_text_keeps_identifiers() -> None:
+    out = normalise("createOrder超时，数据库正常时常见根因是线程池饱和").split()
+    assert out[:3] == ["create", "order", "createorder"]
+    assert {"超时", "数据库", "根因"} <= set(out)
+    assert "，" not in out
+
+
+def test_a_query_normalises_like_the_card_it_should_find() -> None:
+    card = set(normalise("历史上多次出现 createOrder timeout").split())
+    assert set(normalise("createOrder 超时").split()) & card >= {"createorder", "create", "order"}
+
+
+def test_long_text_is_cut_at_a_token_boundary_within_the_byte_limit() -> None:
+    out = normalise("数据库 " * 5000 + "createOrder", max_bytes=100)
+    assert len(out.encode("utf-8")) <= 100
+    assert all(tok == "数据库" for tok in out.split())
+
+
+def test_exact_terms_are_codes_and_identifiers_not_english_compounds() -> None:
+    assert exact_terms("createOrder 超时 ERR_CONN_RESET thread_pool api/v1") == [
+        "createOrder",
+        "ERR_CONN_RESET",
+        "thread_pool",
+        "api/v1",
+    ]
+    assert exact_terms("a well-known 100-meter race. Mr. Smith") == []
