@@ -11,5 +11,7 @@ BENCHES: dict[str, str] = {
     "ingest": "ops.bench.ingest",
     "compress": "ops.bench.compress",
     "authority": "ops.bench.authority",
+    "ltm": "ops.bench.ltm",
     "quality": "ops.bench.quality",
+    "recall": "ops.bench.recall",
 }
