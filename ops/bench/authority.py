@@ -11,19 +11,13 @@ its own Redis namespace, next to a realistic population of users.
 
 from __future__ import annotations
 
-import contextlib
-import os
 import time
-import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
-import psycopg
 import redis
-from psycopg.conninfo import make_conninfo
 from pydantic import JsonValue
 from sqlalchemy import Engine
-from sqlalchemy.engine import make_url
 
 from core.authority import (
     ProfileCache,
@@ -40,34 +34,19 @@ from core.authority import (
     set_profile,
     upsert_fact,
 )
-from core.settings import load_settings
-from ops.bench.common import machine, new_namespace, percentile, purge, r3, redis_url
+from ops.bench.common import (
+    machine,
+    new_namespace,
+    percentile,
+    purge,
+    r3,
+    redis_url,
+    scratch_postgres,
+)
 
 TARGET_CACHED_P50_MS = 0.5
 TARGET_COLD_P50_MS = 3.0
 TENANT = "bench"
-
-
-@contextlib.contextmanager
-def _scratch_db() -> Iterator[str]:
-    """A fresh database on the configured server, dropped afterwards."""
-    base = make_url(os.environ.get("MEMSTRATA_POSTGRES_URL") or load_settings().postgres_url)
-    name = f"memstrata_bench_{uuid.uuid4().hex[:10]}"
-    admin = make_conninfo(
-        host=base.host or "127.0.0.1",
-        port=base.port or 5432,
-        user=base.username or "postgres",
-        password=base.password,
-        dbname="postgres",
-        connect_timeout=5,
-    )
-    with psycopg.connect(admin, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"'.encode())
-    try:
-        yield base.set(database=name).render_as_string(hide_password=False)
-    finally:
-        with psycopg.connect(admin, autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'.encode())
 
 
 def _seed(engine: Engine, users: int) -> None:
@@ -162,7 +141,7 @@ def run(quick: bool) -> dict[str, Any]:
     ns = new_namespace("benchauth")
     figures: dict[str, Any] = {"machine": machine(client)}
     try:
-        with _scratch_db() as url:
+        with scratch_postgres("memstrata_bench_") as url:
             migrate.upgrade(url)
             engine = make_engine(url, pool_size=2)
             try:

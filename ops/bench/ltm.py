@@ -16,14 +16,9 @@ import os
 import random
 import tempfile
 import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
-
-import psycopg
-from psycopg.conninfo import make_conninfo
-from sqlalchemy.engine import make_url
 
 from core.ltm import migrate
 from core.ltm.config import LtmSettings
@@ -31,8 +26,7 @@ from core.ltm.filters import CardFilter
 from core.ltm.milvus_server import MilvusServer, free_port
 from core.ltm.runtime import LtmRuntime, build_runtime
 from core.ltm.search import SearchMode, SearchPolicy
-from core.settings import load_settings
-from ops.bench.common import load_average, percentile, r3
+from ops.bench.common import load_average, percentile, r3, scratch_postgres
 from ops.bench.ltm_data import (
     DEFAULT_MADIAL,
     load_madial,
@@ -50,29 +44,11 @@ MODE_NAMES = tuple(m.value for m in MODES)
 
 
 @contextlib.contextmanager
-def _scratch_db() -> Iterator[str]:
-    base = make_url(os.environ.get("MEMSTRATA_POSTGRES_URL") or load_settings().postgres_url)
-    name = f"memstrata_bench_ltm_{uuid.uuid4().hex[:10]}"
-    admin = make_conninfo(
-        host=base.host or "127.0.0.1",
-        port=base.port or 5432,
-        user=base.username or "postgres",
-        password=base.password,
-        dbname="postgres",
-        connect_timeout=5,
-    )
-    with psycopg.connect(admin, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"'.encode())
-    try:
-        yield base.set(database=name).render_as_string(hide_password=False)
-    finally:
-        with psycopg.connect(admin, autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'.encode())
-
-
-@contextlib.contextmanager
 def _stack() -> Iterator[LtmRuntime]:
-    with tempfile.TemporaryDirectory(prefix="ltm-bench-") as tmp, _scratch_db() as url:
+    with (
+        tempfile.TemporaryDirectory(prefix="ltm-bench-") as tmp,
+        scratch_postgres("memstrata_bench_ltm_") as url,
+    ):
         migrate.upgrade(url)
         server = MilvusServer(Path(tmp) / "bench.db", f"127.0.0.1:{free_port()}")
         server.start()

@@ -19,7 +19,6 @@ import contextlib
 import os
 import random
 import time
-import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -35,7 +34,16 @@ from core.models.memory import MemoryItem, MemorySource, MemoryType
 from core.recall.service import Recaller, RecallRequest
 from core.resources import Resources, build_resources
 from core.settings import load_settings
-from ops.bench.common import machine, median, new_namespace, percentile, purge, r3, redis_url
+from ops.bench.common import (
+    machine,
+    median,
+    new_namespace,
+    percentile,
+    purge,
+    r3,
+    redis_url,
+    scratch_postgres,
+)
 
 TENANT = "bench"
 USER = "u_bench"
@@ -46,20 +54,11 @@ _TYPES = list(MemoryType)
 
 
 @contextlib.contextmanager
-def scratch_postgres() -> Iterator[str]:
-    """A migrated scratch database on the local PostgreSQL, dropped afterwards."""
-    import psycopg
-
-    name = f"memstrata_bench_{uuid.uuid4().hex[:10]}"
-    with psycopg.connect("host=127.0.0.1 user=postgres dbname=test", autocommit=True) as c:
-        c.execute(f'CREATE DATABASE "{name}"'.encode())
-    url = f"postgresql+psycopg://postgres@127.0.0.1:5432/{name}"
-    try:
+def migrated_postgres() -> Iterator[str]:
+    """A scratch database with every schema branch (authority + LTM ledger) migrated."""
+    with scratch_postgres("memstrata_bench_recall_") as url:
         migrate.upgrade(url)
         yield url
-    finally:
-        with psycopg.connect("host=127.0.0.1 user=postgres dbname=test", autocommit=True) as c:
-            c.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'.encode())
 
 
 def _seed_authority(res: Resources) -> None:
@@ -142,7 +141,7 @@ def run(quick: bool = False) -> dict[str, Any]:
     # for LTM search at 100k): the default full run uses 10k, the env var sets any size
     n_cards = int(os.environ.get("MEMSTRATA_BENCH_RECALL_CARDS", 2_000 if quick else 10_000))
     ns = new_namespace("benchrecall")
-    with scratch_postgres() as pg_url:
+    with migrated_postgres() as pg_url:
         res = build_resources(load_settings(redis_url=redis_url(), key_namespace=ns,
                                             postgres_url=pg_url))  # fmt: skip
         try:

@@ -9,6 +9,7 @@ JSON beside the page (``docs/benchmarks.json``) so a reader can check every numb
 from __future__ import annotations
 
 import json
+import os
 import platform
 import time
 import traceback
@@ -58,10 +59,10 @@ def run_all(
     results: dict[str, Any] = {}
     sections: list[str] = []
     for name, module_name in benches.items():
-        module = import_module(module_name)
         progress(f"[bench all] {name} … (load average {load_average()[0]:.2f})")
         t0 = time.monotonic()
         try:
+            module = import_module(module_name)
             figures = module.run(quick=quick)
         except Exception as exc:  # one broken benchmark must not hide the others' figures
             progress(traceback.format_exc())
@@ -72,7 +73,10 @@ def run_all(
         results[name] = figures
         sections.append(module.markdown(figures))
         progress(f"[bench all] {name} done in {figures['wall_s']} s")
-    command = "memstrata bench all" + (" --quick" if quick else "")
+    overrides = " ".join(f"{k}={v}" for k, v in sorted(os.environ.items())
+                         if k.startswith("MEMSTRATA_BENCH_"))  # fmt: skip
+    command = (overrides + " " if overrides else "") + "memstrata bench all"
+    command += " --quick" if quick else ""
     info = machine()
     info["run_at_utc"] = time.strftime("%Y-%m-%d %H:%M", time.gmtime())
     info["python"] = platform.python_version()
