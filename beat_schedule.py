@@ -10,9 +10,15 @@ from typing import Any
 
 
 def build_schedule(settings: Any) -> dict[str, dict[str, Any]]:
+    from core.lifecycle.config import lifecycle_settings
+
     sweep_s = float(settings.sweep_interval_s)
     ltm_s = float(settings.ltm.reconcile_interval_s)
     idle_s = float(settings.compress_idle_check_s)
+    lc = lifecycle_settings(settings)
+    scan_s, batch_s = float(lc.scan_interval_s), float(lc.batch_interval_s)
+    session_s, maintain_s = float(lc.idle_check_s), float(lc.maintain_interval_s)
+    forget_s = float(lc.forget_interval_s)
     return {
         "sweep-expired-stm": {
             "task": "memstrata.maintenance.sweep_expired",
@@ -33,5 +39,30 @@ def build_schedule(settings: Any) -> dict[str, dict[str, Any]]:
             "task": "memstrata.maintenance.compress_idle",
             "schedule": idle_s,
             "options": {"queue": "maintenance", "expires": idle_s * 0.9},
+        },
+        "lifecycle-promotion-scan": {
+            "task": "memstrata.maintenance.lifecycle_scan",
+            "schedule": scan_s,
+            "options": {"queue": "maintenance", "expires": scan_s * 0.9},
+        },
+        "lifecycle-batch-queue": {  # seed 2: every 5 minutes
+            "task": "memstrata.maintenance.lifecycle_batch",
+            "schedule": batch_s,
+            "options": {"queue": "maintenance", "expires": batch_s * 0.9},
+        },
+        "lifecycle-idle-sessions": {
+            "task": "memstrata.maintenance.lifecycle_idle_sessions",
+            "schedule": session_s,
+            "options": {"queue": "maintenance", "expires": session_s * 0.9},
+        },
+        "lifecycle-ltm-summarise": {
+            "task": "memstrata.maintenance.lifecycle_summarise",
+            "schedule": maintain_s,
+            "options": {"queue": "maintenance", "expires": maintain_s * 0.9},
+        },
+        "lifecycle-ltm-forget": {  # a dry run unless MEMSTRATA_LIFECYCLE__FORGET_APPLY=true
+            "task": "memstrata.maintenance.lifecycle_forget",
+            "schedule": forget_s,
+            "options": {"queue": "maintenance", "expires": forget_s * 0.9},
         },
     }

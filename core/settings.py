@@ -22,6 +22,7 @@ from pydantic import (
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from core.ids import validate_id
+from core.lifecycle.config import LifecycleSettings
 from core.ltm.config import LtmSettings
 
 
@@ -103,6 +104,8 @@ class Settings(BaseSettings):
 
     # long-term memory: Milvus / Elasticsearch, embeddings, search policy (MEMSTRATA_LTM__*)
     ltm: LtmSettings = Field(default_factory=LtmSettings)
+    # promotion, batch queue, sessions, LTM maintenance (docs/LIFECYCLE.md)
+    lifecycle: LifecycleSettings = Field(default_factory=LifecycleSettings)
 
     # celery
     task_soft_time_limit_s: int = Field(60, ge=1)

@@ -10,6 +10,9 @@
     memstrata bench <name>             benchmarks (ops/bench)
     memstrata ltm status|reindex|requeue  LTM projections: counts, rebuild, dead letters
     memstrata milvus [DB_FILE] [ADDR]  the local milvus-lite server in the foreground
+    memstrata retract fact|card ...    undo a promotion (PG fact or LTM card), audited
+    memstrata rebuild --user --session re-derive a session's STM from its L0 transcript
+    memstrata forget [--dry-run]       forget long-inactive low-importance LTM cards
 
 Settings come from ``MEMSTRATA_*`` environment variables (``core.settings``), read when a
 command starts.
@@ -381,11 +384,14 @@ def _sweep(args: argparse.Namespace) -> int:
 # ---------------------------------------------------------------------- migrate
 def _migrate(args: argparse.Namespace) -> int:
     from core.authority import migrate
+    from core.lifecycle import migrate as lifecycle_migrate
 
     url = load_settings().postgres_url
     before = migrate.current(url)
     migrate.upgrade(url, args.revision)
     print(f"authority schema: {before or 'empty'} → {migrate.current(url)}")
+    lifecycle_migrate.upgrade(url)  # its own version table: independent of the authority's
+    print("lifecycle audit: at head")
     return 0
 
 
@@ -422,6 +428,93 @@ def _add_ltm(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     v.add_argument("address", nargs="?", default="127.0.0.1:19530")
     v.add_argument("--log-dir", default=None)
     v.set_defaults(func=_milvus)
+
+
+# ---------------------------------------------------------------------- lifecycle
+def _lifecycle() -> Any:
+    from core.lifecycle import lifecycle_settings
+    from core.lifecycle.runtime import from_resources
+
+    res = _resources()
+    return from_resources(res, lifecycle_settings(res.settings), on_cards=_index_cards)
+
+
+def _index_cards(ids: Sequence[str]) -> None:
+    from tasks.app import app
+
+    for i in range(0, len(ids), 500):
+        app.send_task("memstrata.ltm.index", args=[list(ids[i : i + 500])], queue="ltm")
+
+
+def _retract(args: argparse.Namespace) -> int:
+    from core.lifecycle.retract import retract_card, retract_pg_fact
+
+    lc = _lifecycle()
+    if args.kind == "card":
+        out = retract_card(lc, card_id=args.target, now=time.time(), reason=args.reason)
+    else:
+        if not (args.tenant and args.user):
+            raise CliError("retract fact needs --tenant and --user")
+        out = retract_pg_fact(
+            lc, tenant_id=args.tenant, user_id=args.user, fact_key=args.target,
+            now=time.time(), reason=args.reason,
+        )  # fmt: skip
+    state = "retracted" if out.changed else "already not current"
+    sources = ", ".join(out.memory_ids) or "-"
+    print(f"{args.kind} {out.target}: {state}; source STM items {sources}")
+    return 0
+
+
+def _rebuild(args: argparse.Namespace) -> int:
+    from core.lifecycle.rebuild import rebuild_session
+
+    out = rebuild_session(_lifecycle(), user_id=args.user, session_id=args.session,
+                          tenant_id=args.tenant, now=time.time())  # fmt: skip
+    print(f"session {args.session}: {out.deleted} items removed, {out.turns} turns replayed, "
+          f"{out.written} written")  # fmt: skip
+    return 0
+
+
+def _forget(args: argparse.Namespace) -> int:
+    from core.lifecycle.maintenance import forget
+
+    plan = forget(_lifecycle(), now=time.time() + args.ahead, apply=args.apply, limit=args.limit)
+    rows = [
+        {"card": f.card.memory_id, "user": f.card.user_id, "tenant": f.card.tenant_id,
+         "reason": f.reason}
+        for f in plan
+    ]  # fmt: skip
+    if args.json:
+        print(json.dumps(rows))
+        return 0
+    for r in rows:
+        print(f"{r['card']}  {r['tenant']}/{r['user']}  {r['reason']}")
+    verb = "forgotten" if args.apply else "would be forgotten (dry run; --apply to forget)"
+    print(f"{len(plan)} cards {verb}")
+    return 0
+
+
+def _add_lifecycle(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    r = sub.add_parser("retract", help="undo a promotion: a PG fact or an LTM card")
+    r.add_argument("kind", choices=["fact", "card"])
+    r.add_argument("target", help="fact key (profile.answer_style) or card id (ltm_...)")
+    r.add_argument("--tenant", help="tenant of a fact")
+    r.add_argument("--user", help="user of a fact")
+    r.add_argument("--reason", default="retracted from the CLI")
+    r.set_defaults(func=_retract)
+    b = sub.add_parser("rebuild", help="re-derive a session's STM from its L0 transcript")
+    b.add_argument("--user", required=True)
+    b.add_argument("--session", required=True)
+    b.add_argument("--tenant")
+    b.set_defaults(func=_rebuild)
+    f = sub.add_parser("forget", help="forget long-inactive low-importance LTM cards")
+    mode = f.add_mutually_exclusive_group()
+    mode.add_argument("--dry-run", action="store_true", default=True, help="list only (default)")
+    mode.add_argument("--apply", action="store_true", help="really forget them")
+    f.add_argument("--ahead", type=float, default=0.0, help="plan as if N seconds later")
+    f.add_argument("--limit", type=int, default=1000)
+    f.add_argument("--json", action="store_true")
+    f.set_defaults(func=_forget)
 
 
 def _replay(argv: Sequence[str]) -> int:
@@ -531,6 +624,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_recall(sub)
     _add_compress(sub)
     _add_ltm(sub)
+    _add_lifecycle(sub)
     return parser
 
 

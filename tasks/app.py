@@ -15,7 +15,8 @@ from core.settings import Settings, load_settings
 QUEUES = ("ingest", "ltm", "maintenance")
 
 app = Celery(
-    "memstrata", include=["tasks.ingest", "tasks.maintenance", "tasks.compress", "tasks.ltm"]
+    "memstrata",
+    include=["tasks.ingest", "tasks.maintenance", "tasks.compress", "tasks.ltm", "tasks.lifecycle"],
 )
 
 

@@ -358,31 +358,46 @@ class StmStore:
         """Sweep users whose earliest expiry has passed, until ``max_items`` are removed.
 
         The global ``sweep:users`` zset is a hint kept by writers (``ZADD LT``); after a
-        user is swept its score is reset to the next expiry, or the user is dropped.
+        user is swept its score is reset to the next expiry, or the user is dropped.  Up
+        to 256 due users are swept per round trip (one pipelined script call each).
         """
         removed = users = 0
         gk = self.gkeys.sweep_users
         while removed < max_items:
             with redis_errors():
-                due = self.r.zrangebyscore(gk, "-inf", now, start=0, num=256)
+                due = [str(s) for s in self.r.zrangebyscore(gk, "-inf", now, start=0, num=256)]
             if not due:
                 break
-            progressed = False
-            for raw_scope in due:
-                scope = str(raw_scope)
-                budget = min(per_user, max_items - removed)
+            budgets: list[tuple[str, int]] = []
+            left = max_items - removed
+            for scope in due:
+                budget = min(per_user, left)
                 if budget <= 0:
                     break
-                user_id, tenant_id = parse_user_scope(scope)
-                n, nxt = self.sweep_user(user_id, now=now, limit=budget, tenant_id=tenant_id)
-                removed += n
-                users += 1
-                progressed = progressed or n > 0
-                with redis_errors():
+                budgets.append((scope, budget))
+                left -= budget
+            with redis_errors():
+                pipe = self.r.pipeline(transaction=False)
+                for scope, budget in budgets:
+                    user_id, tenant_id = parse_user_scope(scope)
+                    self._sweep(
+                        keys=[self.keys(user_id, tenant_id).prefix], args=[now, budget], client=pipe
+                    )
+                replies = pipe.execute()
+            progressed = False
+            with redis_errors():
+                pipe = self.r.pipeline(transaction=False)
+                for (scope, budget), (n_raw, nxt_raw) in zip(budgets, replies, strict=True):
+                    n = int(n_raw)
+                    removed += n
+                    users += 1
+                    progressed = progressed or n > 0
+                    nxt = float(nxt_raw) if nxt_raw else None
                     if nxt is None:
-                        self.r.zrem(gk, scope)
+                        pipe.zrem(gk, scope)
                     elif nxt > now or n < budget:
-                        self.r.zadd(gk, {scope: nxt})
+                        pipe.zadd(gk, {scope: nxt})
+                pipe.execute()
             if not progressed:
                 break
         return SweepReport(removed=removed, users=users)

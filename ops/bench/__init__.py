@@ -14,4 +14,5 @@ BENCHES: dict[str, str] = {
     "ltm": "ops.bench.ltm",
     "quality": "ops.bench.quality",
     "recall": "ops.bench.recall",
+    "sweep": "ops.bench.sweep",
 }

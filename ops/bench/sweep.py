@@ -31,9 +31,10 @@ from ops.bench.common import machine, new_namespace, purge, r3, redis_url
 TARGET_SWEEP_PER_S = 50_000
 
 # Proposed replacement of core/stm/lua/sweep.lua (measured here, not yet in core/stm): one
-# variadic ZREM per index, one HMGET + HDEL per dedup map and one DEL for all the user's
-# expired items, instead of ~12 calls per item; the Python side pipelines the script over
-# all due users (one round trip per 256 users instead of two per user).
+# variadic ZREM per index (per-session eviction zsets included), one HMGET + HDEL per
+# dedup map and one DEL for all the user's expired items, instead of ~13 calls per item;
+# the Python side pipelines the script over all due users (one round trip per 256 users
+# instead of two per user).
 PROPOSED_SWEEP_LUA = """
 local now = tonumber(ARGV[1])
 local limit = tonumber(ARGV[2])
@@ -51,6 +52,14 @@ for _, id in ipairs(ids) do
       local l = by_index[suffix]
       if not l then l = {}; by_index[suffix] = l end
       l[#l + 1] = id
+    end
+    for _, suffix in ipairs(cjson.decode(f[1])) do
+      if string.sub(suffix, 1, 8) == 'session:' then
+        local ek = 'evict:' .. string.sub(suffix, 9)
+        local l = by_index[ek]
+        if not l then l = {}; by_index[ek] = l end
+        l[#l + 1] = id
+      end
     end
   end
   if f[2] then canon_f[#canon_f + 1] = f[2]; canon_id[#canon_id + 1] = id end

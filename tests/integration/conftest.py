@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import json
 import os
 import re
 import signal
@@ -55,6 +56,10 @@ def settings_env(settings: Settings) -> dict[str, str]:
                 put(f"{key}__", value)
             elif isinstance(value, SecretStr):
                 env[key] = value.get_secret_value()
+            elif isinstance(value, list | tuple | set | frozenset):
+                env[key] = json.dumps(
+                    sorted(value) if isinstance(value, set | frozenset) else list(value)
+                )
             elif value is not None:
                 env[key] = str(value)
 

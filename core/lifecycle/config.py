@@ -1,0 +1,63 @@
+"""Settings of the lifecycle layer (env prefix ``MEMSTRATA_LIFECYCLE__``).
+
+Meant to hang off :class:`core.settings.Settings` as ``lifecycle`` (the nested variable
+names are then the same); until then :func:`lifecycle_settings` builds it alone, like
+``core.ltm.config``.  Intervals, ages and time budgets are seconds.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from core.lifecycle.batch import BatchPolicy
+from core.lifecycle.policy import PromotionPolicy
+
+
+class ForgetPolicy(BaseModel):
+    """Which LTM cards are forgotten: long inactive, unimportant and rarely recalled."""
+
+    model_config = ConfigDict(frozen=True)
+
+    inactive_s: float = Field(90 * 24 * 3600.0, gt=0)
+    max_importance: float = Field(0.3, ge=0.0, le=1.0)
+    max_access_count: int = Field(0, ge=0)
+    keep_types: frozenset[str] = frozenset({"session_summary", "topic_summary"})
+
+
+class LifecycleSettings(BaseSettings):
+    """Promotion, batch queue, sessions and LTM maintenance knobs."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="MEMSTRATA_LIFECYCLE__", env_nested_delimiter="__", extra="ignore", frozen=True
+    )
+
+    promotion: PromotionPolicy = PromotionPolicy()
+    batch: BatchPolicy = BatchPolicy()
+    forget: ForgetPolicy = ForgetPolicy()
+    default_tenant: str = Field("default", pattern=r"^[A-Za-z0-9_\-]{1,64}$")
+
+    # Beat intervals (seconds); every job also has a batch bound and a time bound
+    scan_interval_s: float = Field(300.0, gt=0)
+    scan_max_items: int = Field(200_000, ge=1, le=10_000_000)
+    batch_interval_s: float = Field(300.0, gt=0)  # seed 2: every 5 minutes
+    batch_max_entries: int = Field(10_000, ge=1, le=1_000_000)
+    idle_check_s: float = Field(300.0, gt=0)
+    session_idle_s: float = Field(1800.0, gt=0)  # seed 2: a session lasts ~30 minutes
+    idle_batch: int = Field(100, ge=1, le=10_000)
+    maintain_interval_s: float = Field(3600.0, gt=0)
+    forget_interval_s: float = Field(24 * 3600.0, gt=0)
+    forget_apply: bool = False  # the Beat job only reports unless this is set
+    max_run_s: float = Field(50.0, gt=0, le=3600)
+
+    # LTM maintenance and sessions
+    summarise_over: int = Field(10, ge=2, le=10_000)  # seed 2: > 10 cards on one topic
+    preload_limit: int = Field(5, ge=0, le=100)  # seed 2: TOP_K = 5
+    preload_ttl_s: int = Field(1800, ge=60)
+    session_summary_items: int = Field(50, ge=1, le=1000)  # seed 2: getRecentMemories(50)
+
+
+def lifecycle_settings(settings: object | None = None) -> LifecycleSettings:
+    """The ``lifecycle`` part of the process settings, or one read from the environment."""
+    nested = getattr(settings, "lifecycle", None)
+    return nested if isinstance(nested, LifecycleSettings) else LifecycleSettings()

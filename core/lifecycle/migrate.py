@@ -1,0 +1,52 @@
+"""Run the lifecycle audit's Alembic migrations from code (no alembic.ini needed).
+
+Own script directory and version table (``lifecycle_alembic_version``): the audit table
+migrates independently of the authority schema and the LTM ledger in the same database.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from alembic import command
+from alembic.config import Config
+from sqlalchemy import create_engine
+from sqlalchemy.exc import OperationalError
+
+from core.errors import StoreUnavailable
+
+MIGRATIONS_DIR = Path(__file__).resolve().parent / "migrations"
+
+
+def config(url: str) -> Config:
+    cfg = Config()
+    cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
+    cfg.set_main_option("sqlalchemy.url", url.replace("%", "%%"))
+    return cfg
+
+
+def _run(url: str, step: str, revision: str) -> None:
+    cfg = config(url)
+    engine = create_engine(url, pool_size=1, max_overflow=0)
+    try:
+        with engine.connect() as conn:
+            cfg.attributes["connection"] = conn
+            if step == "upgrade":
+                command.upgrade(cfg, revision)
+            else:
+                command.downgrade(cfg, revision)
+            conn.commit()
+    except OperationalError as exc:
+        raise StoreUnavailable(f"cannot migrate the lifecycle audit: {exc.orig}") from exc
+    finally:
+        engine.dispose()
+
+
+def upgrade(url: str, revision: str = "head") -> None:
+    """Create or update the audit table at ``url``."""
+    _run(url, "upgrade", revision)
+
+
+def downgrade(url: str, revision: str = "base") -> None:
+    """Remove the audit table (``base``) or step back to ``revision``."""
+    _run(url, "downgrade", revision)

@@ -1,0 +1,60 @@
+"""Re-derive one session's STM from its L0 transcript (seed 十七: L0 is the source of truth).
+
+The session's items and recorded decisions are deleted, then every turn is replayed in
+order through the ingest pipeline, so extraction, dedup and the write policy run exactly
+as they did live (or as they do now, after a rule change).  Items the session shares with
+other sessions are deleted too and come back from this session's turns; their other
+sessions' provenance returns when those sessions are rebuilt.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from itertools import groupby
+
+from core.errors import InvalidInput
+from core.lifecycle.audit import Action, AuditEvent
+from core.lifecycle.runtime import Lifecycle
+from core.models.transcript import TurnPointer
+from core.stm.store import redis_errors
+
+REPLAY_TURNS = 200
+
+
+@dataclass(frozen=True)
+class RebuildReport:
+    deleted: int
+    turns: int
+    written: int
+
+
+def rebuild_session(
+    lc: Lifecycle, *, user_id: str, session_id: str, tenant_id: str | None = None, now: float
+) -> RebuildReport:
+    if lc.pipeline is None or lc.transcript is None:
+        raise InvalidInput("rebuild needs the ingest pipeline and the transcript store")
+    k = lc.stm.keys(user_id, tenant_id)
+    with redis_errors():
+        ids = [str(m) for m in lc.redis.zrange(k.session(session_id), 0, -1)]
+    deleted = lc.stm.delete(user_id, ids, tenant_id=tenant_id) if ids else 0
+    with redis_errors():
+        lc.redis.delete(k.session(session_id), k.decisions(session_id))
+    records = lc.transcript.read_session(user_id=user_id, session_id=session_id,
+                                         tenant_id=tenant_id)  # fmt: skip
+    turns = []
+    for turn_id, group in groupby(records, key=lambda r: r.turn_id):
+        recs = list(group)
+        first = recs[0]
+        # the pipeline reads who, when and which turn; the byte position is not used
+        ptr = TurnPointer(user_id=first.user_id, tenant_id=first.tenant_id,
+                          session_id=first.session_id, task_id=first.task_id,
+                          turn_id=turn_id, at=first.at, offset=0, length=1)  # fmt: skip
+        turns.append((ptr, recs))
+    written = 0
+    for i in range(0, len(turns), REPLAY_TURNS):
+        for outcome in lc.pipeline.process(turns[i : i + REPLAY_TURNS]):
+            written += len(outcome.written)
+    lc.audit.write([AuditEvent(Action.REBUILD, lc.tenant(tenant_id), user_id,
+                               f"session:{session_id}", "rebuilt from L0", now,
+                               tuple(ids), {"turns": len(turns), "written": written})])  # fmt: skip
+    return RebuildReport(deleted, len(turns), written)

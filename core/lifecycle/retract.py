@@ -1,0 +1,91 @@
+"""Undo a promotion: a PG fact is ended without successor (its typed projection removed),
+a card is superseded in the ledger (both index projections are then removed by the
+indexer).  The STM items it came from are marked ``retracted`` for their fingerprint,
+so the next scan does not promote the same thing again.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sqlalchemy import select
+
+from core.authority.facts import retract_fact
+from core.errors import NotFound
+from core.ids import validate_id
+from core.lifecycle.audit import Action, AuditEvent, audit_table, record
+from core.lifecycle.runtime import Lifecycle
+from core.lifecycle.states import Event, Record, State, next_state
+from core.ltm.card import CardStatus
+from core.ltm.ledger import ledger_errors, load_cards, set_status
+from core.stm.store import redis_errors
+
+
+@dataclass(frozen=True)
+class Retraction:
+    target: str
+    changed: bool
+    memory_ids: tuple[str, ...]
+
+
+def _sources(lc: Lifecycle, target: str) -> set[str]:
+    """The STM memory ids whose promotion produced ``target`` (from the audit)."""
+    stmt = select(audit_table.c.memory_ids).where(
+        audit_table.c.target == target,
+        audit_table.c.action.in_([Action.PROMOTE_PG.value, Action.PROMOTE_CARD.value,
+                                  Action.MERGE.value]),
+    )  # fmt: skip
+    with ledger_errors("read audit"), lc.engine.connect() as conn:
+        return {str(m) for row in conn.execute(stmt) for m in row.memory_ids}
+
+
+def _mark_retracted(
+    lc: Lifecycle, user_id: str, tenant_id: str | None, ids: set[str], now: float
+) -> None:
+    key = lc.keys.state(user_id, tenant_id)
+    with redis_errors():
+        raw = lc.redis.hmget(key, sorted(ids)) if ids else []
+        pipe = lc.redis.pipeline(transaction=False)
+        for mid, value in zip(sorted(ids), raw, strict=True):
+            if value is None:
+                continue
+            rec = Record.loads(str(value))
+            if rec.state is State.RETRACTED:
+                continue
+            state = next_state(rec.state, Event.RETRACT)
+            pipe.hset(key, mid, Record(state, rec.fingerprint, rec.ref, now).dumps())
+        pipe.execute()
+
+
+def retract_pg_fact(
+    lc: Lifecycle, *, tenant_id: str, user_id: str, fact_key: str, now: float, reason: str
+) -> Retraction:
+    """End the current value of ``fact_key``; the history row stays (who, when, why)."""
+    ids = _sources(lc, fact_key)
+    with lc.engine.begin() as conn:
+        version = retract_fact(db=conn, tenant_id=tenant_id, user_id=user_id,
+                               canonical_fact_key=fact_key)  # fmt: skip
+        record(conn, [AuditEvent(Action.RETRACT, tenant_id, user_id, fact_key, reason, now,
+                                 tuple(sorted(ids)), {"kind": "fact"})])  # fmt: skip
+    if version is not None and lc.profile_cache is not None:
+        lc.profile_cache.invalidate(version)
+    _mark_retracted(lc, user_id, lc.stm_tenant(tenant_id), ids, now)
+    return Retraction(fact_key, version is not None, tuple(sorted(ids)))
+
+
+def retract_card(lc: Lifecycle, *, card_id: str, now: float, reason: str) -> Retraction:
+    """Supersede a card (its projections are removed by the next index run)."""
+    validate_id(card_id, kind="memory_id")
+    ids = _sources(lc, card_id)
+    with ledger_errors("retract card"), lc.engine.begin() as conn:
+        card = load_cards(conn, [card_id]).get(card_id)
+        if card is None:
+            raise NotFound(f"no LTM card {card_id}")
+        changed = card.status is CardStatus.ACTIVE
+        if changed:
+            set_status(conn, card_id, CardStatus.SUPERSEDED, now=now)
+        record(conn, [AuditEvent(Action.RETRACT, card.tenant_id, card.user_id, card_id,
+                                 reason, now, tuple(sorted(ids)), {"kind": "card"})])  # fmt: skip
+    lc.on_cards([card_id])
+    _mark_retracted(lc, card.user_id, lc.stm_tenant(card.tenant_id), ids, now)
+    return Retraction(card_id, changed, tuple(sorted(ids)))

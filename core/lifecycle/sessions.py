@@ -1,0 +1,257 @@
+"""Session start and end (seed 2 四): preload related LTM into STM; finalise into LTM.
+
+* :func:`preload`: when a session starts, the cards most related to its first query
+  (plus the user's last session summary) are written into the new session's STM as
+  ``ltm_preload`` items with a short TTL.  The policy never promotes them back.
+* :func:`finalise`: when a session ends (explicitly, or idle for ``session_idle_s``,
+  found by :func:`idle_sessions`), its items get a last promotion pass, a session
+  summary card is written to LTM (only items fit to leave STM: no next steps, guesses,
+  tool output or wording of the moment, per seed 1 十四), and the session's STM is
+  cleaned: its index and the items that belonged to it alone.  User-level items
+  (preferences, items seen in other sessions) stay until their own TTL.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import time
+from dataclasses import dataclass
+from typing import Protocol, cast
+
+from sqlalchemy import or_, select
+
+from core.compress.cache import active_key
+from core.lifecycle.audit import Action, AuditEvent, record
+from core.lifecycle.generality import assess
+from core.lifecycle.runtime import Lifecycle
+from core.lifecycle.scan import scan_user
+from core.ltm.card import CardDraft, CardStatus, LtmCard
+from core.ltm.filters import CardFilter
+from core.ltm.ledger import ledger_errors, load_cards, write_card
+from core.ltm.search import LtmSearch
+from core.ltm.tables import cards
+from core.models.memory import MemoryItem, MemorySource, MemoryType
+from core.stm.keys import parse_user_scope, user_scope
+from core.stm.store import redis_errors
+
+SESSION_SUMMARY = "session_summary"
+_TERMS = re.compile(r"[\w\-]{2,}|[\u4e00-\u9fff]{2,}")
+_STOP = frozenset(
+    (
+        "the", "a", "an", "and", "or", "of", "to", "in", "on", "at", "for", "with", "from", "by",
+        "is", "are", "was", "were", "be", "it", "this", "that", "these", "those", "what", "why",
+        "how", "when", "where", "which", "who", "can", "could", "should", "would", "do", "does",
+        "did", "not", "no", "my", "your", "our", "we", "you", "i", "me", "please", "about", "into",
+        "just",
+    )
+)  # fmt: skip
+
+
+class CardFinder(Protocol):
+    def related(self, *, tenant_id: str, user_id: str, query: str, limit: int) -> list[LtmCard]:
+        """Active cards of one user most related to ``query``, best first."""
+        ...
+
+
+class LedgerFinder:
+    """Term overlap on the ledger's ``bm25_text`` (no index needed; the LTM search adapter
+    is the better finder when Milvus is up)."""
+
+    def __init__(self, lc: Lifecycle) -> None:
+        self.lc = lc
+
+    def related(self, *, tenant_id: str, user_id: str, query: str, limit: int) -> list[LtmCard]:
+        words = (t.casefold() for t in _TERMS.findall(query))
+        terms = list(dict.fromkeys(t for t in words if t not in _STOP))[:8]
+        if not terms or limit <= 0:
+            return []
+        stmt = (
+            select(cards.c.memory_id, cards.c.bm25_text)
+            .where(cards.c.tenant_id == tenant_id, cards.c.user_id == user_id,
+                   cards.c.status == CardStatus.ACTIVE.value,
+                   cards.c.memory_type != SESSION_SUMMARY,
+                   or_(*[cards.c.bm25_text.ilike(f"%{t}%") for t in terms]))
+            .order_by(cards.c.importance.desc(), cards.c.updated_at.desc())
+            .limit(limit * 4)
+        )  # fmt: skip
+        with ledger_errors("find related cards"), self.lc.engine.connect() as conn:
+            rows = conn.execute(stmt).all()
+            ranked = sorted(rows, key=lambda r: -sum(t in r.bm25_text.casefold() for t in terms))
+            ids = [r.memory_id for r in ranked[:limit]]
+            found = load_cards(conn, ids)
+        return [found[i] for i in ids if i in found]
+
+
+class SearchFinder:
+    """The LTM hybrid search (BM25 + vectors) as a finder; cards are then read from the
+    ledger, the source of truth, so a stale index entry cannot preload a retracted card."""
+
+    def __init__(self, lc: Lifecycle, search: LtmSearch) -> None:
+        self.lc = lc
+        self.search = search
+
+    def related(self, *, tenant_id: str, user_id: str, query: str, limit: int) -> list[LtmCard]:
+        if limit <= 0 or not query.strip():
+            return []
+        flt = CardFilter(tenant_id=tenant_id, user_id=user_id)
+        ids = [r.memory_id for r in self.search.search(query, flt)][: limit * 2]
+        found = self.lc.ledger.cards(ids)
+        live = [found[i] for i in ids if i in found and found[i].status is CardStatus.ACTIVE]
+        return live[:limit]
+
+
+def last_session_summary(lc: Lifecycle, *, tenant_id: str, user_id: str) -> LtmCard | None:
+    stmt = (
+        select(cards.c.memory_id)
+        .where(cards.c.tenant_id == tenant_id, cards.c.user_id == user_id,
+               cards.c.status == CardStatus.ACTIVE.value,
+               cards.c.memory_type == SESSION_SUMMARY)
+        .order_by(cards.c.updated_at.desc())
+        .limit(1)
+    )  # fmt: skip
+    with ledger_errors("last session summary"), lc.engine.connect() as conn:
+        mid = conn.execute(stmt).scalar_one_or_none()
+        return load_cards(conn, [mid]).get(mid) if mid else None
+
+
+def _preload_item(
+    lc: Lifecycle, card: LtmCard, *, user_id: str, tenant_id: str | None, session_id: str,
+    now: float,
+) -> MemoryItem:  # fmt: skip
+    scope = user_scope(user_id, tenant_id)
+    mid = "m_" + hashlib.sha1(f"{scope}|ltm:{card.memory_id}".encode()).hexdigest()[:20]
+    fp = hashlib.sha1(f"{card.memory_id}|{card.version}".encode()).hexdigest()[:16]
+    summary = card.summary[: lc.stm.max_summary_chars]
+    return MemoryItem(
+        id=mid, user_id=user_id, tenant_id=tenant_id, session_id=session_id,
+        memory_type=MemoryType.FACT, subtype="ltm_preload", summary=summary,
+        detail={"card_id": card.memory_id, "title": card.title[:200],
+                "card_type": card.memory_type},
+        entities=card.entities[:16], tags=["ltm_preload"],
+        source=MemorySource(kind="ltm"), confidence=card.confidence,
+        importance=card.importance, created_at=now, updated_at=now, last_access_at=now,
+        expires_at=now + lc.settings.preload_ttl_s, fingerprint=fp,
+        canonical_fact_key=f"ltm:{card.memory_id}", seen_sessions=[session_id],
+    )  # fmt: skip
+
+
+def preload(
+    lc: Lifecycle, *, user_id: str, session_id: str, query: str, now: float,
+    tenant_id: str | None = None, finder: CardFinder | None = None,
+) -> list[str]:  # fmt: skip
+    """Warm a new session's STM with related cards; returns the card ids preloaded."""
+    tenant = lc.tenant(tenant_id)
+    found = (finder or LedgerFinder(lc)).related(
+        tenant_id=tenant, user_id=user_id, query=query, limit=lc.settings.preload_limit
+    )
+    last = last_session_summary(lc, tenant_id=tenant, user_id=user_id)
+    chosen = list({c.memory_id: c for c in ([last] if last else []) + found}.values())
+    if not chosen:
+        return []
+    items = [_preload_item(lc, c, user_id=user_id, tenant_id=tenant_id, session_id=session_id,
+                           now=now) for c in chosen]  # fmt: skip
+    lc.stm.upsert_many(items)
+    ids = tuple(c.memory_id for c in chosen)
+    lc.audit.write([AuditEvent(Action.PRELOAD, tenant, user_id, f"session:{session_id}",
+                               f"{len(ids)} related cards preloaded", now, ids,
+                               {"query": query[:400]})])  # fmt: skip
+    return list(ids)
+
+
+def _summary_worthy(item: MemoryItem, never: frozenset[str], never_types: frozenset[str]) -> bool:
+    if item.subtype in never or item.memory_type.value in never_types:
+        return False
+    return not assess(item.summary).is_local
+
+
+@dataclass(frozen=True)
+class Finalised:
+    session_id: str
+    card_id: str | None
+    items: int
+    deleted: int
+
+
+def finalise(
+    lc: Lifecycle, *, user_id: str, session_id: str, now: float, tenant_id: str | None = None,
+    reason: str = "ended",
+) -> Finalised:  # fmt: skip
+    """End a session: last promotion pass, summary card, STM cleaned (idempotent)."""
+    scan_user(lc, user_id, tenant_id=tenant_id, now=now)
+    k = lc.stm.keys(user_id, tenant_id)
+    with redis_errors():
+        ids = [str(m) for m in lc.redis.zrange(k.session(session_id), 0, -1)]
+        last_at = lc.redis.zscore(active_key(lc.stm.namespace), f"{k.scope}|{session_id}")
+    items = [i for i in lc.stm.get_many(user_id, ids, now=now, tenant_id=tenant_id)]
+    pol = lc.settings.promotion
+    worthy = [i for i in items if _summary_worthy(i, pol.never_subtypes, pol.never_types)]
+    worthy = sorted(worthy, key=lambda i: -i.importance)[: lc.settings.session_summary_items]
+    tenant = lc.tenant(tenant_id)
+    card_id = None
+    if worthy:
+        draft = CardDraft(
+            tenant_id=tenant, user_id=user_id, canonical_key=f"session:{session_id}",
+            memory_type=SESSION_SUMMARY, title=f"Session {session_id}"[:256],
+            summary="; ".join(i.summary for i in worthy)[:2000],
+            content="\n".join(f"- [{i.memory_type.value}/{i.subtype}] {i.summary} "
+                              f"(stm {i.id}; messages {', '.join(i.source.message_ids[:8])})"
+                              for i in worthy)[: lc.ledger.max_content_chars],
+            entities=list(dict.fromkeys(e[:128] for i in worthy for e in i.entities))[:64],
+            tags=["session", f"session:{session_id}"[:64]], source_type="session_summary",
+            importance=0.8,  # seed 2: finalizeSession persists the summary at 0.8
+        )  # fmt: skip
+        with ledger_errors("finalise session"), lc.engine.begin() as conn:
+            res = write_card(conn, draft, now=now, max_content_chars=lc.ledger.max_content_chars)
+            record(conn, [AuditEvent(Action.FINALISE, tenant, user_id, res.memory_id, reason,
+                                     now, tuple(i.id for i in worthy),
+                                     {"session_id": session_id, "items": len(items)})])  # fmt: skip
+        card_id = res.memory_id
+        lc.on_cards([card_id])
+    local = [i.id for i in items
+             if not i.canonical_fact_key.startswith("user:")
+             and set(i.seen_sessions) <= {session_id}]  # fmt: skip
+    expired_or_gone = sorted(set(ids) - {i.id for i in items})
+    deleted = lc.stm.delete(user_id, local + expired_or_gone, tenant_id=tenant_id)
+    with redis_errors():
+        pipe = lc.redis.pipeline(transaction=False)
+        pipe.delete(k.session(session_id))
+        pipe.hset(lc.keys.finalised, f"{k.scope}|{session_id}", str(last_at or now))
+        pipe.execute()
+    return Finalised(session_id, card_id, len(items), deleted)
+
+
+def idle_sessions(
+    lc: Lifecycle, *, now: float, idle_s: float, limit: int
+) -> list[tuple[str, str | None, str]]:
+    """(user, tenant, session) quiet for ``idle_s`` seconds and not finalised since."""
+    with redis_errors():
+        raw = lc.redis.zrangebyscore(
+            active_key(lc.stm.namespace), "-inf", now - idle_s, start=0, num=limit * 4,
+            withscores=True,
+        )  # fmt: skip
+        members = cast(list[tuple[str, float]], raw)
+        done = lc.redis.hmget(lc.keys.finalised, [str(m) for m, _ in members]) if members else []
+    out = []
+    for (member, at), fin in zip(members, done, strict=True):
+        if fin is not None and float(fin) >= float(at):
+            continue
+        scope, _, session_id = str(member).rpartition("|")
+        user_id, tenant_id = parse_user_scope(scope)
+        out.append((user_id, tenant_id, session_id))
+        if len(out) >= limit:
+            break
+    return out
+
+
+def finalise_idle(lc: Lifecycle, *, now: float, limit: int, max_s: float) -> list[Finalised]:
+    """Finalise idle sessions, at most ``limit`` and for about ``max_s`` seconds."""
+    t0 = time.monotonic()
+    out = []
+    for user_id, tenant_id, sid in idle_sessions(lc, now=now, idle_s=lc.settings.session_idle_s,
+                                                 limit=limit):  # fmt: skip
+        out.append(finalise(lc, user_id=user_id, session_id=sid, now=now, tenant_id=tenant_id,
+                            reason="idle"))  # fmt: skip
+        if time.monotonic() - t0 >= max_s:
+            break
+    return out

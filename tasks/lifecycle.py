@@ -1,0 +1,189 @@
+"""Lifecycle tasks on the ``maintenance`` queue (thin: core.lifecycle does the work).
+
+Periodic ones (promotion scan, batch queue, idle sessions, LTM summaries, forgetting) run
+under a Redis lock with a TTL (``run_locked``), so a second copy started while one runs
+returns ``skipped``; each is bounded by a batch size and ``max_run_s`` seconds.  Card
+changes are handed to ``memstrata.ltm.index`` by name (the LTM worker projects live cards
+and removes superseded or deleted ones); the ledger reconciler is the safety net.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+from core.errors import StoreUnavailable
+from core.ids import validate_id
+from core.lifecycle import lifecycle_settings
+from core.lifecycle.maintenance import forget, summarise, sync_access
+from core.lifecycle.rebuild import rebuild_session
+from core.lifecycle.retract import retract_card, retract_pg_fact
+from core.lifecycle.runtime import Lifecycle, from_resources
+from core.lifecycle.scan import scan
+from core.lifecycle.scheduler import run_batch
+from core.lifecycle.sessions import finalise, finalise_idle, preload
+from core.maintenance import run_locked
+from core.resources import get_resources
+from tasks.app import app
+
+log = logging.getLogger(__name__)
+
+SCAN = "memstrata.maintenance.lifecycle_scan"
+BATCH = "memstrata.maintenance.lifecycle_batch"
+IDLE = "memstrata.maintenance.lifecycle_idle_sessions"
+SUMMARISE = "memstrata.maintenance.lifecycle_summarise"
+FORGET = "memstrata.maintenance.lifecycle_forget"
+RETRACT = "memstrata.maintenance.lifecycle_retract"
+FINALISE = "memstrata.maintenance.lifecycle_finalise"
+PRELOAD = "memstrata.maintenance.lifecycle_preload"
+REBUILD = "memstrata.maintenance.lifecycle_rebuild"
+LTM_INDEX = "memstrata.ltm.index"
+MAX_IDS = 500
+
+_OPTS: dict[str, Any] = {
+    "acks_late": True,
+    "reject_on_worker_lost": True,
+    "autoretry_for": (StoreUnavailable,),
+    "retry_backoff": True,
+    "retry_jitter": True,
+    "max_retries": 3,
+}
+T = TypeVar("T")
+
+
+def _index(ids: Sequence[str]) -> None:
+    for i in range(0, len(ids), MAX_IDS):
+        app.send_task(LTM_INDEX, args=[list(ids[i : i + MAX_IDS])], queue="ltm")
+
+
+def _lc() -> Lifecycle:
+    res = get_resources()
+    return from_resources(res, lifecycle_settings(res.settings), on_cards=_index)
+
+
+def _locked(lc: Lifecycle, name: str, interval_s: float, work: Callable[[], T]) -> T | None:
+    ttl = max(30, int(min(interval_s * 2, lc.settings.max_run_s * 3)))
+    return run_locked(lc.redis, lc.stm.namespace, f"lifecycle-{name}", ttl_s=ttl, work=work)
+
+
+@app.task(name=SCAN, **_OPTS)
+def promotion_scan(max_items: int | None = None, dry_run: bool = False) -> dict[str, int]:
+    """Seed 十四 promotion scan over live STM items (bounded; resumes where it stopped)."""
+    lc = _lc()
+    cfg = lc.settings
+    limit = int(max_items or cfg.scan_max_items)
+
+    def work() -> dict[str, int]:
+        return scan(lc, now=time.time(), max_items=limit, max_s=cfg.max_run_s,
+                    dry_run=dry_run).summary()  # fmt: skip
+
+    out = _locked(lc, "scan", cfg.scan_interval_s, work)
+    log.info("lifecycle scan %s", out)
+    return out or {"skipped": 1}
+
+
+@app.task(name=BATCH, **_OPTS)
+def batch_queue(dry_run: bool = False) -> dict[str, int]:
+    """Seed 2's 5-minute job: merge >= 3 per topic into a card, decay or drop the rest."""
+    lc = _lc()
+    cfg = lc.settings
+
+    def work() -> dict[str, int]:
+        return run_batch(lc, now=time.time(), limit=cfg.batch_max_entries, dry_run=dry_run)[1]
+
+    out = _locked(lc, "batch", cfg.batch_interval_s, work)
+    log.info("lifecycle batch %s", out)
+    return out or {"skipped": 1}
+
+
+@app.task(name=IDLE, **_OPTS)
+def idle_sessions() -> dict[str, int]:
+    """Finalise sessions idle past ``session_idle_s`` (seed 2 四 finalizeSession)."""
+    lc = _lc()
+    cfg = lc.settings
+
+    def work() -> dict[str, int]:
+        done = finalise_idle(lc, now=time.time(), limit=cfg.idle_batch, max_s=cfg.max_run_s)
+        return {"finalised": len(done), "cards": sum(1 for f in done if f.card_id)}
+
+    out = _locked(lc, "idle", cfg.idle_check_s, work)
+    return out or {"skipped": 1}
+
+
+@app.task(name=SUMMARISE, **_OPTS)
+def ltm_summarise() -> dict[str, int]:
+    """Recall counts into the ledger, then > N cards on one topic → one summary card."""
+    lc = _lc()
+    cfg = lc.settings
+
+    def work() -> dict[str, int]:
+        now = time.time()
+        synced = sync_access(lc, now=now)
+        made = summarise(lc, now=now, over=cfg.summarise_over)
+        return {"access_synced": synced, "summaries": len(made)}
+
+    out = _locked(lc, "summarise", cfg.maintain_interval_s, work)
+    return out or {"skipped": 1}
+
+
+@app.task(name=FORGET, **_OPTS)
+def ltm_forget(apply: bool | None = None) -> dict[str, int]:
+    """Forgetting of long-inactive low-importance cards; a dry run unless ``apply``."""
+    lc = _lc()
+    cfg = lc.settings
+    really = cfg.forget_apply if apply is None else bool(apply)
+
+    def work() -> dict[str, int]:
+        plan = forget(lc, now=time.time(), apply=really)
+        for f in plan[:20]:
+            log.info("forget%s %s: %s", "" if really else " (dry run)", f.card.memory_id, f.reason)
+        return {"planned": len(plan), "applied": len(plan) if really else 0}
+
+    out = _locked(lc, "forget", cfg.forget_interval_s, work)
+    return out or {"skipped": 1}
+
+
+@app.task(name=RETRACT, **_OPTS)
+def retract(kind: str, target: str, tenant_id: str | None = None, user_id: str | None = None,
+            reason: str = "retracted") -> dict[str, Any]:  # fmt: skip
+    """Undo a promotion: ``kind`` is ``fact`` (tenant, user, fact key) or ``card`` (card id)."""
+    lc = _lc()
+    now = time.time()
+    if kind == "card":
+        out = retract_card(lc, card_id=target, now=now, reason=reason[:500])
+    elif kind == "fact" and tenant_id and user_id:
+        out = retract_pg_fact(lc, tenant_id=validate_id(tenant_id, kind="tenant_id"),
+                              user_id=validate_id(user_id, kind="user_id"), fact_key=target,
+                              now=now, reason=reason[:500])  # fmt: skip
+    else:
+        return {"error": "kind must be 'card', or 'fact' with tenant_id and user_id"}
+    return {"target": out.target, "changed": out.changed, "memory_ids": list(out.memory_ids)}
+
+
+@app.task(name=FINALISE, **_OPTS)
+def finalise_session(user_id: str, session_id: str, tenant_id: str | None = None) -> dict[str, Any]:
+    """End a session explicitly: summary card to LTM, session STM cleaned."""
+    lc = _lc()
+    out = finalise(lc, user_id=user_id, session_id=session_id, tenant_id=tenant_id,
+                   now=time.time(), reason="ended")  # fmt: skip
+    return {"card_id": out.card_id, "items": out.items, "deleted": out.deleted}
+
+
+@app.task(name=PRELOAD, **_OPTS)
+def preload_session(user_id: str, session_id: str, query: str,
+                    tenant_id: str | None = None) -> dict[str, Any]:  # fmt: skip
+    """Warm a new session's STM with related LTM cards (seed 2 initializeSession)."""
+    lc = _lc()
+    ids = preload(lc, user_id=user_id, session_id=session_id, query=query[:2000],
+                  tenant_id=tenant_id, now=time.time())  # fmt: skip
+    return {"preloaded": len(ids)}
+
+
+@app.task(name=REBUILD, **_OPTS)
+def rebuild(user_id: str, session_id: str, tenant_id: str | None = None) -> dict[str, int]:
+    """Re-derive a session's STM from its L0 transcript."""
+    out = rebuild_session(_lc(), user_id=user_id, session_id=session_id, tenant_id=tenant_id,
+                          now=time.time())  # fmt: skip
+    return {"deleted": out.deleted, "turns": out.turns, "written": out.written}
