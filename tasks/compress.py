@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from core.compress import BudgetTooSmall
 from core.compress.cache import SessionActivity, ViewCache, due_for_compression
 from core.compress.service import compress_cached
-from core.compress.tokens import default_counter
+from core.compress.tokens import EstimateCounter
 from core.errors import NotFound, StoreUnavailable
 from core.ids import SafeId
 from core.maintenance import run_locked
@@ -137,7 +137,7 @@ def track_turns(turns: Sequence[tuple[TurnPointer, Sequence[TranscriptRecord]]])
     due = due_for_compression(
         SessionActivity(res.redis, namespace=res.settings.key_namespace),
         [records for _pointer, records in turns],
-        default_counter(),
+        EstimateCounter(),  # a trigger needs no exact count (the view itself uses cl100k)
         threshold=res.settings.compress_threshold_tokens,
         step=res.settings.compress_step_tokens,
     )

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, replace
 from core.extract.rules import ExtractionContext, Extractor, clip
 from core.ids import validate_id
 from core.models.candidate import Candidate, Verdict, WriteDecision
-from core.models.memory import MemoryItem
+from core.models.memory import MemoryItem, MemoryStatus
 from core.models.transcript import TranscriptRecord, TurnPointer
 from core.policy.write import Existing, WritePolicy, fingerprint, judge
 from core.stm.store import StmStore, UpsertResult, redis_errors
@@ -210,6 +210,14 @@ class IngestPipeline:
             fingerprint=fp,
             canonical_fact_key=cand.canonical_fact_key,
             seen_sessions=[ptr.session_id],
+            # every field given: model_construct inspects default factories per call
+            version=1,
+            status=MemoryStatus.ACTIVE,
+            mention_count=1,
+            history=[],
+            agent_id=None,
+            owner_agent=None,
+            shared_scope=None,
         )
 
     def _write(self, planned: list[_Planned], outcomes: list[TurnOutcome]) -> None:
