@@ -140,7 +140,8 @@ def _foreground(children: list[Child]) -> int:
 
 def _stop_all(children: list[Child]) -> None:
     """Stop Beat, then Flower, then the worker; never let a closed stdout stop the stopping."""
-    for child in sorted(children, key=lambda c: ("beat", "flower", "worker").index(c.name)):
+    order = ("beat", "flower", "worker", "milvus")  # the store goes last: workers use it
+    for child in sorted(children, key=lambda c: order.index(c.name)):
         if child.proc is None:
             continue
         code = child.stop(timeout_s=STOP_TIMEOUT_S)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from core.errors import MemstrataError
 from core.ids import validate_id
 from core.ltm.card import LtmCard
 from core.ltm.filters import CardFilter, milvus_expr
@@ -106,17 +107,24 @@ class MilvusLexicalIndex:
     def search(self, normalised_query: str, flt: CardFilter, limit: int) -> list[Hit]:
         if not normalised_query.strip():
             return []
-        with milvus_errors("lexical search", self.conn):
-            result = self.conn.client.search(
-                self.collection,
-                data=[normalised_query],
-                anns_field="sparse",
-                filter=milvus_expr(flt),
-                limit=limit,
-                output_fields=_OUT,
-                search_params={"metric_type": "BM25"},
-                timeout=self._rpc_timeout,
-            )
+        try:
+            with milvus_errors("lexical search", self.conn):
+                result = self.conn.client.search(
+                    self.collection,
+                    data=[normalised_query],
+                    anns_field="sparse",
+                    filter=milvus_expr(flt),
+                    limit=limit,
+                    output_fields=_OUT,
+                    search_params={"metric_type": "BM25"},
+                    timeout=self._rpc_timeout,
+                )
+        except MemstrataError as exc:
+            # milvus-lite 2.5.1 computes BM25 over an empty corpus as NaN and refuses the
+            # query: an empty collection simply has no lexical hits
+            if "NaN or Inf" in str(exc):
+                return []
+            raise
         return hits_of(result)
 
     def refresh(self) -> None:
