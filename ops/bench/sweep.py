@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import random
 import time
-from importlib import resources
 from typing import Any
 
 import redis
@@ -24,68 +23,11 @@ from core.lifecycle.runtime import Lifecycle
 from core.lifecycle.scan import scan
 from core.ltm.ledger import Ledger
 from core.models.memory import MemoryItem, MemorySource, MemoryStatus, MemoryType
-from core.stm.keys import parse_user_scope
 from core.stm.store import StmStore
 from ops.bench.common import machine, new_namespace, purge, r3, redis_url
 
 TARGET_SWEEP_PER_S = 50_000
 
-# Proposed replacement of core/stm/lua/sweep.lua (measured here, not yet in core/stm): one
-# variadic ZREM per index (per-session eviction zsets included), one HMGET + HDEL per
-# dedup map and one DEL for all the user's expired items, instead of ~13 calls per item;
-# the Python side pipelines the script over all due users (one round trip per 256 users
-# instead of two per user).
-PROPOSED_SWEEP_LUA = """
-local now = tonumber(ARGV[1])
-local limit = tonumber(ARGV[2])
-local ids = redis.call('ZRANGEBYSCORE', P .. 'expire', '-inf', now, 'LIMIT', 0, limit)
-local function chunks(list, fn)
-  for i = 1, #list, 1000 do fn(i, math.min(i + 999, #list)) end
-end
-local by_index, keys = {}, {}
-local canon_f, canon_id, fp_f, fp_id = {}, {}, {}, {}
-for _, id in ipairs(ids) do
-  local ikey = P .. 'item:' .. id
-  local f = redis.call('HMGET', ikey, '_idx', 'canonical_fact_key', 'fingerprint')
-  if f[1] then
-    for _, suffix in ipairs(cjson.decode(f[1])) do
-      local l = by_index[suffix]
-      if not l then l = {}; by_index[suffix] = l end
-      l[#l + 1] = id
-    end
-    for _, suffix in ipairs(cjson.decode(f[1])) do
-      if string.sub(suffix, 1, 8) == 'session:' then
-        local ek = 'evict:' .. string.sub(suffix, 9)
-        local l = by_index[ek]
-        if not l then l = {}; by_index[ek] = l end
-        l[#l + 1] = id
-      end
-    end
-  end
-  if f[2] then canon_f[#canon_f + 1] = f[2]; canon_id[#canon_id + 1] = id end
-  if f[3] then fp_f[#fp_f + 1] = f[3]; fp_id[#fp_id + 1] = id end
-  keys[#keys + 1] = ikey
-end
-for suffix, l in pairs(by_index) do
-  chunks(l, function(i, j) redis.call('ZREM', P .. suffix, unpack(l, i, j)) end)
-end
-local function unmap(h, fields, owners)
-  chunks(fields, function(i, j)
-    local cur = redis.call('HMGET', P .. h, unpack(fields, i, j))
-    local del = {}
-    for k = i, j do if cur[k - i + 1] == owners[k] then del[#del + 1] = fields[k] end end
-    if #del > 0 then redis.call('HDEL', P .. h, unpack(del)) end
-  end)
-end
-unmap('canon', canon_f, canon_id)
-unmap('fp', fp_f, fp_id)
-local removed = 0
-chunks(keys, function(i, j) removed = removed + redis.call('DEL', unpack(keys, i, j)) end)
-chunks(ids, function(i, j) redis.call('ZREM', P .. 'expire', unpack(ids, i, j)) end)
-local nxt = redis.call('ZRANGE', P .. 'expire', 0, 0, 'WITHSCORES')
-if #nxt == 0 then return {removed, ''} end
-return {removed, nxt[2]}
-"""
 TARGET_SCAN_S = 60.0
 
 _KINDS: tuple[tuple[MemoryType, str, str, float], ...] = (
@@ -140,44 +82,11 @@ def _load(store: StmStore, items: list[MemoryItem], chunk: int = 1000) -> float:
     return time.perf_counter() - t
 
 
-def proposed_sweep(store: StmStore, *, now: float, max_items: int, per_user: int = 500) -> int:
-    """The proposed ``StmStore.sweep``: the batched script, pipelined over due users."""
-    common = (resources.files("core.stm") / "lua" / "common.lua").read_text(encoding="utf-8")
-    script = store.r.register_script(common + PROPOSED_SWEEP_LUA)
-    gk = store.gkeys.sweep_users
-    removed = 0
-    while removed < max_items:
-        due = [str(s) for s in store.r.zrangebyscore(gk, "-inf", now, start=0, num=256)]
-        if not due:
-            break
-        pipe = store.r.pipeline(transaction=False)
-        for scope in due:
-            user, tenant = parse_user_scope(scope)
-            script(keys=[store.keys(user, tenant).prefix], args=[now, per_user], client=pipe)
-        replies = pipe.execute()
-        pipe = store.r.pipeline(transaction=False)
-        progressed = False
-        for scope, (n, nxt) in zip(due, replies, strict=True):
-            removed += int(n)
-            progressed = progressed or int(n) > 0
-            if not nxt:
-                pipe.zrem(gk, scope)
-            elif float(nxt) > now or int(n) < per_user:
-                pipe.zadd(gk, {scope: float(nxt)})
-        pipe.execute()
-        if not progressed:
-            break
-    return removed
-
-
-def _timed_sweep(store: StmStore, now: float, proposed: bool) -> tuple[int, float]:
+def _timed_sweep(store: StmStore, now: float) -> tuple[int, float]:
     t = time.perf_counter()
     removed = 0
     while True:
-        if proposed:
-            n = proposed_sweep(store, now=now, max_items=100_000)
-        else:
-            n = store.sweep(now=now, max_items=100_000).removed
+        n = store.sweep(now=now, max_items=100_000).removed
         removed += n
         if n == 0:
             break
@@ -217,22 +126,15 @@ def run(quick: bool) -> dict[str, Any]:
             }
         )
         keys_before = _count_keys(client, ns)
-        removed, sweep_s = _timed_sweep(store, now + 7200, proposed=False)
+        removed, sweep_s = _timed_sweep(store, now + 7200)
         keys_after = _count_keys(client, ns)
-        # the proposed script on the same data, loaded again
-        for part in range(0, n, 100_000):
-            _load(store, _items(min(100_000, n - part), users, now, start=part))
-        p_removed, p_sweep_s = _timed_sweep(store, now + 7200, proposed=True)
         figures.update(
             {
                 "sweep_items_per_s": round(removed / sweep_s),
                 "sweep_removed": removed,
                 "sweep_s": r3(sweep_s),
-                "sweep_items_per_s_proposed": round(p_removed / p_sweep_s),
-                "sweep_removed_proposed": p_removed,
                 "keys_before_sweep": keys_before,
                 "keys_after_sweep": keys_after,
-                "keys_after_proposed_sweep": _count_keys(client, ns),
                 "target_sweep_per_s": TARGET_SWEEP_PER_S,
                 "target_scan_s": TARGET_SCAN_S,
                 "quick": quick,
@@ -263,14 +165,10 @@ def markdown(figures: dict[str, Any]) -> str:
             "|---|---|---|",
             f"| expire sweep, items removed from all indexes per s | "
             f"**{f['sweep_items_per_s']:,}** | ≥ {TARGET_SWEEP_PER_S:,}: {sweep_ok} |",
-            f"| same, with the proposed batched sweep script (not yet in core/stm) | "
-            f"{f['sweep_items_per_s_proposed']:,} | "
-            f"{'met' if f['sweep_items_per_s_proposed'] >= TARGET_SWEEP_PER_S else 'MISSED'} |",
             f"| promotion scan of all items (read + decide), s | **{f['promotion_scan_s']}** "
             f"({f['scan_items_per_s']:,} items/s) | < {TARGET_SCAN_S:g}: {scan_ok} |",
             f"| keys under the users' prefixes before / after the sweep | "
-            f"{f['keys_before_sweep']:,} / {f['keys_after_sweep']:,} "
-            f"(proposed: {f['keys_after_proposed_sweep']:,}) | 0 |",
+            f"{f['keys_before_sweep']:,} / {f['keys_after_sweep']:,} | 0 |",
             "",
             f"Scan decisions: {routes}.",
         ]
