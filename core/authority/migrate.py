@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
@@ -18,6 +17,7 @@ from sqlalchemy import create_engine
 from sqlalchemy.exc import OperationalError
 
 from core.authority.errors import AuthorityUnavailable
+from core.migrations import run_alembic
 
 MIGRATIONS_DIR = Path(__file__).resolve().parent / "migrations"
 # other components' Alembic branches that share this env and version table
@@ -37,20 +37,7 @@ def _config(url: str) -> Config:
 
 
 def _run(url: str, step: str, revision: str) -> None:
-    cfg = _config(url)
-    engine = create_engine(url, pool_size=1, max_overflow=0)
-    try:
-        with engine.connect() as conn:
-            cfg.attributes["connection"] = conn
-            if step == "upgrade":
-                command.upgrade(cfg, revision)
-            else:
-                command.downgrade(cfg, revision)
-            conn.commit()
-    except OperationalError as exc:
-        raise AuthorityUnavailable(f"cannot migrate the authority schema: {exc.orig}") from exc
-    finally:
-        engine.dispose()
+    run_alembic(_config(url), url, step, revision, unavailable=AuthorityUnavailable)
 
 
 def upgrade(url: str, revision: str = "heads") -> None:

@@ -8,12 +8,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from alembic import command
 from alembic.config import Config
-from sqlalchemy import create_engine
-from sqlalchemy.exc import OperationalError
 
 from core.errors import StoreUnavailable
+from core.migrations import run_alembic
 
 MIGRATIONS_DIR = Path(__file__).resolve().parent / "migrations"
 
@@ -26,20 +24,7 @@ def config(url: str) -> Config:
 
 
 def _run(url: str, step: str, revision: str) -> None:
-    cfg = config(url)
-    engine = create_engine(url, pool_size=1, max_overflow=0)
-    try:
-        with engine.connect() as conn:
-            cfg.attributes["connection"] = conn
-            if step == "upgrade":
-                command.upgrade(cfg, revision)
-            else:
-                command.downgrade(cfg, revision)
-            conn.commit()
-    except OperationalError as exc:
-        raise StoreUnavailable(f"cannot migrate the lifecycle audit: {exc.orig}") from exc
-    finally:
-        engine.dispose()
+    run_alembic(config(url), url, step, revision, unavailable=StoreUnavailable)
 
 
 def upgrade(url: str, revision: str = "head") -> None:
