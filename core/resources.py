@@ -71,7 +71,10 @@ def build_resources(settings: Settings) -> Resources:
     )
     policy = WritePolicy(threshold=settings.write_threshold, ttl=settings.ttl)
     pipeline = IngestPipeline(
-        store=stm, extractor=RuleExtractor(), policy=policy, decision_ttl_s=settings.decision_ttl_s
+        store=stm,
+        extractor=RuleExtractor(conversation_facts=settings.extract_conversation_facts),
+        policy=policy,
+        decision_ttl_s=settings.decision_ttl_s,
     )
     # lazy: no connection is opened until the first authority read or write
     authority = make_engine(

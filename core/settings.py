@@ -77,6 +77,8 @@ class Settings(BaseSettings):
     ttl: TtlPolicy = TtlPolicy()
     stm_session_cap: int = Field(50, ge=1, le=100_000)
     decision_ttl_s: int = Field(7 * 24 * 3600, ge=60)
+    # the conversation_fact rule: one fact per casual user statement no other rule claims
+    extract_conversation_facts: bool = True
 
     # ingest pipeline
     ingest_shards: int = Field(4, ge=1, le=256)

@@ -4,6 +4,11 @@ Each clause of a message is tested against the lexicon rules in a fixed priority
 and yields at most one candidate.  The extractor only *proposes*: chit-chat, guesses and
 raw tool dumps come out as candidates too, flagged, so the policy can refuse them with
 a recorded reason (seed 十二: the extractor proposes, the policy engine decides).
+
+A user message that none of those rules claims, and that is neither chit-chat nor only
+questions, becomes one ``conversation_fact`` candidate: the clause rules were written for
+debugging sessions and would otherwise propose nothing from casual conversation ("I went
+to a support group yesterday").  ``RuleExtractor(conversation_facts=False)`` turns it off.
 """
 
 from __future__ import annotations
@@ -29,10 +34,18 @@ _REASONING_BLOCK = re.compile(
 _CODE_FENCE = re.compile(r"```.*?(?:```|$)", re.DOTALL)
 _WS = re.compile(r"\s+")
 _BULLET = re.compile(r"^\s*(?:[-*•>]|\d+[.)])\s*")
+_CJK = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af]")
+# "<speaker>: " as chat transcripts are recorded: a short name, not a sentence
+_SPEAKER_PREFIX = re.compile(r"^([^\s:：][^\n:：。!！?？,，;；]{0,57}?): ")
 MAX_CLAUSE_CHARS = 300
 MAX_SUMMARY_CHARS = 200
 RAW_BLOB_CHARS = 1000
 OBSERVATIONS_PER_TOOL_RESULT = 2
+CONVERSATION_FACT_CHARS = 300
+CONVERSATION_FACT_MIN_WORDS = 4  # a statement shorter than this carries no fact of its own
+CONVERSATION_FACT_MIN_CJK_CHARS = 8  # the same bar for text without spaces between words
+SPEAKER_MAX_WORDS = 4
+MAX_ENTITIES = 16
 
 
 @dataclass(frozen=True)
@@ -89,6 +102,23 @@ def strip_reasoning(text: str, lexicon: Lexicon) -> str:
     return text
 
 
+def _speaker_prefix(text: str) -> tuple[str, str]:
+    """``("Caroline", "I went …")`` for ``"Caroline: I went …"``; ``("", text)`` otherwise."""
+    m = _SPEAKER_PREFIX.match(text)
+    if m is None or len(m.group(1).split()) > SPEAKER_MAX_WORDS:
+        return "", text
+    return m.group(1).strip(), text[m.end() :].strip()
+
+
+def _long_enough(statement: str) -> bool:
+    """At least 4 words, or for CJK text (no spaces between words) at least 8 characters."""
+    if len(statement.split()) >= CONVERSATION_FACT_MIN_WORDS:
+        return True
+    return bool(_CJK.search(statement)) and (
+        len(_WS.sub("", statement)) >= CONVERSATION_FACT_MIN_CJK_CHARS
+    )
+
+
 @dataclass(frozen=True)
 class _Rule:
     name: str
@@ -111,8 +141,9 @@ _STATE_RULES = ("excluded_cause", "conclusion", "decision", "next_step")
 class RuleExtractor:
     """The v1 extractor: lexicon rules, entity patterns, no model calls."""
 
-    def __init__(self, lexicon: Lexicon | None = None) -> None:
+    def __init__(self, lexicon: Lexicon | None = None, *, conversation_facts: bool = True) -> None:
         self.lexicon = lexicon or default_lexicon()
+        self.conversation_facts = conversation_facts
 
     # ------------------------------------------------------------------ public
     def extract(self, turn: Sequence[TranscriptRecord], ctx: ExtractionContext) -> list[Candidate]:
@@ -127,6 +158,13 @@ class RuleExtractor:
             elif record.role is Role.TOOL:
                 name = tool_names.get(record.tool_call_id or "", record.name or "tool")
                 out.extend(self._from_tool(record, ctx, name))
+        if self.conversation_facts:
+            covered = {m for c in out for m in c.source.message_ids}
+            for record in turn:
+                if record.role is Role.USER and record.message_id not in covered:
+                    fact = self._conversation_fact(record, ctx)
+                    if fact is not None:
+                        out.append(fact)
         return out
 
     # ------------------------------------------------------------------ per role
@@ -364,6 +402,44 @@ class RuleExtractor:
             key=f"{ctx.scope}:chat:{short_hash(normalise_fact(text))}",
             signals=CandidateSignals(chit_chat=True, transient=True),
         )  # fmt: skip
+
+    def _conversation_fact(self, rec: TranscriptRecord, ctx: ExtractionContext) -> Candidate | None:
+        """One ``conversation_fact`` for a user statement no other rule claimed.
+
+        What the person said about themselves or their world ("My kids love painting")
+        is verified by construction (they said it); its questions are dropped.  One
+        candidate per message keeps the provenance per turn, and the key is the
+        normalised statement, so a restated fact merges instead of duplicating.
+        """
+        text = _CODE_FENCE.sub(" ", rec.content).strip()
+        if not text or self.lexicon.matches("chit_chat", text):
+            return None
+        prefix, body = _speaker_prefix(text)
+        if self.lexicon.matches("chit_chat", body):
+            return None
+        clauses = [c for c in split_clauses(body) if not self.lexicon.matches("question", c)]
+        statement = " ".join(clauses)
+        if not _long_enough(statement):
+            return None
+        summary = clip(f"{prefix}: {statement}" if prefix else statement, CONVERSATION_FACT_CHARS)
+        speaker = (rec.name or "").strip() or prefix
+        entities = extract_entities(summary, self.lexicon)
+        if speaker:
+            entities = [speaker, *(e for e in entities if e.casefold() != speaker.casefold())]
+        return Candidate(
+            memory_type=MemoryType.FACT,
+            subtype="conversation_fact",
+            summary=summary,
+            detail={"speaker": speaker},
+            entities=entities[:MAX_ENTITIES],
+            tags=["conversation_fact"],
+            canonical_fact_key=f"user:conv:{short_hash(normalise_fact(summary), 16)}",
+            source=MemorySource(kind="conversation", message_ids=[rec.message_id]),
+            confidence=0.7,
+            signals=CandidateSignals(is_verified=True),
+            rule="conversation_fact",
+            turn_count=max(1, ctx.turn_index),
+        )
 
     # ------------------------------------------------------------------ helpers
     def _entities(self, text: str, ctx: ExtractionContext) -> list[str]:
