@@ -57,6 +57,10 @@ class CardDraft(BaseModel):
         default_factory=list, max_length=32
     )
     source_type: Label = "promoted_from_stm"
+    source_message_ids: list[Annotated[str, StringConstraints(min_length=1, max_length=128)]] = (
+        Field(default_factory=list, max_length=64)
+    )
+    """Provenance: the transcript messages the card was promoted from (seed 1 七.2 source)."""
     importance: float = Field(0.5, ge=0.0, le=1.0)
     confidence: float = Field(0.8, ge=0.0, le=1.0)
     status: CardStatus = CardStatus.ACTIVE
@@ -78,6 +82,7 @@ class LtmCard(BaseModel):
     entities: list[str] = Field(default_factory=list)
     tags: list[str] = Field(default_factory=list)
     source_type: Label
+    source_message_ids: list[str] = Field(default_factory=list)
     bm25_text: str
     created_at: float
     updated_at: float

@@ -24,6 +24,7 @@ from sqlalchemy import (
     String,
     Table,
     Text,
+    text,
 )
 from sqlalchemy.dialects.postgresql import JSONB
 
@@ -47,6 +48,7 @@ cards = Table(
     Column("entities", JSONB, nullable=False),
     Column("tags", JSONB, nullable=False),
     Column("source_type", String(64), nullable=False),
+    Column("source_message_ids", JSONB, nullable=False, server_default=text("'[]'::jsonb")),
     Column("bm25_text", Text, nullable=False),
     Column("created_at", Float(precision=53), nullable=False),
     Column("updated_at", Float(precision=53), nullable=False),
