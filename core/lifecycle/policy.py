@@ -47,6 +47,10 @@ class PromotionPolicy(BaseModel):
         {"next_step", "hypothesis", "chit_chat", "symptom", "excluded_cause", "current_decision",
          "tool_output", "ltm_preload", "session_summary"}
     )  # fmt: skip
+    # what a participant said about their life ("I went to a support group yesterday"):
+    # neither task state nor reusable experience; kept as one LTM episode card per
+    # statement when its session ends (sessions.finalise), never merged or sent to PG
+    episode_subtypes: frozenset[str] = frozenset({"conversation_fact"})
 
 
 class Route(StrEnum):
@@ -55,6 +59,7 @@ class Route(StrEnum):
     BATCH = "batch"  # seed 2 batch queue
     STAY = "stay"  # not yet: waits for evidence or its TTL
     NEVER = "never"  # task-local: never leaves STM
+    EPISODE = "episode"  # an episode card when its session ends (sessions.finalise)
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,6 +168,8 @@ def decide(item: ItemView, *, hits: int, policy: PromotionPolicy, now: float) ->
     def out(route: Route, reason: str, key: str | None = None) -> Decision:
         return Decision(route, reason, triggers, breakdown, key, topic)
 
+    if item.subtype in policy.episode_subtypes:
+        return out(Route.EPISODE, "episodic statement: an LTM episode card when the session ends")
     if item.memory_type in policy.never_types or item.subtype in policy.never_subtypes:
         return out(Route.NEVER, f"task-local kind {item.memory_type}/{item.subtype}")
     if gen.is_local:

@@ -158,7 +158,8 @@ def apply(
     *,
     now: float,
 ) -> Applied:
-    """Carry out the movable decisions (path A, path B, batch); STAY and NEVER do nothing."""
+    """Carry out the movable decisions (path A, path B, batch); STAY, NEVER and EPISODE
+    (written by :func:`core.lifecycle.sessions.finalise`) do nothing here."""
     out = Applied()
     queued: list[tuple[ItemView, Decision]] = []
     changed: list[UserVersion] = []

@@ -9,6 +9,11 @@
   tool output or wording of the moment, per seed 1 十四), and the session's STM is
   cleaned: its index and the items that belonged to it alone.  User-level items
   (preferences, items seen in other sessions) stay until their own TTL.
+* Episodes: each statement a participant made about their life (extractor subtype
+  ``conversation_fact``, policy route ``episode``) becomes one LTM card when its session
+  ends, with the messages around it (read back from L0) as indexed context, so "yes, in
+  May" is found by what it answered.  One card per statement, keyed by its canonical
+  key: finalising twice, or the same statement in two sessions, updates one card.
 """
 
 from __future__ import annotations
@@ -16,12 +21,14 @@ from __future__ import annotations
 import hashlib
 import re
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol, cast
 
 from sqlalchemy import or_, select
 
 from core.compress.cache import active_key
+from core.errors import NotFound
 from core.lifecycle.audit import Action, AuditEvent, record
 from core.lifecycle.generality import assess
 from core.lifecycle.runtime import Lifecycle
@@ -32,6 +39,7 @@ from core.ltm.ledger import ledger_errors, load_cards, write_card
 from core.ltm.search import LtmSearch
 from core.ltm.tables import cards
 from core.models.memory import MemoryItem, MemorySource, MemoryType
+from core.models.transcript import Role, TranscriptRecord
 from core.stm.keys import parse_user_scope, user_scope
 from core.stm.store import redis_errors
 
@@ -171,6 +179,81 @@ class Finalised:
     card_id: str | None
     items: int
     deleted: int
+    episodes: tuple[str, ...] = ()
+
+
+EPISODE = "episode"
+CONTEXT_CHARS = 300
+
+
+def message_context(records: Sequence[TranscriptRecord]) -> dict[str, tuple[str, str]]:
+    """message id → (the message before it, the message after it) in one session's L0."""
+    said = [r for r in records if r.role in (Role.USER, Role.ASSISTANT) and r.content.strip()]
+    out: dict[str, tuple[str, str]] = {}
+    for n, rec in enumerate(said):
+        before = said[n - 1].content if n else ""
+        after = said[n + 1].content if n + 1 < len(said) else ""
+        out[rec.message_id] = (before[:CONTEXT_CHARS], after[:CONTEXT_CHARS])
+    return out
+
+
+def episode_draft(
+    item: MemoryItem, *, tenant: str, session_id: str, context: dict[str, tuple[str, str]]
+) -> CardDraft:
+    """One statement → its episode card; the neighbours are indexed, never rendered."""
+    mids = list(item.source.message_ids)
+    before = next((context[m][0] for m in mids if m in context), "")
+    after = next((context[m][1] for m in reversed(mids) if m in context), "")
+    speaker = str(item.detail.get("speaker") or "").strip()
+    return CardDraft(
+        tenant_id=tenant, user_id=item.user_id,
+        canonical_key=f"{EPISODE}:{item.canonical_fact_key}"[:256], memory_type=EPISODE,
+        title=(speaker or EPISODE)[:256], summary=item.summary[:2000],
+        content="\n".join(t for t in (before, after) if t),
+        entities=[e[:128] for e in item.entities[:64]],
+        tags=[EPISODE, f"session:{session_id}"[:64]], source_type="session_episode",
+        source_message_ids=[m[:128] for m in mids[:64]],
+        importance=item.importance, confidence=item.confidence,
+    )  # fmt: skip
+
+
+def _session_context(
+    lc: Lifecycle, user_id: str, session_id: str, tenant_id: str | None
+) -> dict[str, tuple[str, str]]:
+    if lc.transcript is None:
+        return {}
+    try:
+        records = list(
+            lc.transcript.read_session(user_id=user_id, session_id=session_id, tenant_id=tenant_id)
+        )
+    except NotFound:
+        return {}
+    return message_context(records)
+
+
+def write_episodes(
+    lc: Lifecycle, items: Sequence[MemoryItem], *, user_id: str, session_id: str,
+    tenant_id: str | None, now: float,
+) -> list[str]:  # fmt: skip
+    """Episode cards for the session's episodic statements, with their audit rows."""
+    chosen = [i for i in items if i.subtype in lc.settings.promotion.episode_subtypes]
+    if not chosen:
+        return []
+    tenant = lc.tenant(tenant_id)
+    context = _session_context(lc, user_id, session_id, tenant_id)
+    drafts = [episode_draft(i, tenant=tenant, session_id=session_id, context=context)
+              for i in chosen]  # fmt: skip
+    with ledger_errors("episode cards"), lc.engine.begin() as conn:
+        results = [write_card(conn, d, now=now, max_content_chars=lc.ledger.max_content_chars)
+                   for d in drafts]  # fmt: skip
+        record(conn, [AuditEvent(Action.PROMOTE_CARD, tenant, user_id, r.memory_id,
+                                 "episode: statement kept when its session ended", now, (i.id,),
+                                 {"session_id": session_id, "op": r.op})
+                      for r, i in zip(results, chosen, strict=True)])  # fmt: skip
+    ids = [r.memory_id for r in results if r.op != "unchanged"]
+    if ids:
+        lc.on_cards(ids)
+    return [r.memory_id for r in results]
 
 
 def finalise(
@@ -188,6 +271,8 @@ def finalise(
     worthy = [i for i in items if _summary_worthy(i, pol.never_subtypes, pol.never_types)]
     worthy = sorted(worthy, key=lambda i: -i.importance)[: lc.settings.session_summary_items]
     tenant = lc.tenant(tenant_id)
+    episodes = write_episodes(lc, items, user_id=user_id, session_id=session_id,
+                              tenant_id=tenant_id, now=now)  # fmt: skip
     card_id = None
     if worthy:
         draft = CardDraft(
@@ -218,7 +303,7 @@ def finalise(
         pipe.delete(k.session(session_id))
         pipe.hset(lc.keys.finalised, f"{k.scope}|{session_id}", str(last_at or now))
         pipe.execute()
-    return Finalised(session_id, card_id, len(items), deleted)
+    return Finalised(session_id, card_id, len(items), deleted, tuple(episodes))
 
 
 def idle_sessions(

@@ -150,3 +150,19 @@ def test_lifecycle_state_machine_rejects_illegal_moves() -> None:
     assert Record.loads(rec.dumps()) == rec
     assert current(rec, "fp1") is State.RETRACTED
     assert current(rec, "fp2") is State.NEW  # the fact changed: decided afresh
+
+
+@pytest.mark.parametrize(
+    "summary",
+    ["Caroline: I went to a support group yesterday, it was powerful.", "我昨天去了一个互助小组。"],
+)
+def test_an_episodic_statement_waits_for_its_session_end_whatever_its_wording(
+    summary: str,
+) -> None:
+    # "yesterday" / repeated / important: an episode is neither PG material nor a batch topic
+    item = view(summary, "user:conv:abc", subtype="conversation_fact", importance=0.9,
+                sessions=("s1", "s2"), mentions=5)  # fmt: skip
+    d = decide(item, hits=5, policy=POLICY, now=NOW)
+    assert d.route is Route.EPISODE, d
+    off = PromotionPolicy(episode_subtypes=frozenset())
+    assert decide(item, hits=5, policy=off, now=NOW).route is not Route.EPISODE
