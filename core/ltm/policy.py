@@ -31,6 +31,11 @@ class SearchPolicy(BaseModel):
     lexical_weight: float = Field(0.2, ge=0.0)
     vector_weight: float = Field(0.8, ge=0.0)
     exact_lexical_weight: float = Field(1.0, ge=0.0)
+    # a short question ("when did Melanie paint a sunrise?") names what it wants: its
+    # words are strong evidence; a long query (a whole dialogue) is vague: vectors lead
+    short_query_terms: int = Field(16, ge=0)
+    short_lexical_weight: float = Field(1.6, ge=0.0)
+    short_rrf_k: int = Field(60, ge=1)  # flatter fusion: agreement of both lists counts more
     similarity_weight: float = Field(0.6, ge=0.0)
     importance_weight: float = Field(0.4, ge=0.0)
     recency_weight: float = Field(0.1, ge=0.0)

@@ -78,10 +78,17 @@ def fuse(lists: Mapping[str, Sequence[Hit]], policy: SearchPolicy) -> dict[str, 
 
 def weights_for(query: str, policy: SearchPolicy) -> SearchPolicy:
     """Seed 七.4: a query naming error codes or identifiers leans on the lexical index,
-    a vague one on the vector index.  The defaults (RRF k=10, lexical 0.2 / vector 0.8)
-    were tuned on the MADial-Bench dev half, whose queries name no identifiers."""
+    a vague one on the vector index.  A short question (at most ``short_query_terms``
+    normalised tokens) is specific too: its lexical weight is ``short_lexical_weight`` and
+    RRF uses ``short_rrf_k``.  The defaults were tuned on the dev halves of MADial-Bench
+    (long dialogue queries: lexical 0.2 / vector 0.8, RRF k=10) and LoCoMo (short
+    questions: lexical 1.6 / vector 0.8, RRF k=60; docs/QUALITY.md)."""
     if exact_terms(query):
         return policy.model_copy(update={"lexical_weight": policy.exact_lexical_weight})
+    if len(normalise(query).split()) <= policy.short_query_terms:
+        return policy.model_copy(
+            update={"lexical_weight": policy.short_lexical_weight, "rrf_k": policy.short_rrf_k}
+        )
     return policy
 
 
@@ -132,14 +139,17 @@ class LtmSearch:
     def close(self) -> None:
         self._pool.shutdown(wait=True)
 
-    def candidates(self, query: str, flt: CardFilter, mode: SearchMode) -> dict[str, list[Hit]]:
-        """Raw hit lists per index (``candidates`` each), before fusion."""
+    def candidates(
+        self, query: str, flt: CardFilter, mode: SearchMode, *, limit: int | None = None
+    ) -> dict[str, list[Hit]]:
+        """Raw hit lists per index (``limit``, default the policy's ``candidates``, each),
+        before fusion."""
         if not query.strip():
             raise InvalidInput("empty search query")
         if len(query) > self.policy.max_query_chars:
             query = query[-self.policy.max_query_chars :]  # the latest words matter most
         lists: dict[str, list[Hit]] = {}
-        limit = self.policy.candidates
+        limit = limit or self.policy.candidates
         lexical: Future[list[Hit]] | None = None
         if mode in (SearchMode.LEXICAL, SearchMode.HYBRID):
             # in a helper thread: it waits on the network while this one embeds the query
@@ -161,5 +171,5 @@ class LtmSearch:
         now: float | None = None,
     ) -> list[Ranked]:
         chosen = weights_for(query, policy or self.policy)
-        lists = self.candidates(query, flt, mode)
+        lists = self.candidates(query, flt, mode, limit=chosen.candidates)
         return rerank(fuse(lists, chosen), chosen, now=time.time() if now is None else now)

@@ -45,8 +45,12 @@ class LedgerBackedSearcher:
     def search(
         self, *, query: str, mode: LtmMode, filters: RetrievalFilters, k: int
     ) -> list[PoolCandidate]:
+        base = self.search_service.policy
+        policy = base.model_copy(
+            update={"top_k": max(base.top_k, k), "candidates": max(base.candidates, k)}
+        )
         ranked = self.search_service.search(
-            query, card_filter(filters), mode=_MODES[mode], now=time.time()
+            query, card_filter(filters), mode=_MODES[mode], policy=policy, now=time.time()
         )[:k]
         cards = self.ledger.cards([r.memory_id for r in ranked])
         out = []
@@ -67,7 +71,7 @@ class LedgerBackedSearcher:
                     importance=card.importance,
                     updated_at=card.updated_at,
                     entities=tuple(card.entities),
-                    message_ids=tuple(getattr(card, "source_message_ids", ()) or ()),
+                    message_ids=tuple(card.source_message_ids),
                     tenant_id=card.tenant_id,
                     project_id=card.project_id,
                 )

@@ -126,13 +126,36 @@ def dedup(
     return list(candidates), dropped
 
 
+def named_in(entity: str, folded_query: str) -> bool:
+    """Whether the query names ``entity`` as a whole word (CJK: as a substring)."""
+    e = entity.casefold()
+    if len(e) < 2:
+        return False
+    if _CJK.search(e):
+        return e in folded_query
+    return re.search(rf"(?<![\w-]){re.escape(e)}(?![\w-])", folded_query) is not None
+
+
 def rescore(
-    c: PoolCandidate, *, query_entities: Sequence[str], now: float, weights: RescoreWeights
+    c: PoolCandidate,
+    *,
+    query_entities: Sequence[str],
+    now: float,
+    weights: RescoreWeights,
+    query: str = "",
 ) -> tuple[float, dict[str, float]]:
+    """Weighted features of one candidate.  Entity overlap counts the query's extracted
+    entities, and also the candidate's own entities that the query names: a person or
+    project the extractor has no pattern for ("what did Caroline say…") still matches."""
     age = max(0.0, now - c.updated_at)
     recency = math.exp(-math.log(2) * age / weights.recency_half_life_s)
     q = {e.casefold() for e in query_entities}
-    overlap = len(q & {e.casefold() for e in c.entities}) / len(q) if q else 0.0
+    mine = {e.casefold() for e in c.entities}
+    overlap = len(q & mine) / len(q) if q else 0.0
+    if overlap < 1.0 and query:
+        folded = query.casefold()
+        if any(named_in(e, folded) for e in mine - q):
+            overlap = 1.0
     parts = {
         "similarity": weights.similarity * c.similarity,
         "importance": weights.importance * c.importance,
@@ -154,13 +177,16 @@ def build_pool(
     now: float,
     policy: PoolPolicy,
     authority: Override | None = None,
+    query: str = "",
 ) -> list[Scored]:
     """Rank the pool; the result lists every candidate, kept ones first in rank order."""
     unique, dups = dedup(candidates)
     out: list[Scored] = []
     live: list[tuple[float, dict[str, float], PoolCandidate]] = []
     for c in unique:
-        score, parts = rescore(c, query_entities=query_entities, now=now, weights=policy.weights)
+        score, parts = rescore(
+            c, query_entities=query_entities, now=now, weights=policy.weights, query=query
+        )
         why = authority(c) if authority else None
         if why:
             out.append(Scored(candidate=c, score=score, parts=parts, verdict=Verdict.OVERRIDDEN,
@@ -188,7 +214,9 @@ def build_pool(
         )
         (kept if verdict is Verdict.KEPT else rest).append(s)
     for c, why in dups:
-        score, parts = rescore(c, query_entities=query_entities, now=now, weights=policy.weights)
+        score, parts = rescore(
+            c, query_entities=query_entities, now=now, weights=policy.weights, query=query
+        )
         rest.append(Scored(candidate=c, score=score, parts=parts, verdict=Verdict.DUPLICATE,
                            reason=why, tokens=estimate_tokens(c.summary)))  # fmt: skip
     return kept + rest + out

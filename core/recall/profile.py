@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from core.extract.entities import extract_entities
 from core.extract.lexicon import Lexicon, default_lexicon
+from core.ltm.text import exact_terms
 
 INTENTS = (
     "profile_query",
@@ -97,6 +98,8 @@ class QueryProfile(BaseModel):
     profile_cache_stale: bool
     redis_result_insufficient: bool
     fuzzy_history_reference: bool
+    # error codes, camelCase/snake_case, dotted names: words meant to match verbatim
+    exact_identifiers: bool = False
 
 
 def _intent(text: str, lx: QueryLexicon, *, active_task: bool, reference: bool) -> str:
@@ -160,4 +163,5 @@ def build_query_profile(
         profile_cache_stale=state.profile_cache_stale,
         redis_result_insufficient=state.last_recall_insufficient,
         fuzzy_history_reference=lx.hit("fuzzy_history", text),
+        exact_identifiers=bool(exact_terms(text)),
     )

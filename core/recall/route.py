@@ -31,7 +31,12 @@ class RoutingPolicy(BaseModel):
         2, ge=0, description="fewer relevant STM hits than this = insufficient"
     )
     min_relevance: float = Field(
-        0.2, ge=0, le=1, description="query-term coverage that makes an STM hit relevant"
+        0.5, ge=0, le=1, description="query-term coverage that makes an STM hit relevant"
+    )
+    history_without_task: bool = Field(
+        True,
+        description="a general question asked outside any task also searches LTM: with no "
+        "task state to answer from, the answer is the user's history (seed 2 四)",
     )
 
 
@@ -46,10 +51,12 @@ class Route(BaseModel):
 
 
 def ltm_mode(p: QueryProfile) -> LtmMode:
-    """Entities/error codes → lexical; vague similarity → vector; both → hybrid (seed 七.4)."""
+    """Identifiers/error codes → lexical; vague similarity → vector; both, or a plain
+    question (names of people and things included: they are words, not identifiers, and
+    the vector index matches their paraphrases) → hybrid (seed 七.4)."""
     if p.entities and (p.has_similarity_request or p.fuzzy_history_reference):
         return LtmMode.HYBRID
-    if p.entities:
+    if p.exact_identifiers:
         return LtmMode.LEXICAL
     return (
         LtmMode.VECTOR
@@ -58,7 +65,12 @@ def ltm_mode(p: QueryProfile) -> LtmMode:
     )
 
 
-def decide_route(p: QueryProfile, policy: RoutingPolicy | None = None) -> Route:
+def decide_route(
+    p: QueryProfile, policy: RoutingPolicy | None = None, *, ltm_available: bool = False
+) -> Route:
+    """The layers a query needs.  ``ltm_available``: a long-term store is configured (the
+    no-task history rule only applies then, so a deployment without LTM is not flagged
+    degraded for every general question)."""
     pol = policy or RoutingPolicy()
     why: dict[str, list[str]] = {"pg": [], "redis": [], "ltm": []}
     for flag, name in (
@@ -83,6 +95,13 @@ def decide_route(p: QueryProfile, policy: RoutingPolicy | None = None) -> Route:
         (p.has_similarity_request, "has_similarity_request"),
         (p.fuzzy_history_reference, "fuzzy_history_reference"),
         (p.redis_result_insufficient, "redis_result_insufficient"),
+        (
+            ltm_available
+            and pol.history_without_task
+            and p.active_task_id is None
+            and p.intent == "general",
+            "general question outside a task",
+        ),
     ):
         if flag:
             why["ltm"].append(name)

@@ -42,7 +42,15 @@ from core.extract.entities import extract_entities
 from core.extract.lexicon import default_lexicon
 from core.ids import SafeId
 from core.recall.access import AccessLog, AccessRecord
-from core.recall.pool import PoolCandidate, PoolPolicy, Scored, SourceType, Verdict, build_pool
+from core.recall.pool import (
+    PoolCandidate,
+    PoolPolicy,
+    RescoreWeights,
+    Scored,
+    SourceType,
+    Verdict,
+    build_pool,
+)
 from core.recall.profile import QueryProfile, RuntimeState, build_query_profile
 from core.recall.render import Lang, RenderedMemory, language_for, render
 from core.recall.route import LtmMode, Route, RoutingPolicy, decide_route, with_ltm_fallback
@@ -85,6 +93,7 @@ class RecallSettings(BaseModel):
     model_config = ConfigDict(frozen=True)
 
     routing: RoutingPolicy = RoutingPolicy()
+    weights: RescoreWeights = RescoreWeights()  # the pool's rescoring blend
     stm_per_index: int = Field(20, ge=1, le=1000)
     ltm_candidates: int = Field(20, ge=1, le=200)
     ltm_timeout_s: float = Field(2.0, gt=0)
@@ -176,7 +185,7 @@ class Recaller:
 
         state = self._runtime_state(req, lookup, known, stm_read, now)
         profile = build_query_profile(req.query, state)
-        route = decide_route(profile, self.settings.routing)
+        route = decide_route(profile, self.settings.routing, ltm_available=self.ltm is not None)
         if route.need_pg and profile.needs_exact_metadata:
             snapshot = self._exact_snapshot(req, snapshot)
         # LTM runs on a worker thread, concurrently with STM ranking and the PG blocks
@@ -205,8 +214,11 @@ class Recaller:
             all_cands,
             query_entities=profile.entities,
             now=now,
-            policy=PoolPolicy(top_k=req.top_k, token_budget=req.token_budget),
+            policy=PoolPolicy(
+                top_k=req.top_k, token_budget=req.token_budget, weights=self.settings.weights
+            ),
             authority=lambda c: overridden.get(c.memory_id),
+            query=req.query,
         )
         kept = [s.candidate for s in scored if s.verdict is Verdict.KEPT]
         lang = language_for(snapshot.profile_value("language"), req.query)
@@ -306,7 +318,8 @@ class Recaller:
             return None  # flagged by _collect_ltm's caller
         ltm = self.ltm
         mode = route.ltm_mode or LtmMode.HYBRID
-        k = self.settings.ltm_candidates
+        # a caller asking for many memories gets as many LTM candidates to choose from
+        k = max(self.settings.ltm_candidates, req.top_k)
         return self.pool.submit(
             lambda: ltm.search(query=req.query, mode=mode, filters=filters, k=k)
         )

@@ -116,3 +116,18 @@ def test_a_rejected_projection_is_a_dead_letter_with_its_reason_until_reconciled
     assert reconcile(ltm.projector, plan).indexed == 1
     hits = ltm.search.search("E5001", CardFilter(tenant_id=tenant), mode=SearchMode.LEXICAL)
     assert hits[0].memory_id == memory_id
+
+
+def test_a_policy_given_per_search_sets_how_many_candidates_each_index_returns(
+    ltm: LtmRuntime, tenant: str
+) -> None:
+    # the read path asks for as many cards as its caller wants (recall's top_k): the
+    # per-call policy must reach the indexes, not only the final cut
+    ltm_env.seed_corpus(ltm, tenant)
+    flt = CardFilter(tenant_id=tenant)
+    wide = ltm.search.policy.model_copy(update={"candidates": 50, "top_k": 50})
+    narrow = ltm.search.policy.model_copy(update={"candidates": 2, "top_k": 50})
+    n = len(ltm_env.CORPUS)
+    assert n > 4
+    assert len(ltm.search.search("timeout", flt, mode=SearchMode.VECTOR, policy=wide)) == n
+    assert len(ltm.search.search("timeout", flt, mode=SearchMode.VECTOR, policy=narrow)) == 2

@@ -64,4 +64,13 @@ def test_queries_naming_codes_or_identifiers_lean_on_the_lexical_index() -> None
     policy = SearchPolicy()
     assert weights_for("ERR_CONN_RESET again", policy).lexical_weight == policy.exact_lexical_weight
     assert weights_for("createOrder 超时", policy).lexical_weight == policy.exact_lexical_weight
-    assert weights_for("that slow thing from last week", policy) is policy
+    # a long, vague query (a whole dialogue) keeps the vector-leaning defaults ...
+    dialogue = (
+        "I was telling you about that slow thing from last week, the one that kept "
+        "coming back every evening after the deploy, do you remember what we found"
+    )
+    assert weights_for(dialogue, policy) is policy
+    # ... a short question names what it wants: its words weigh more
+    short = weights_for("When did Melanie paint a sunrise?", policy)
+    assert short.lexical_weight == policy.short_lexical_weight > policy.lexical_weight
+    assert short.rrf_k == policy.short_rrf_k

@@ -16,7 +16,7 @@ from core.recall.pool import (
     estimate_tokens,
 )
 from core.recall.profile import RuntimeState, build_query_profile
-from core.recall.route import LtmMode, RoutingPolicy, decide_route, with_ltm_fallback
+from core.recall.route import LtmMode, RoutingPolicy, decide_route, ltm_mode, with_ltm_fallback
 
 NOW = 1_700_000_000.0
 DEBUGGING = RuntimeState(
@@ -60,6 +60,7 @@ def test_the_seed_example_profile_fields_are_all_derived() -> None:
         "profile_cache_stale": False,
         "redis_result_insufficient": False,
         "fuzzy_history_reference": False,
+        "exact_identifiers": True,  # createOrder: matched verbatim, lexically
     }
 
 
@@ -97,6 +98,21 @@ def test_similar_case_questions_route_to_long_term_memory(text: str, mode: LtmMo
     route = decide_route(build_query_profile(text, NEW_SESSION))
     assert route.need_ltm
     assert route.ltm_mode is mode
+
+
+@pytest.mark.parametrize(
+    ("text", "mode"),
+    [
+        ("When did Caroline go to the support group?", LtmMode.HYBRID),
+        ("Why does createOrder time out?", LtmMode.LEXICAL),
+        ("What broke ORA-00001 last week?", LtmMode.LEXICAL),
+    ],
+)
+def test_identifiers_search_lexically_and_plain_questions_search_both_indexes(
+    text: str, mode: LtmMode
+) -> None:
+    profile = build_query_profile(text, NEW_SESSION).model_copy(update={"entities": ["x"]})
+    assert ltm_mode(profile) is mode
 
 
 def test_an_insufficient_stm_result_triggers_the_ltm_pass() -> None:
@@ -200,3 +216,36 @@ def test_entity_overlap_and_similarity_raise_the_score() -> None:
 def test_token_estimate_is_positive_and_monotone_in_cjk(text: str) -> None:
     assert estimate_tokens(text) >= 1
     assert estimate_tokens(text + "线程池") >= estimate_tokens(text)
+
+
+def test_a_candidate_whose_entity_the_query_names_scores_the_entity_feature() -> None:
+    from core.recall.pool import PoolCandidate, RescoreWeights, SourceType, named_in, rescore
+
+    def cand(entities: tuple[str, ...]) -> PoolCandidate:
+        return PoolCandidate(memory_id="c", source_type=SourceType.LTM, summary="went hiking",
+                             canonical_fact_key="k", fingerprint="f", memory_type="episode",
+                             similarity=0.5, updated_at=0.0, entities=entities)  # fmt: skip
+
+    w = RescoreWeights()
+    q = "When did Caroline go hiking?"
+    _, named = rescore(cand(("Caroline",)), query_entities=(), now=0.0, weights=w, query=q)
+    _, other = rescore(cand(("Melanie",)), query_entities=(), now=0.0, weights=w, query=q)
+    assert named["entity_overlap"] == w.entity_overlap and other["entity_overlap"] == 0.0
+    # whole words only (and CJK by substring)
+    assert not named_in("car", "when did caroline go?") and named_in("caroline", "caroline's")
+    assert named_in("小王", "小王昨天去哪了") and not named_in("x", "x y")
+
+
+def test_a_general_question_outside_a_task_also_searches_long_term_memory() -> None:
+    profile = build_query_profile("What does Melanie like to paint?", NEW_SESSION)
+    assert profile.intent == "general" and profile.active_task_id is None
+    # only when a long-term store exists (no degraded flag for deployments without one)
+    assert not decide_route(profile).need_ltm
+    route = decide_route(profile, ltm_available=True)
+    assert route.need_ltm and route.ltm_mode is LtmMode.HYBRID
+    assert route.reasons["ltm"] == ["general question outside a task"]
+    # inside a task, STM answers first and LTM is the fallback
+    in_task = build_query_profile("What does the checkout service log?", DEBUGGING)
+    assert not decide_route(in_task, ltm_available=True).need_ltm
+    off = RoutingPolicy(history_without_task=False)
+    assert not decide_route(profile, off, ltm_available=True).need_ltm
