@@ -9,6 +9,9 @@ and a query matches a card exactly when their normalised tokens meet:
   ``payment-service`` -> ``payment service payment-service``;
 * error codes kept whole and never split (``ERR_CONN_RESET``, ``ORA-00942``, ``E1234``,
   ``HTTP504``, ``0x80070005``), because they are searched verbatim;
+* English words stemmed (Snowball, PyStemmer): "painted" finds "paint", "timeouts"
+  finds "timeout", as Elasticsearch's english analyzer would; identifiers are split
+  into stemmed parts and kept whole (stemmed when purely alphabetic);
 * Chinese runs segmented with jieba (precise mode), other punctuation dropped.
 """
 
@@ -16,6 +19,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
+from functools import lru_cache
+
+import Stemmer
 
 _CJK_RUN = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]+")
 _WORD = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9_.\-/]*[A-Za-z0-9])?")
@@ -49,14 +55,24 @@ def _is_error_code(word: str) -> bool:
     return "_" not in word or word.isupper() or any(c.isdigit() for c in word)
 
 
+_stemmer = Stemmer.Stemmer("english")
+
+
+@lru_cache(maxsize=65_536)
+def stem(word: str) -> str:
+    """The Snowball English stem of a lower-case alphabetic word (others unchanged)."""
+    return _stemmer.stemWord(word) if word.isalpha() and word.isascii() else word
+
+
 def identifier_tokens(word: str) -> list[str]:
-    """Tokens of one latin word: its parts (split on case and separators), then itself."""
+    """Tokens of one latin word: its parts (split on case and separators), then itself,
+    lower-cased and stemmed (words with digits or separators are never stemmed)."""
     if _is_error_code(word):
         return [word.lower()]
     parts: list[str] = []
     for chunk in _SEPARATORS.split(word):
-        parts.extend(p.lower() for p in _CAMEL.findall(chunk))
-    whole = word.lower()
+        parts.extend(stem(p.lower()) for p in _CAMEL.findall(chunk))
+    whole = stem(word.lower())  # stemmed too: "createorder" typed alone must meet it
     if len(parts) <= 1:
         return [whole]
     return [*parts, whole]
