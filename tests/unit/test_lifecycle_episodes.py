@@ -9,10 +9,11 @@ from core.models.transcript import Role, TranscriptRecord
 AT = 1_800_000_000.0
 
 
-def rec(n: int, role: Role, content: str) -> TranscriptRecord:
+def rec(n: int, role: Role, content: str, *, name: str | None = None,
+        at: float | None = None) -> TranscriptRecord:  # fmt: skip
     return TranscriptRecord(
         user_id="u1", session_id="s1", turn_id=f"t{n}", message_id=f"m{n}", role=role,
-        content=content, at=AT + n,
+        content=content, name=name, at=AT + n if at is None else at,
     )  # fmt: skip
 
 
@@ -30,6 +31,19 @@ def test_context_is_the_spoken_message_before_and_after_skipping_tool_output() -
     assert "m2" not in ctx and len(ctx["m1"][1]) == CONTEXT_CHARS
 
 
+def test_context_is_an_exchange_between_parties_not_one_authors_next_entry() -> None:
+    records = [
+        rec(1, Role.USER, "Caroline: I went hiking.", name="Caroline"),
+        rec(2, Role.USER, "Melanie: Where did you go?", name="Melanie"),
+        rec(3, Role.USER, "Melanie: I painted a lake.", name="Melanie"),  # same author
+        rec(4, Role.ASSISTANT, "Nice lake!", at=AT + 4000),  # an hour later: not a reply
+    ]
+    ctx = message_context(records)
+    assert ctx["m1"] == ("", "Melanie: Where did you go?")
+    assert ctx["m2"] == ("Caroline: I went hiking.", "")
+    assert ctx["m3"] == ("", "") and ctx["m4"] == ("", "")
+
+
 def test_an_episode_card_renders_the_statement_and_indexes_its_neighbours() -> None:
     item = MemoryItem(
         id="m_1", user_id="u1", tenant_id="t1", session_id="s1", memory_type=MemoryType.FACT,
@@ -41,7 +55,7 @@ def test_an_episode_card_renders_the_statement_and_indexes_its_neighbours() -> N
     )  # fmt: skip
     draft = episode_draft(item, tenant="t1", session_id="s1",
                           context={"m3": ("How was your weekend?", "Nice!")})  # fmt: skip
-    assert draft.summary == item.summary and draft.title == "Caroline"
+    assert draft.summary == item.summary and draft.title == item.summary[:80]
     assert draft.content == "How was your weekend?\nNice!"
     assert draft.canonical_key == "episode:user:conv:abc" and draft.memory_type == "episode"
     assert draft.source_message_ids == ["m3"] and draft.importance == 0.6
