@@ -47,7 +47,6 @@ def _ms(values: Sequence[float]) -> dict[str, float]:
 # Diagnostic variants of memstrata (not systems of the headline table): each suffix
 # removes one measured loss with a general change, so the report can say what it buys.
 VARIANTS: dict[str, str] = {
-    "convfact": "prototype conversation-fact rule (ops/bench/quality/proto_extract.py)",
     "nottl": "every STM lifetime 10 years (stands in for promotion keeping what expires)",
     "fetchall": "recall reads up to 1000 STM items per index",
     "ltmsim": "every item ever written ranked by hybrid BM25+dense RRF over its summary "
@@ -63,10 +62,6 @@ def make_memstrata(name: str, **kw: Any) -> System:
     unknown = [p for p in parts[1:] if p not in VARIANTS]
     if parts[0] != "memstrata" or unknown:
         raise ValueError(f"unknown memstrata variant {name!r}; suffixes: {', '.join(VARIANTS)}")
-    if "convfact" in parts:
-        from ops.bench.quality.proto_extract import ConversationFactExtractor
-
-        kw.setdefault("extractor", ConversationFactExtractor())
     if "nottl" in parts:
         kw.setdefault("ttl_days", 3650.0)
     if "ltmsim" in parts:
@@ -83,6 +78,10 @@ def make_memstrata(name: str, **kw: Any) -> System:
 def make_system(name: str, **kw: Any) -> System:
     if name.startswith("memstrata"):
         return make_memstrata(name, **kw)
+    if name == "bm25_raw+stem":
+        from ops.bench.quality.systems.raw import RawSystem
+
+        return RawSystem("bm25", stem=True)
     if name in ("bm25_raw", "dense_raw", "hybrid_raw"):
         from ops.bench.quality.systems.raw import RawSystem
 

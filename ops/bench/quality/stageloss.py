@@ -10,8 +10,9 @@ on the way from ``record_turn()`` to the injected memory:
     expired          written, then past its TTL at query time (or swept)
     superseded       written, but a newer version of the same fact now holds the item
                      (the turn survives only in the item's history)
-    not_fetched      alive in STM, but recall never pooled it (STM reads a fixed number
-                     of items per index; no LTM)
+    not_fetched      alive in STM or held by an active LTM card, but recall never pooled
+                     it (STM reads a fixed number of items per index; the LTM search did
+                     not return the card)
     dropped_in_pool  pooled, then dropped as a duplicate or overridden by authority
     ranked_below_k   ranked by recall, but past the turn budget k (or past recall's own
                      top-k / token budget)
@@ -21,7 +22,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from core.models.candidate import Verdict, WriteDecision
 from core.models.memory import MemoryItem
@@ -63,6 +64,7 @@ class SpaceLedger:
     items: dict[str, MemoryItem]  # memory id → item as stored now (expired included)
     evicted: set[str]
     now: float
+    cards: dict[str, list[str]] = field(default_factory=dict)  # message id → active LTM cards
 
 
 def build_ledger(system: MemstrataSystem, space_id: str) -> SpaceLedger:
@@ -73,7 +75,28 @@ def build_ledger(system: MemstrataSystem, space_id: str) -> SpaceLedger:
             by_msg.setdefault(m, []).append(d)
     ids = sorted({d.memory_id for ds in by_msg.values() for d in ds if d.memory_id})
     items = system.res.stm.get_many(st.user_id, ids, include_expired=True, tenant_id=TENANT)
-    return SpaceLedger(by_msg, {i.id: i for i in items}, set(st.evicted), st.query_now)
+    return SpaceLedger(
+        by_msg, {i.id: i for i in items}, set(st.evicted), st.query_now, _cards(system, st)
+    )
+
+
+def _cards(system: MemstrataSystem, st: SpaceState) -> dict[str, list[str]]:
+    """message id → the active LTM cards that cite it (the ledger is the truth)."""
+    if system.ltm_runtime is None:
+        return {}
+    from sqlalchemy import select
+
+    from core.ltm.tables import cards
+
+    out: dict[str, list[str]] = {}
+    q = select(cards.c.memory_id, cards.c.source_message_ids).where(
+        cards.c.tenant_id == TENANT, cards.c.user_id == st.user_id, cards.c.status == "active"
+    )
+    with system.ltm_runtime.engine.connect() as conn:
+        for memory_id, mids in conn.execute(q):
+            for m in mids or []:
+                out.setdefault(str(m), []).append(str(memory_id))
+    return out
 
 
 def _write_fate(mid: str, ledger: SpaceLedger) -> tuple[str, str, list[str]]:
@@ -81,6 +104,9 @@ def _write_fate(mid: str, ledger: SpaceLedger) -> tuple[str, str, list[str]]:
     decisions = ledger.decisions.get(mid, [])
     if not decisions:
         return "never_proposed", "", []
+    held = ledger.cards.get(mid)
+    if held:  # promoted: whatever happened in STM since, long-term memory has it
+        return "not_fetched", f"in LTM card {held[0]}, not returned by the LTM search", held
     written = [d for d in decisions if d.verdict is Verdict.WRITTEN and d.memory_id]
     if not written:
         reasons = Counter(f"{d.rule}: {d.reason}" for d in decisions)

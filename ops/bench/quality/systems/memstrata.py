@@ -4,26 +4,37 @@ Write: ``MemoryClient.record_turn(at=<dataset time>)`` → L0 transcript → ing
 ``core.ingest.drain.drain_shard`` run in this process right after each turn (the same
 function the Celery ``ingest`` task calls; running it in-process keeps the benchmark
 deterministic and fast, and skips only the broker hop) → rule extractor → write policy →
-Redis STM.  At each session start the STM expiry sweep runs at that session's time, as
-Celery Beat would.  Read: ``Recaller.recall()`` after the whole space is in, at the
+Redis STM.  Read: ``Recaller.recall()`` after the whole space is in, at the
 time of the last turn plus one minute, with ``explain=True``; the kept memories, in
 rank order, are expanded into their ``source.message_ids`` (turn budget).
 
-Every store is real: Redis (a fresh key namespace per run, deleted at the end),
-PostgreSQL (the tenant and one user per space are registered: recall is authority
-scoped), a temporary L0 folder.  Long-term memory is used when a searcher is given
-(``core.ltm``); promotion STM→LTM does not exist yet, so today recall reads STM only.
+Beat on the same clock: whenever the next turn comes more than ``session_idle_s`` +
+``idle_check_s`` after the previous one, the idle-session job runs at the time Beat
+would (``core.lifecycle.sessions.finalise_idle``): the quiet sessions' items get the
+promotion pass, episodic statements become LTM cards, the session summary card is
+written; new cards are projected into Milvus right away (what the
+``memstrata.ltm.index`` task does).  Then the STM expiry sweep runs at the next turn's
+time.  Recall reads PostgreSQL, STM and LTM as in production.
+
+Every store is real: Redis (a fresh key namespace per run, deleted at the end), a
+scratch PostgreSQL database (authority, LTM ledger, lifecycle audit; dropped at the
+end), a milvus-lite server started for the run (its own folder), a temporary L0 folder.
 """
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import tempfile
 import time
 import uuid
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
 
 from core.api import MemoryClient
 from core.errors import InvalidInput
@@ -35,8 +46,14 @@ from core.models.memory import MemoryItem
 from core.recall.service import LtmSearcher, Recaller, RecallRequest, RecallSettings
 from core.resources import Resources, build_resources
 from core.settings import Settings, TtlPolicy, load_settings
+from ops.bench.common import scratch_postgres
 from ops.bench.quality.datasets import Question, Space, Turn
+from ops.bench.quality.embed import SharedEmbedder, Vector, shared_embedder
 from ops.bench.quality.systems.base import Hit, System, SystemStats
+
+if TYPE_CHECKING:
+    from core.lifecycle.runtime import Lifecycle
+    from core.ltm.runtime import LtmRuntime
 
 TENANT = "bench-quality"
 QUERY_DELAY_S = 60.0
@@ -74,6 +91,22 @@ class SpaceState:
     explained: dict[str, list[Candidate]] = field(default_factory=dict)  # question id →
 
 
+class DiskCachedProvider:
+    """core.ltm's embedder protocol over the harness's shared, disk-cached embedder: the
+    same model and vectors as the baselines, and a rerun embeds only new texts."""
+
+    def __init__(self, shared: SharedEmbedder) -> None:
+        self.shared = shared
+        self.name = shared.name
+        self.dim = shared.dim
+
+    def embed_documents(self, texts: Sequence[str]) -> Vector:
+        return self.shared.passages(list(texts))
+
+    def embed_queries(self, texts: Sequence[str]) -> Vector:
+        return np.stack([self.shared.query(t) for t in texts]).astype(np.float32)
+
+
 class MemstrataSystem:
     name = "memstrata"
 
@@ -88,12 +121,16 @@ class MemstrataSystem:
         item_ranker: System | None = None,
         name: str = "memstrata",
         migrate_db: bool = True,
+        long_term: bool = True,
     ) -> None:
         self.name = name
         self.stats = SystemStats()
         self.item_ranker = item_ranker  # diagnostic: rank written items instead of recall
         self._tmp = Path(tempfile.mkdtemp(prefix="qb-l0-"))
         extra: dict[str, object] = {}
+        self._stack = contextlib.ExitStack()
+        if settings is None and long_term:  # cards and audit rows of this run only
+            extra["postgres_url"] = self._stack.enter_context(scratch_postgres("memstrata_qb_"))
         if ttl_days is not None:  # diagnostic: every STM lifetime set to ttl_days
             s = int(ttl_days * 86400)
             extra["ttl"] = TtlPolicy(fact_s=s, decision_s=s, hypothesis_s=s, observation_s=s,
@@ -114,6 +151,11 @@ class MemstrataSystem:
         self.client = MemoryClient(
             transcript=self.res.transcript, queue=self.res.queue, kicker=self._kick
         )
+        self._ensure_tenant(migrate_db)
+        self.lifecycle: Lifecycle | None = None
+        self.ltm_runtime: LtmRuntime | None = None
+        if long_term and ltm is None and item_ranker is None:
+            ltm = self._start_ltm()
         self._executor = ThreadPoolExecutor(max_workers=4, thread_name_prefix="qb-recall")
         self.recaller = Recaller(
             stm=self.res.stm,
@@ -127,9 +169,64 @@ class MemstrataSystem:
         self._last_outcomes: list[TurnOutcome] = []
         self.stats.notes.append(
             "in-process drain (core.ingest.drain.drain_shard) after every turn; "
-            + ("LTM searcher attached" if ltm else "no LTM searcher: recall reads STM only")
+            + ("lifecycle + LTM attached" if ltm else "no LTM searcher: recall reads STM only")
         )
-        self._ensure_tenant(migrate_db)
+
+    # ------------------------------------------------------------------ long-term memory
+    def _start_ltm(self) -> LtmSearcher:
+        """A milvus-lite server, the LTM runtime and the lifecycle, all for this run."""
+        from core.lifecycle.config import lifecycle_settings
+        from core.lifecycle.runtime import from_resources
+        from core.ltm.embedding import CachedEmbedder
+        from core.ltm.milvus_server import MilvusServer, free_port
+        from core.ltm.runtime import build_runtime
+        from core.recall.ltm_adapter import LedgerBackedSearcher
+
+        server = MilvusServer(self._tmp / "ltm.db", f"127.0.0.1:{free_port()}")
+        server.start()
+        self._stack.callback(server.stop)
+        ltm_settings = self.settings.ltm.model_copy(
+            update={"milvus_uri": server.uri, "collection_prefix": self.settings.key_namespace}
+        )
+        embedder = CachedEmbedder(DiskCachedProvider(shared_embedder()), capacity=100_000)
+        rt = build_runtime(ltm_settings, postgres_url=self.settings.postgres_url,
+                           embedder=embedder).start()  # fmt: skip
+        self._stack.callback(rt.close)
+        self.ltm_runtime = rt
+        self.lifecycle = from_resources(
+            self.res, lifecycle_settings(self.settings), on_cards=self._index
+        )
+        return LedgerBackedSearcher(rt.search, rt.ledger)
+
+    def _index(self, card_ids: Sequence[str]) -> None:
+        """What the ``memstrata.ltm.index`` task does, in this process."""
+        assert self.ltm_runtime is not None
+        report = self.ltm_runtime.projector.project(list(card_ids))
+        if report.retry:
+            self.stats.degraded[f"ltm index: {report}"[:120]] += 1
+
+    def _note_activity(self, user: str, session: str, mid: str, t: Turn) -> None:
+        """What the ingest task does after a drain (``tasks.compress.track_turns``): count
+        the turn into its session's activity, which the idle-session job reads."""
+        from core.compress.cache import SessionActivity
+        from core.compress.tokens import EstimateCounter
+        from core.models.transcript import Role, TranscriptRecord
+
+        rec = TranscriptRecord(message_id=mid, turn_id="t-" + mid, user_id=user,
+                               tenant_id=TENANT, session_id=session, role=Role.USER,
+                               content=t.text, name=t.speaker[:256] or None, at=t.at)  # fmt: skip
+        SessionActivity(self.res.redis, namespace=self.settings.key_namespace).note_turn(
+            [rec], EstimateCounter()
+        )
+
+    def _finalise_idle(self, now: float) -> None:
+        """Celery Beat's idle-session job at simulated time ``now``."""
+        if self.lifecycle is None:
+            return
+        from core.lifecycle.sessions import finalise_idle
+
+        while finalise_idle(self.lifecycle, now=now, limit=100, max_s=600.0):
+            pass
 
     def _kick(self, shard: int) -> None:
         self._kicked.add(shard)  # drained right after the turn, in this process
@@ -139,7 +236,12 @@ class MemstrataSystem:
         from core.authority import create_tenant, migrate
 
         if migrate_db:
+            from core.lifecycle import migrate as lifecycle_migrate
+            from core.ltm import migrate as ltm_migrate
+
             migrate.upgrade(self.settings.postgres_url)
+            ltm_migrate.upgrade(self.settings.postgres_url)
+            lifecycle_migrate.upgrade(self.settings.postgres_url)
         try:
             with self.res.authority.begin() as conn:
                 create_tenant(db=conn, tenant={"id": TENANT, "name": "quality benchmark"})
@@ -179,13 +281,25 @@ class MemstrataSystem:
         state = SpaceState(user, [], {}, 0.0)
         self._last_outcomes = []
         current = None
+        last_at: float | None = None
+        lcs = self.settings.lifecycle
+        quiet_s = lcs.session_idle_s + lcs.idle_check_s
         for t in space.turns:
             session = "s" + message_id(t.session)
-            if session != current:
+            new_session = session != current
+            if new_session:
                 current = session
-                state.sessions.append(session)
+                if session not in state.sessions:
+                    state.sessions.append(session)
+            # Beat, by the clock: after a quiet period the idle job finalises whatever
+            # went quiet (a session, or the part of one that was followed by a long gap),
+            # then the sweep removes what expired meanwhile
+            quiet = last_at is not None and t.at - last_at > quiet_s
+            if new_session or quiet:
                 if self.item_ranker is not None:
                     self._snapshot(user, state)  # before the sweep removes expired items
+                if quiet and last_at is not None:
+                    self._finalise_idle(last_at + quiet_s)
                 self.res.stm.sweep(now=t.at, max_items=self.settings.sweep_batch)
             mid = message_id(t.id)
             state.turn_of[mid] = t.id
@@ -200,7 +314,9 @@ class MemstrataSystem:
                 at=t.at,
             )  # fmt: skip
             self._drain()
+            self._note_activity(user, session, mid, t)
             self.stats.add_seconds.append(time.perf_counter() - t0)
+            last_at = t.at
         for outcome in self._last_outcomes:
             for up in outcome.upserts:
                 state.evicted.update(up.evicted)
@@ -210,13 +326,30 @@ class MemstrataSystem:
             self._snapshot(user, state)
         self.stats.ingested_turns += len(space.turns)
         if self.item_ranker is None:
-            self.stats.stored_items += self.alive_items(space.id)
+            # what the memory holds for the space: STM items alive now + active LTM cards
+            self.stats.stored_items += self.alive_items(space.id) + self.ltm_cards(space.id)
         else:  # what a promote-everything LTM would hold
             items = self.written_items_space(space)
             self.stats.stored_items += len(items.turns)
             self.item_ranker.ingest(items)
 
     # ------------------------------------------------------------------ inspection
+    def ltm_cards(self, space_id: str) -> int:
+        """Active LTM cards of the space's user (episodes and session summaries)."""
+        if self.ltm_runtime is None:
+            return 0
+        from sqlalchemy import func, select
+
+        from core.ltm.tables import cards
+
+        q = select(func.count()).where(
+            cards.c.tenant_id == TENANT,
+            cards.c.user_id == self.spaces[space_id].user_id,
+            cards.c.status == "active",
+        )
+        with self.ltm_runtime.engine.connect() as conn:
+            return int(conn.execute(q).scalar_one())
+
     def alive_items(self, space_id: str) -> int:
         st = self.spaces[space_id]
         keys = self.res.stm.keys(st.user_id, TENANT)
@@ -310,4 +443,5 @@ class MemstrataSystem:
         for key in self.res.redis.scan_iter(match=f"{ns}:*", count=1000):
             self.res.redis.delete(key)
         self.res.close()
+        self._stack.close()  # LTM runtime, milvus-lite server, scratch database
         shutil.rmtree(self._tmp, ignore_errors=True)

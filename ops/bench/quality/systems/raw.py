@@ -3,6 +3,9 @@
 * ``bm25_raw``: Okapi BM25 (``bm25s``, k1 = 1.5, b = 0.75) over :func:`bm25_tokens`.
 * ``dense_raw``: cosine over the shared embedder's passage vectors (exact, numpy).
 * ``hybrid_raw``: reciprocal rank fusion (k = 60) of the two lists, 100 deep each.
+* ``bm25_raw+stem`` (diagnostic): ``bm25_raw`` over memstrata's own lexical analyzer
+  (``core.ltm.text.normalise``: identifiers split, English stemmed), to show how much of
+  memstrata's lead is the analyzer rather than the memory pipeline.
 """
 
 from __future__ import annotations
@@ -17,6 +20,15 @@ from ops.bench.quality.embed import Embedder, Vector
 from ops.bench.quality.systems.base import Hit, SystemStats, bm25_tokens
 
 RRF_K = 60
+
+
+def ltm_tokens(text: str) -> list[str]:
+    """The tokens memstrata's lexical LTM index sees (``core.ltm.text``)."""
+    from core.ltm.text import normalise
+
+    return normalise(text).split()
+
+
 FUSION_DEPTH = 100
 
 
@@ -31,13 +43,14 @@ class _Index:
 class RawSystem:
     """One class, three modes, so the three baselines index exactly the same turns."""
 
-    def __init__(self, mode: str, embedder: Embedder | None = None) -> None:
+    def __init__(self, mode: str, embedder: Embedder | None = None, *, stem: bool = False) -> None:
         if mode not in ("bm25", "dense", "hybrid"):
             raise ValueError(mode)
         if mode != "bm25" and embedder is None:
             raise ValueError(f"{mode}_raw needs an embedder")
         self.mode = mode
-        self.name = f"{mode}_raw"
+        self.name = f"{mode}_raw" + ("+stem" if stem else "")
+        self._tokens = ltm_tokens if stem else bm25_tokens
         self.embedder = embedder
         self.stats = SystemStats()
         self._spaces: dict[str, _Index] = {}
@@ -54,7 +67,7 @@ class RawSystem:
         idx = _Index(ids, texts, vectors=vectors)
         if self.mode in ("bm25", "hybrid"):
             retriever = bm25s.BM25(k1=1.5, b=0.75)
-            retriever.index([bm25_tokens(t) or ["\u2205"] for t in texts], show_progress=False)
+            retriever.index([self._tokens(t) or ["\u2205"] for t in texts], show_progress=False)
             idx.bm25 = retriever
         self._spaces[space.id] = idx
         elapsed = time.perf_counter() - t0
@@ -64,7 +77,7 @@ class RawSystem:
         self.stats.stored_items += len(ids)
 
     def _bm25_rank(self, idx: _Index, query: str) -> list[int]:
-        q = bm25_tokens(query)
+        q = self._tokens(query)
         if not q or idx.bm25 is None:
             return []
         scores = np.asarray(idx.bm25.get_scores(q))  # type: ignore[attr-defined]
