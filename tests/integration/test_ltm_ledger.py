@@ -98,7 +98,7 @@ def test_a_new_card_and_both_pending_projections_are_written_together(
         "vector": ("pending", 1, 0),
     }
     card = ledger.cards([result.memory_id])[result.memory_id]
-    assert card.created_at == 100.0 and "createorder" in card.bm25_text
+    assert card.created_at == 100.0 and "createord" in card.bm25_text.split()
 
 
 def test_re_promotion_updates_the_same_card_and_identical_content_changes_nothing(
