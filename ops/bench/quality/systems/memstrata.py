@@ -326,35 +326,45 @@ class MemstrataSystem:
             self._snapshot(user, state)
         self.stats.ingested_turns += len(space.turns)
         if self.item_ranker is None:
-            # what the memory holds for the space: STM items alive now + active LTM cards
-            self.stats.stored_items += self.alive_items(space.id) + self.ltm_cards(space.id)
+            self.stats.stored_items += self.stored(space.id)
         else:  # what a promote-everything LTM would hold
             items = self.written_items_space(space)
             self.stats.stored_items += len(items.turns)
             self.item_ranker.ingest(items)
 
     # ------------------------------------------------------------------ inspection
-    def ltm_cards(self, space_id: str) -> int:
-        """Active LTM cards of the space's user (episodes and session summaries)."""
+    def card_keys(self, space_id: str) -> set[str]:
+        """Canonical keys of the space user's active LTM cards (episodes, summaries)."""
         if self.ltm_runtime is None:
-            return 0
-        from sqlalchemy import func, select
+            return set()
+        from sqlalchemy import select
 
         from core.ltm.tables import cards
 
-        q = select(func.count()).where(
+        q = select(cards.c.canonical_key).where(
             cards.c.tenant_id == TENANT,
             cards.c.user_id == self.spaces[space_id].user_id,
             cards.c.status == "active",
         )
         with self.ltm_runtime.engine.connect() as conn:
-            return int(conn.execute(q).scalar_one())
+            return {str(k) for k in conn.execute(q).scalars()}
 
-    def alive_items(self, space_id: str) -> int:
+    def alive(self, space_id: str) -> list[MemoryItem]:
         st = self.spaces[space_id]
         keys = self.res.stm.keys(st.user_id, TENANT)
         ids = [str(m) for m in self.res.redis.zrange(keys.recent, 0, -1)]
-        return len(self.res.stm.get_many(st.user_id, ids, now=st.query_now, tenant_id=TENANT))
+        return self.res.stm.get_many(st.user_id, ids, now=st.query_now, tenant_id=TENANT)
+
+    def stored(self, space_id: str) -> int:
+        """Distinct memories held at query time: active LTM cards, plus STM items alive
+        that no episode card holds yet (an item finalised into a card lives on in STM
+        until its TTL: counted once)."""
+        held = self.card_keys(space_id)
+        from core.lifecycle.sessions import EPISODE
+
+        stm_only = [i for i in self.alive(space_id)
+                    if f"{EPISODE}:{i.canonical_fact_key}"[:256] not in held]  # fmt: skip
+        return len(held) + len(stm_only)
 
     def decisions(self, space_id: str) -> list[WriteDecision]:
         from core.ingest.pipeline import read_decisions
