@@ -173,6 +173,19 @@ def _summary_worthy(item: MemoryItem, never: frozenset[str], never_types: frozen
     return not assess(item.summary).is_local
 
 
+def _clip_joined(parts: Sequence[str], limit: int) -> str:
+    """``"; "``-joined parts, whole parts only while they fit (at least the first, cut)."""
+    out: list[str] = []
+    used = 0
+    for p in parts:
+        extra = len(p) + (2 if out else 0)
+        if out and used + extra > limit:
+            break
+        out.append(p)
+        used += extra
+    return "; ".join(out)[:limit]
+
+
 @dataclass(frozen=True)
 class Finalised:
     session_id: str
@@ -297,7 +310,7 @@ def finalise(
         draft = CardDraft(
             tenant_id=tenant, user_id=user_id, canonical_key=f"session:{session_id}",
             memory_type=SESSION_SUMMARY, title=f"Session {session_id}"[:256],
-            summary="; ".join(i.summary for i in worthy)[:2000],
+            summary=_clip_joined([i.summary for i in worthy], lc.settings.session_summary_chars),
             content="\n".join(f"- [{i.memory_type.value}/{i.subtype}] {i.summary} "
                               f"(stm {i.id}; messages {', '.join(i.source.message_ids[:8])})"
                               for i in worthy)[: lc.ledger.max_content_chars],

@@ -87,6 +87,7 @@ def test_an_idle_session_is_finalised_into_a_summary_card_and_its_stm_cleaned(
     summary = next(c for c in user_cards(lc_engine, t, u) if c.memory_type == "session_summary")
     assert done.card_id == summary.memory_id and summary.importance == 0.8
     assert texts[1] in summary.content and texts[2] not in summary.content
+    assert len(summary.summary) <= lc.settings.session_summary_chars
     assert summary.memory_id in kicks.ids
     # ... the session's index is gone, with the items that belonged to it alone
     assert not res.redis.exists(res.stm.keys(u, t).session("s1"))
