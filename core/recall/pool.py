@@ -108,7 +108,11 @@ def _better(a: PoolCandidate, b: PoolCandidate) -> bool:
 def dedup(
     candidates: Iterable[PoolCandidate],
 ) -> tuple[list[PoolCandidate], list[tuple[PoolCandidate, str]]]:
-    """Keep one candidate per canonical key, then per fingerprint; report the losers."""
+    """Keep one candidate per canonical key, then per fingerprint; report the losers.
+
+    The kept candidate inherits the losers' source messages: the same words from two
+    places (an episode and a one-item session summary) are one memory with both
+    provenances, and the one without provenance must not erase the other's."""
     dropped: list[tuple[PoolCandidate, str]] = []
     for key in ("canonical_fact_key", "fingerprint"):
         best: dict[str, PoolCandidate] = {}
@@ -117,13 +121,19 @@ def dedup(
             cur = best.get(k)
             if cur is None:
                 best[k] = c
-            elif _better(c, cur):
-                dropped.append((cur, f"same {key} as {c.memory_id} ({c.source_type.value})"))
-                best[k] = c
-            else:
-                dropped.append((c, f"same {key} as {cur.memory_id} ({cur.source_type.value})"))
+                continue
+            win, lose = (c, cur) if _better(c, cur) else (cur, c)
+            dropped.append((lose, f"same {key} as {win.memory_id} ({win.source_type.value})"))
+            best[k] = _with_provenance(win, lose)
         candidates = list(best.values())
     return list(candidates), dropped
+
+
+def _with_provenance(win: PoolCandidate, lose: PoolCandidate) -> PoolCandidate:
+    extra = [m for m in lose.message_ids if m not in win.message_ids]
+    if not extra:
+        return win
+    return win.model_copy(update={"message_ids": (*win.message_ids, *extra)})
 
 
 def named_in(entity: str, folded_query: str) -> bool:

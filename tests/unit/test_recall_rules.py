@@ -249,3 +249,17 @@ def test_a_general_question_outside_a_task_also_searches_long_term_memory() -> N
     assert not decide_route(in_task, ltm_available=True).need_ltm
     off = RoutingPolicy(history_without_task=False)
     assert not decide_route(profile, off, ltm_available=True).need_ltm
+
+
+def test_a_duplicate_dropped_from_the_pool_leaves_its_provenance_to_the_kept_one() -> None:
+    from core.recall.pool import PoolCandidate, SourceType, dedup
+
+    def cand(mid: str, ids: tuple[str, ...], at: float) -> PoolCandidate:
+        return PoolCandidate(memory_id=mid, source_type=SourceType.LTM, summary="went hiking",
+                             canonical_fact_key=mid, fingerprint="same-words",
+                             memory_type="episode", updated_at=at, message_ids=ids)  # fmt: skip
+
+    kept, dropped = dedup([cand("episode", ("m7",), 1.0), cand("summary", (), 2.0)])
+    # the newer one wins the slot, the older one's source message is not lost
+    assert [c.memory_id for c in kept] == ["summary"] and kept[0].message_ids == ("m7",)
+    assert [c.memory_id for c, _why in dropped] == ["episode"]
