@@ -60,14 +60,16 @@ def _diagnostics_table(figures: dict[str, Any]) -> list[str]:
     head = " | ".join(f"R@{k}" for k in KS)
     lines = [
         "",
-        "#### memstrata diagnostic variants (one measured loss removed each)",
+        "#### Diagnostic systems (memstrata variants, or a baseline with one part changed)",
         "",
         f"| variant | {head} | stored items | notes |",
         "|---" * (len(KS) + 3) + "|",
     ]
     for name, s in diag.items():
         vals = " | ".join(_f(s.get(f"recall@{k}", 0.0)) for k in KS)
-        notes = "; ".join(s.get("notes", [])[1:])
+        notes = "; ".join(
+            s.get("notes", [])[1:] if name.startswith("memstrata") else s.get("notes", [])
+        )
         lines.append(f"| {name} | {vals} | {s.get('stored_items')} | {notes} |")
     return lines
 

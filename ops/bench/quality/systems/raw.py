@@ -53,6 +53,10 @@ class RawSystem:
         self._tokens = ltm_tokens if stem else bm25_tokens
         self.embedder = embedder
         self.stats = SystemStats()
+        if stem:
+            self.stats.notes.append(
+                "memstrata's lexical analyzer on raw turns (core.ltm.text: stemmed)"
+            )
         self._spaces: dict[str, _Index] = {}
 
     def ingest(self, space: Space) -> None:
