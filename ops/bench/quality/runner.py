@@ -49,8 +49,6 @@ def _ms(values: Sequence[float]) -> dict[str, float]:
 VARIANTS: dict[str, str] = {
     "nottl": "every STM lifetime 10 years (stands in for promotion keeping what expires)",
     "fetchall": "recall reads up to 1000 STM items per index",
-    "ltmsim": "every item ever written ranked by hybrid BM25+dense RRF over its summary "
-    "(stands in for promote-everything + LTM hybrid search; not the recall path)",
 }
 
 
@@ -64,10 +62,6 @@ def make_memstrata(name: str, **kw: Any) -> System:
         raise ValueError(f"unknown memstrata variant {name!r}; suffixes: {', '.join(VARIANTS)}")
     if "nottl" in parts:
         kw.setdefault("ttl_days", 3650.0)
-    if "ltmsim" in parts:
-        from ops.bench.quality.systems.raw import RawSystem
-
-        kw.setdefault("item_ranker", RawSystem("hybrid", shared_embedder()))
     if "fetchall" in parts:
         kw.setdefault("recall_settings", RecallSettings(stm_per_index=1000, **BENCH_TIMEOUTS))
     system = MemstrataSystem(name=name, **kw)

@@ -49,7 +49,7 @@ from core.settings import Settings, TtlPolicy, load_settings
 from ops.bench.common import scratch_postgres
 from ops.bench.quality.datasets import Question, Space, Turn
 from ops.bench.quality.embed import SharedEmbedder, Vector, shared_embedder
-from ops.bench.quality.systems.base import Hit, System, SystemStats
+from ops.bench.quality.systems.base import Hit, SystemStats
 
 if TYPE_CHECKING:
     from core.lifecycle.runtime import Lifecycle
@@ -86,8 +86,6 @@ class SpaceState:
     turn_of: dict[str, str]  # message id → dataset turn id
     query_now: float
     evicted: set[str] = field(default_factory=set)
-    item_turns: dict[str, tuple[str, ...]] = field(default_factory=dict)  # memory id → turns
-    written: dict[str, MemoryItem] = field(default_factory=dict)  # snapshots (ltmsim)
     explained: dict[str, list[Candidate]] = field(default_factory=dict)  # question id →
 
 
@@ -118,14 +116,12 @@ class MemstrataSystem:
         ltm: LtmSearcher | None = None,
         recall_settings: RecallSettings | None = None,
         ttl_days: float | None = None,
-        item_ranker: System | None = None,
         name: str = "memstrata",
         migrate_db: bool = True,
         long_term: bool = True,
     ) -> None:
         self.name = name
         self.stats = SystemStats()
-        self.item_ranker = item_ranker  # diagnostic: rank written items instead of recall
         self._tmp = Path(tempfile.mkdtemp(prefix="qb-l0-"))
         extra: dict[str, object] = {}
         self._stack = contextlib.ExitStack()
@@ -154,7 +150,7 @@ class MemstrataSystem:
         self._ensure_tenant(migrate_db)
         self.lifecycle: Lifecycle | None = None
         self.ltm_runtime: LtmRuntime | None = None
-        if long_term and ltm is None and item_ranker is None:
+        if long_term and ltm is None:
             ltm = self._start_ltm()
         self._executor = ThreadPoolExecutor(max_workers=4, thread_name_prefix="qb-recall")
         self.recaller = Recaller(
@@ -296,8 +292,6 @@ class MemstrataSystem:
             # then the sweep removes what expired meanwhile
             quiet = last_at is not None and t.at - last_at > quiet_s
             if new_session or quiet:
-                if self.item_ranker is not None:
-                    self._snapshot(user, state)  # before the sweep removes expired items
                 if quiet and last_at is not None:
                     self._finalise_idle(last_at + quiet_s)
                 self.res.stm.sweep(now=t.at, max_items=self.settings.sweep_batch)
@@ -322,15 +316,8 @@ class MemstrataSystem:
                 state.evicted.update(up.evicted)
         state.query_now = max((t.at for t in space.turns), default=0.0) + QUERY_DELAY_S
         self.spaces[space.id] = state
-        if self.item_ranker is not None:
-            self._snapshot(user, state)
         self.stats.ingested_turns += len(space.turns)
-        if self.item_ranker is None:
-            self.stats.stored_items += self.stored(space.id)
-        else:  # what a promote-everything LTM would hold
-            items = self.written_items_space(space)
-            self.stats.stored_items += len(items.turns)
-            self.item_ranker.ingest(items)
+        self.stats.stored_items += self.stored(space.id)
 
     # ------------------------------------------------------------------ inspection
     def card_keys(self, space_id: str) -> set[str]:
@@ -375,47 +362,9 @@ class MemstrataSystem:
             out.extend(read_decisions(self.res.stm, st.user_id, s, tenant_id=TENANT))
         return out
 
-    def _snapshot(self, user: str, state: SpaceState) -> None:
-        keys = self.res.stm.keys(user, TENANT)
-        ids = [str(m) for m in self.res.redis.zrange(keys.recent, 0, -1)]
-        for item in self.res.stm.get_many(user, ids, include_expired=True, tenant_id=TENANT):
-            state.written[item.id] = item
-
-    def written_items_space(self, space: Space) -> Space:
-        """Every item the write path wrote for the space (latest version, expired or swept
-        ones included), as a space of "turns" (id = memory id): what a promote-everything
-        policy would have carried to LTM before the items expired."""
-        st = self.spaces[space.id]
-        items = list(st.written.values())
-        turns = [Turn(i.id, "", i.summary, i.updated_at, i.session_id) for i in items]
-        st.item_turns = {
-            i.id: tuple(st.turn_of.get(m, m) for m in i.source.message_ids) for i in items
-        }
-        return Space(space.id, turns, space.questions)
-
     # ------------------------------------------------------------------ read path
     def search(self, space: Space, question: Question, depth: int) -> list[Hit]:
         st = self.spaces[space.id]
-        if self.item_ranker is not None:
-            t0 = time.perf_counter()
-            # the whole ranking, so the attribution can tell "ranked low" from "never written"
-            ranked = self.item_ranker.search(space, question, max(depth, len(st.written)))
-            self.stats.search_seconds.append(time.perf_counter() - t0)
-            found = [Hit(h.text, st.item_turns.get(h.turns[0], ())) for h in ranked if h.turns]
-            seen = [
-                Candidate(h.turns[0], "kept", st.item_turns.get(h.turns[0], ()), h.text)
-                for h in ranked
-                if h.turns
-            ]
-            ranked_ids = {c.memory_id for c in seen}
-            # items past the search's candidate depth: written, never ranked
-            seen += [
-                Candidate(mid, "below_top_k", st.item_turns.get(mid, ()), item.summary)
-                for mid, item in st.written.items()
-                if mid not in ranked_ids
-            ]
-            st.explained[question.id] = seen
-            return found
         req = RecallRequest(
             tenant_id=TENANT,
             user_id=st.user_id,
@@ -443,8 +392,6 @@ class MemstrataSystem:
         return hits
 
     def close(self) -> None:
-        if self.item_ranker is not None:
-            self.item_ranker.close()
         closer = getattr(self.recaller, "close", None)
         if closer is not None:
             closer()  # flushes recall bookkeeping, stops its helper threads
