@@ -139,10 +139,10 @@ def _with_provenance(win: PoolCandidate, lose: PoolCandidate) -> PoolCandidate:
 def named_in(entity: str, folded_query: str) -> bool:
     """Whether the query names ``entity`` as a whole word (CJK: as a substring)."""
     e = entity.casefold()
-    if len(e) < 2:
+    if len(e) < 2 or e not in folded_query:  # the cheap test first: most entities miss
         return False
     if _CJK.search(e):
-        return e in folded_query
+        return True
     return re.search(rf"(?<![\w-]){re.escape(e)}(?![\w-])", folded_query) is not None
 
 

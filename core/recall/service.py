@@ -196,9 +196,14 @@ class Recaller:
         stm_needed = route.need_redis or not (route.need_pg or route.need_ltm)
         stm_cands = [_stm_candidate(h, q_terms) for h in stm_read.hits] if stm_needed else []
         pol = self.settings.routing
-        relevant = sum(1 for c in stm_cands if c.similarity >= pol.min_relevance)
+        # sufficiency by relevance: items that merely share the session do not count; the
+        # state of the task the question is asked in does (seed 九: active task → Redis)
+        relevant = sum(
+            1
+            for c in stm_cands
+            if c.similarity >= pol.min_relevance or (req.task_id and c.task_id == req.task_id)
+        )
         if stm_needed and "stm" not in degraded:
-            # sufficiency by relevance: items that merely share the session do not count
             route = with_ltm_fallback(route, profile, relevant, pol)
             if route.need_ltm and ltm_future is None:
                 ltm_future = self._start_ltm(req, route, filters)

@@ -94,9 +94,14 @@ def test_continuing_a_debug_task_recalls_its_short_term_state(
     assert {m.memory_type for m in out.memory.short_term} >= {"constraint", "fact", "decision"}
     assert out.explain is not None
     assert out.explain.profile.has_reference
-    # STM answered; with only one item relevant to the words, LTM is asked too (and this
-    # Recaller has none, which is flagged rather than failing)
+    # STM answered: the task's own state is enough, whatever words the question uses
     assert "stm" not in out.degraded
+    assert not out.route.need_ltm and "ltm" not in out.degraded
+    # the same words outside the task: few items share them, so LTM is asked too (and
+    # this Recaller has none, which is flagged rather than failing)
+    outside = recaller.recall(req(world, "那个接口还是超时", task_id=None))
+    assert outside.route.need_ltm and "ltm" in outside.degraded
+    assert "redis_result_insufficient" in outside.route.reasons["ltm"][0]
 
 
 def test_a_preference_question_is_answered_from_postgresql(
