@@ -16,6 +16,7 @@ from core.compress.tokens import TokenCounter, default_counter
 from core.errors import NotFound
 from core.ids import validate_id
 from core.models.memory import MemoryItem
+from core.models.transcript import TranscriptRecord
 from core.stm.store import StmStore
 from core.transcript.store import TranscriptStore
 
@@ -38,6 +39,22 @@ def session_items(
     now = time.time() if now is None else now
     found = stm.by_session(user_id, session_id, limit=ITEM_LIMIT, now=now, tenant_id=tenant_id)
     return sorted(found, key=lambda i: (i.created_at, i.id))
+
+
+def _view(
+    records: list[TranscriptRecord], *, stm: StmStore, activity: SessionActivity | None,
+    user_id: str, session_id: str, tenant_id: str | None, now: float | None,
+    budget_tokens: int | None, policy: CompressionPolicy | None, counter: TokenCounter | None,
+) -> CompressedView:  # fmt: skip
+    """The view of ``records`` with the session's STM items and ingest-time token counts."""
+    items = session_items(stm, user_id, session_id, now=now, tenant_id=tenant_id)
+    known = (
+        activity.token_counts(user_id, session_id, tenant_id=tenant_id)
+        if activity is not None
+        else None
+    )
+    return compress(records, items, budget_tokens=budget_tokens, policy=policy,
+                    counter=counter, known_tokens=known)  # fmt: skip
 
 
 def compress_session(
@@ -64,20 +81,9 @@ def compress_session(
     records = list(
         transcript.read_session(user_id=user_id, session_id=session_id, tenant_id=tenant_id)
     )
-    items = session_items(stm, user_id, session_id, now=now, tenant_id=tenant_id)
-    known = (
-        activity.token_counts(user_id, session_id, tenant_id=tenant_id)
-        if activity is not None
-        else None
-    )
-    view = compress(
-        records,
-        items,
-        budget_tokens=budget_tokens,
-        policy=policy,
-        counter=counter,
-        known_tokens=known,
-    )
+    view = _view(records, stm=stm, activity=activity, user_id=user_id, session_id=session_id,
+                 tenant_id=tenant_id, now=now, budget_tokens=budget_tokens, policy=policy,
+                 counter=counter)  # fmt: skip
     if summariser is not None:
         view = apply_summariser(view, summariser, records, counter or default_counter())
     return view
@@ -113,19 +119,8 @@ def compress_cached(
     hit = cache.get(user_id, session_id, records[-1].message_id, budget_tokens, tenant_id=tenant_id)
     if hit is not None:
         return hit, True
-    items = session_items(stm, user_id, session_id, now=now, tenant_id=tenant_id)
-    known = (
-        activity.token_counts(user_id, session_id, tenant_id=tenant_id)
-        if activity is not None
-        else None
-    )
-    view = compress(
-        records,
-        items,
-        budget_tokens=budget_tokens,
-        policy=policy,
-        counter=counter,
-        known_tokens=known,
-    )
+    view = _view(records, stm=stm, activity=activity, user_id=user_id, session_id=session_id,
+                 tenant_id=tenant_id, now=now, budget_tokens=budget_tokens, policy=policy,
+                 counter=counter)  # fmt: skip
     cache.put(view)
     return view, False

@@ -37,6 +37,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from core.api import MemoryClient
+from core.compress.cache import SessionActivity
+from core.compress.tokens import EstimateCounter
 from core.errors import InvalidInput
 from core.extract.rules import Extractor
 from core.ingest.drain import drain_shard
@@ -144,6 +146,9 @@ class MemstrataSystem:
                 store=p.store, extractor=extractor, policy=p.policy, decision_ttl_s=p.decision_ttl_s
             )
         self._kicked: set[int] = set()
+        # the session activity the ingest task records and the idle-session job reads
+        self._activity = SessionActivity(self.res.redis, namespace=self.settings.key_namespace)
+        self._counter = EstimateCounter()
         self.client = MemoryClient(
             transcript=self.res.transcript, queue=self.res.queue, kicker=self._kick
         )
@@ -204,16 +209,12 @@ class MemstrataSystem:
     def _note_activity(self, user: str, session: str, mid: str, t: Turn) -> None:
         """What the ingest task does after a drain (``tasks.compress.track_turns``): count
         the turn into its session's activity, which the idle-session job reads."""
-        from core.compress.cache import SessionActivity
-        from core.compress.tokens import EstimateCounter
         from core.models.transcript import Role, TranscriptRecord
 
         rec = TranscriptRecord(message_id=mid, turn_id="t-" + mid, user_id=user,
                                tenant_id=TENANT, session_id=session, role=Role.USER,
                                content=t.text, name=t.speaker[:256] or None, at=t.at)  # fmt: skip
-        SessionActivity(self.res.redis, namespace=self.settings.key_namespace).note_turn(
-            [rec], EstimateCounter()
-        )
+        self._activity.note_turn([rec], self._counter)
 
     def _finalise_idle(self, now: float) -> None:
         """Celery Beat's idle-session job at simulated time ``now``."""
