@@ -35,6 +35,21 @@ def _checked(value: str) -> str:
 SafeId = Annotated[str, AfterValidator(_checked)]
 """A pydantic string type that only admits safe ids."""
 
+DEFAULT_TENANT = "default"
+"""The tenant of every record written or read without one, in every layer.
+
+"No tenant" is not a scope of its own: L0 paths, Redis keys, PostgreSQL rows, LTM card
+ids and filters all use this tenant, so ``tenant_id=None`` and ``tenant_id="default"``
+name one owner (DESIGN §8, docs/KEYS.md "Owner identity").
+"""
+
+
+def owner_tenant(tenant_id: str | None) -> str:
+    """The validated tenant that owns a record: ``tenant_id``, or :data:`DEFAULT_TENANT`."""
+    if tenant_id is None:
+        return DEFAULT_TENANT
+    return validate_id(tenant_id, kind="tenant_id")
+
 
 def entity_key_part(entity: str) -> str:
     """Map an entity name to a key-safe, case-folded index key part.

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from core.errors import MemstrataError
-from core.resources import Resources, get_resources
+from core.runtime import Runtime, close_runtime, get_runtime
 from core.settings import load_settings
 
 
@@ -40,8 +40,8 @@ class CliError(Exception):
 
 
 # ---------------------------------------------------------------------- shared helpers
-def _resources() -> Resources:
-    res = get_resources()
+def _resources() -> Runtime:
+    res = get_runtime()
     try:
         res.redis.ping()
     except Exception as exc:
@@ -139,7 +139,7 @@ def _flower(args: argparse.Namespace) -> int:
 
 # ---------------------------------------------------------------------- demo
 def run_demo(
-    res: Resources,
+    res: Runtime,
     names: Sequence[str] | None,
     *,
     inline: bool,
@@ -303,8 +303,7 @@ def _add_compress(sub: Any) -> None:
 
 # ---------------------------------------------------------------------- recall
 def _recall(args: argparse.Namespace) -> int:
-    from core.recall.ltm_adapter import connect_ltm
-    from core.recall.service import Recaller, RecallRequest
+    from core.recall.service import RecallRequest
 
     res = _resources()
     request = RecallRequest(
@@ -312,10 +311,7 @@ def _recall(args: argparse.Namespace) -> int:
         task_id=args.task, project_id=args.project, workspace_id=args.workspace,
         top_k=args.top_k, token_budget=args.budget, explain=args.explain,
     )  # fmt: skip
-    recaller = Recaller(
-        stm=res.stm, profile_cache=res.profile_cache, engine=res.authority,
-        ltm=connect_ltm(res.settings),
-    )  # fmt: skip
+    recaller = res.recaller()
     try:
         out = recaller.recall(request)
     finally:
@@ -341,7 +337,7 @@ def _recall(args: argparse.Namespace) -> int:
 def _add_recall(sub: Any) -> None:
     r = sub.add_parser("recall", help="build the memory block for a query (the read path)")
     r.add_argument("query")
-    r.add_argument("--tenant", required=True)
+    r.add_argument("--tenant", default=None, help="the user's tenant (default: the default tenant)")
     r.add_argument("--user", required=True)
     r.add_argument("--session", required=True)
     r.add_argument("--task")
@@ -399,13 +395,13 @@ def _migrate(args: argparse.Namespace) -> int:
 def _ltm(args: argparse.Namespace) -> int:
     from core.ltm import admin
 
-    settings = load_settings()
+    ltm = get_runtime().ltm
     if args.action == "status":
-        out: object = admin.status(settings)
+        out: object = admin.status(ltm)
     elif args.action == "reindex":
-        out = admin.reindex(settings, drop=not args.no_drop)
+        out = admin.reindex(ltm, drop=not args.no_drop)
     else:
-        out = {"requeued": admin.requeue(settings)}
+        out = {"requeued": admin.requeue(ltm)}
     print(json.dumps(out, indent=2))
     return 0
 
@@ -432,11 +428,7 @@ def _add_ltm(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 # ---------------------------------------------------------------------- lifecycle
 def _lifecycle() -> Any:
-    from core.lifecycle import lifecycle_settings
-    from core.lifecycle.runtime import from_resources
-
-    res = _resources()
-    return from_resources(res, lifecycle_settings(res.settings), on_cards=_index_cards)
+    return _resources().lifecycle(on_cards=_index_cards)
 
 
 def _index_cards(ids: Sequence[str]) -> None:
@@ -644,6 +636,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:  # `memstrata … | head`: stop quietly, like other CLI tools
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 141
+    finally:
+        close_runtime()
     return code
 
 

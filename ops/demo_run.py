@@ -23,7 +23,7 @@ from core.errors import InvalidInput
 from core.ingest.drain import drain_shard
 from core.ingest.pipeline import read_decisions
 from core.models.candidate import Verdict
-from core.resources import Resources
+from core.runtime import Runtime
 from core.stm.keys import UserKeys
 from ops.report import decisions_block, items_block
 
@@ -81,7 +81,7 @@ def load_sessions(names: Sequence[str] | None = None) -> list[DemoSession]:
     return out
 
 
-def reset_user(res: Resources, user_id: str) -> int:
+def reset_user(res: Runtime, user_id: str) -> int:
     """Remove a demo user's STM keys, sweep hint and L0 files; returns keys deleted."""
     keys = UserKeys(res.settings.key_namespace, user_id, DEMO_TENANT)
     doomed = list(res.redis.scan_iter(match=keys.prefix + "*", count=1000))
@@ -119,12 +119,12 @@ def feed(client: MemoryClient, session: DemoSession) -> FeedResult:
     return result
 
 
-def drained(res: Resources, shards: set[int]) -> bool:
+def drained(res: Runtime, shards: set[int]) -> bool:
     return all(res.queue.backlog(s) == (0, 0) for s in shards)
 
 
 def wait_until_drained(
-    res: Resources,
+    res: Runtime,
     shards: set[int],
     *,
     timeout_s: float,
@@ -141,7 +141,7 @@ def wait_until_drained(
     return drained(res, shards)
 
 
-def drain_inline(res: Resources, shards: set[int]) -> None:
+def drain_inline(res: Runtime, shards: set[int]) -> None:
     """Process the queued turns in this process (``memstrata demo --inline``, no worker)."""
     for shard in sorted(shards):
         drain_shard(
@@ -155,7 +155,7 @@ def drain_inline(res: Resources, shards: set[int]) -> None:
         )
 
 
-def dead_letters(res: Resources, turn_ids: set[str]) -> list[tuple[str, str]]:
+def dead_letters(res: Runtime, turn_ids: set[str]) -> list[tuple[str, str]]:
     """(turn id, reason) of the given turns found in the dead-letter stream (last 1000)."""
     out = []
     rows: Any = res.redis.xrevrange(res.queue.keys.dead_letters, count=1000)
@@ -169,7 +169,7 @@ def dead_letters(res: Resources, turn_ids: set[str]) -> list[tuple[str, str]]:
     return out
 
 
-def session_report(res: Resources, fed: FeedResult, *, verbose: bool = False) -> str:
+def session_report(res: Runtime, fed: FeedResult, *, verbose: bool = False) -> str:
     s = fed.session
     items = res.stm.by_session(
         s.user_id, s.session_id, limit=res.settings.stm_session_cap, tenant_id=DEMO_TENANT
@@ -202,7 +202,7 @@ def session_report(res: Resources, fed: FeedResult, *, verbose: bool = False) ->
     return "\n".join(lines)
 
 
-def ensure_demo_authority(res: Resources, sessions: Sequence[DemoSession]) -> None:
+def ensure_demo_authority(res: Runtime, sessions: Sequence[DemoSession]) -> None:
     """Migrate PostgreSQL and register the demo tenant, users, profiles and project.
 
     Idempotent: rows that already exist are left as they are, so the demo can run again.
@@ -235,7 +235,7 @@ def ensure_demo_authority(res: Resources, sessions: Sequence[DemoSession]) -> No
         ]  # fmt: skip
     for step in steps:
         try:
-            with res.authority.begin() as conn:
+            with res.engine.begin() as conn:
                 step(conn)
         except InvalidInput:
             pass  # already there from an earlier run
@@ -243,17 +243,13 @@ def ensure_demo_authority(res: Resources, sessions: Sequence[DemoSession]) -> No
         res.redis.delete(res.profile_cache.keys(DEMO_TENANT, s.user_id).snapshot)
 
 
-def recall_report(res: Resources, session: DemoSession) -> str:
+def recall_report(res: Runtime, session: DemoSession) -> str:
     """Ask the session's follow-up questions through recall() and show the memory block."""
-    from core.recall.ltm_adapter import connect_ltm
-    from core.recall.service import Recaller, RecallRequest
+    from core.recall.service import RecallRequest
 
     lang = session.name.split("_", 1)[0]
     task_id = next((t.get("task_id") for t in reversed(session.turns) if t.get("task_id")), None)
-    recaller = Recaller(
-        stm=res.stm, profile_cache=res.profile_cache, engine=res.authority,
-        ltm=connect_ltm(res.settings),
-    )  # fmt: skip
+    recaller = res.recaller()
     lines = ["", f"--- recall() for {session.name} ---"]
     try:
         for query in FOLLOW_UPS.get(lang, []):

@@ -37,7 +37,7 @@ from core.ingest.drain import drain_shard
 from core.ingest.pipeline import read_decisions
 from core.models.candidate import Verdict
 from core.models.transcript import MessageIn, Role, ToolCall
-from core.resources import Resources, build_resources
+from core.runtime import Runtime
 from core.settings import load_settings
 
 log = logging.getLogger(__name__)
@@ -397,7 +397,7 @@ class Replayer:
 
     def __init__(
         self,
-        res: Resources,
+        res: Runtime,
         *,
         kicker: Kicker | None = None,
         wait_s: float = 120.0,
@@ -609,17 +609,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         return 2
     if args.celery:  # the workers' namespace and L0 folder, from MEMSTRATA_*; nothing purged
-        from core.resources import get_resources
+        from core.runtime import get_runtime
         from tasks.client import CeleryKicker
 
-        res = get_resources()
+        res = get_runtime()
         reports = _replay_all(Replayer(res, kicker=CeleryKicker()), names, args)
     else:
         # only a namespace made here is purged; a named one may hold someone's data
         purge = not args.keep and not args.namespace
         ns = args.namespace or f"replay-{uuid.uuid4().hex[:8]}"
         l0 = Path(tempfile.mkdtemp(prefix="memstrata-replay-"))
-        res = build_resources(load_settings(key_namespace=ns, transcript_dir=l0))
+        res = Runtime(load_settings(key_namespace=ns, transcript_dir=l0))
         try:
             reports = _replay_all(Replayer(res), names, args)
         finally:

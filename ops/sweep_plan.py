@@ -10,11 +10,11 @@ from __future__ import annotations
 import time
 
 from core.models.memory import MemoryItem
-from core.resources import Resources
+from core.runtime import Runtime
 from ops.report import duration
 
 
-def plan_sweep(res: Resources, *, now: float, max_items: int) -> list[tuple[str, MemoryItem]]:
+def plan_sweep(res: Runtime, *, now: float, max_items: int) -> list[tuple[str, MemoryItem]]:
     """(user_id, item) pairs a sweep at ``now`` would remove, at most ``max_items``."""
     r, stm = res.redis, res.stm
     plan: list[tuple[str, MemoryItem]] = []

@@ -9,7 +9,7 @@ from celery import Celery
 from celery.signals import worker_process_init, worker_process_shutdown
 from kombu.entity import Queue
 
-from core.resources import close_resources, reset_resources
+from core.runtime import close_runtime, reset_runtime
 from core.settings import Settings, load_settings
 
 QUEUES = ("ingest", "ltm", "maintenance")
@@ -65,9 +65,9 @@ def _configure(sender: Celery, **_: Any) -> None:
 
 @worker_process_init.connect
 def _init_process(**_: Any) -> None:
-    reset_resources()
+    reset_runtime()
 
 
 @worker_process_shutdown.connect
 def _close_process(**_: Any) -> None:
-    close_resources()
+    close_runtime()

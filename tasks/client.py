@@ -14,7 +14,7 @@ import queue
 import threading
 
 from core.api import MemoryClient
-from core.resources import get_resources
+from core.runtime import get_runtime
 from tasks.app import app
 from tasks.ingest import DRAIN
 
@@ -73,7 +73,7 @@ _kicker: BackgroundKicker | None = None
 def connect(*, background_kicks: bool = True) -> MemoryClient:
     """A client for this process (build it after fork, once per agent process)."""
     global _kicker
-    res = get_resources()
+    res = get_runtime()
     kicker: CeleryKicker | BackgroundKicker = CeleryKicker()
     if background_kicks:
         if _kicker is None or _kicker._pid != os.getpid():

@@ -25,7 +25,7 @@ from core.errors import NotFound, StoreUnavailable
 from core.ids import SafeId
 from core.maintenance import run_locked
 from core.models.transcript import TranscriptRecord, TurnPointer
-from core.resources import get_resources
+from core.runtime import get_runtime
 from tasks.app import app
 
 log = logging.getLogger(__name__)
@@ -59,7 +59,7 @@ def compress_session(
     req = CompressRequest(
         user_id=user_id, session_id=session_id, budget_tokens=budget_tokens, tenant_id=tenant_id
     )
-    res = get_resources()
+    res = get_runtime()
     budget = req.budget_tokens or res.settings.compress_budget_tokens
     cache = ViewCache(
         res.redis,
@@ -106,7 +106,7 @@ def compress_session(
 @app.task(name=COMPRESS_IDLE, acks_late=True, autoretry_for=(StoreUnavailable,), max_retries=3)
 def compress_idle() -> dict[str, int]:
     """Enqueue compression for long sessions idle since their last compression."""
-    res = get_resources()
+    res = get_runtime()
     activity = SessionActivity(res.redis, namespace=res.settings.key_namespace)
 
     def work() -> int:
@@ -133,7 +133,7 @@ def track_turns(turns: Sequence[tuple[TurnPointer, Sequence[TranscriptRecord]]])
     enqueued.  Counting is approximate under concurrent drains of one session (rare: a
     session's turns go to one shard), which only shifts when the trigger fires.
     """
-    res = get_resources()
+    res = get_runtime()
     due = due_for_compression(
         SessionActivity(res.redis, namespace=res.settings.key_namespace),
         [records for _pointer, records in turns],

@@ -8,7 +8,7 @@ from typing import Any
 from core.errors import StoreUnavailable
 from core.ingest.drain import drain_shard
 from core.ingest.queue import consumer_name
-from core.resources import get_resources
+from core.runtime import get_runtime
 from tasks.app import app
 from tasks.compress import track_turns
 
@@ -30,7 +30,7 @@ DRAIN = "memstrata.ingest.drain"
 )
 def drain(self: Any, shard: int) -> dict[str, int]:
     """Process every queued turn of ``shard``; idempotent (upserts by natural key)."""
-    res = get_resources()
+    res = get_runtime()
     if not isinstance(shard, int) or not 0 <= shard < res.settings.ingest_shards:
         raise ValueError(f"shard must be an int in [0, {res.settings.ingest_shards})")
     report = drain_shard(

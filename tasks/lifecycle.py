@@ -16,16 +16,15 @@ from typing import Any, TypeVar
 
 from core.errors import StoreUnavailable
 from core.ids import validate_id
-from core.lifecycle import lifecycle_settings
 from core.lifecycle.maintenance import forget, summarise, sync_access
 from core.lifecycle.rebuild import rebuild_session
 from core.lifecycle.retract import retract_card, retract_pg_fact
-from core.lifecycle.runtime import Lifecycle, from_resources
+from core.lifecycle.runtime import Lifecycle
 from core.lifecycle.scan import scan
 from core.lifecycle.scheduler import run_batch
 from core.lifecycle.sessions import finalise, finalise_idle, preload
 from core.maintenance import run_locked
-from core.resources import get_resources
+from core.runtime import get_runtime
 from tasks.app import app
 
 log = logging.getLogger(__name__)
@@ -59,8 +58,7 @@ def _index(ids: Sequence[str]) -> None:
 
 
 def _lc() -> Lifecycle:
-    res = get_resources()
-    return from_resources(res, lifecycle_settings(res.settings), on_cards=_index)
+    return get_runtime().lifecycle(on_cards=_index)
 
 
 def _locked(lc: Lifecycle, name: str, interval_s: float, work: Callable[[], T]) -> T | None:

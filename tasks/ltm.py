@@ -14,16 +14,13 @@ import logging
 import time
 from typing import Any
 
-from celery.signals import worker_process_shutdown
-
 from core.errors import InvalidInput, StoreUnavailable
 from core.ids import validate_id
-from core.ltm.config import ltm_settings
 from core.ltm.errors import IndexUnavailable
 from core.ltm.indexer import ProjectReport, plan_reconcile, reconcile
-from core.ltm.runtime import LtmRuntime, close_runtime, get_runtime
+from core.ltm.runtime import LtmRuntime
 from core.maintenance import run_locked
-from core.resources import get_resources
+from core.runtime import get_runtime
 from tasks.app import app
 
 log = logging.getLogger(__name__)
@@ -46,8 +43,7 @@ _RETRY: dict[str, Any] = {
 
 
 def _runtime() -> LtmRuntime:
-    settings = get_resources().settings
-    return get_runtime(ltm_settings(settings), postgres_url=settings.postgres_url)
+    return get_runtime().ltm
 
 
 def _ids(memory_ids: Any) -> list[str]:
@@ -94,7 +90,7 @@ def delete_cards(self: Any, memory_ids: list[str]) -> dict[str, int]:
 @app.task(name=RECONCILE, acks_late=True, autoretry_for=(StoreUnavailable,), max_retries=2)
 def reconcile_ltm(limit: int | None = None) -> dict[str, int]:
     """Re-drive pending and failed projections (Beat); one run at a time per namespace."""
-    res = get_resources()
+    res = get_runtime()
     rt = _runtime()
     cfg = rt.settings
 
@@ -113,8 +109,3 @@ def reconcile_ltm(limit: int | None = None) -> dict[str, int]:
     out = run_locked(res.redis, res.settings.key_namespace, "ltm-reconcile", ttl_s=ttl_s, work=work)
     log.info("ltm reconcile %s", out)
     return out or {"planned": 0, "skipped": 1}
-
-
-@worker_process_shutdown.connect
-def _close_runtime(**_: Any) -> None:
-    close_runtime()

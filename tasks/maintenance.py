@@ -7,7 +7,7 @@ import time
 
 from core.errors import StoreUnavailable
 from core.maintenance import run_locked
-from core.resources import get_resources
+from core.runtime import get_runtime
 from tasks.app import app
 
 log = logging.getLogger(__name__)
@@ -27,7 +27,7 @@ RECLAIM = "memstrata.maintenance.ingest_reclaim"
 )
 def sweep_expired(max_items: int | None = None) -> dict[str, int]:
     """Remove expired STM items from every index (seed 十七.3); bounded, one at a time."""
-    res = get_resources()
+    res = get_runtime()
     limit = int(max_items or res.settings.sweep_batch)
 
     def work() -> dict[str, int]:
@@ -44,7 +44,7 @@ def ingest_reclaim() -> dict[str, int]:
     """Kick a drain for any shard that holds turns but has no drain queued or running."""
     from tasks.ingest import drain
 
-    res = get_resources()
+    res = get_runtime()
     kicked = 0
     for shard in range(res.settings.ingest_shards):
         length, _pending = res.queue.backlog(shard)

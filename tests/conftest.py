@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from core.resources import Resources, build_resources
+from core.runtime import Runtime
 from core.settings import Settings, load_settings
 
 REDIS_URL = os.environ.get("MEMSTRATA_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
@@ -42,8 +42,8 @@ def settings(namespace: str, tmp_path: Path) -> Settings:
 
 
 @pytest.fixture
-def res(settings: Settings) -> Iterator[Resources]:
-    resources = build_resources(settings)
+def res(settings: Settings) -> Iterator[Runtime]:
+    resources = Runtime(settings)
     try:
         resources.redis.ping()
     except redis.ConnectionError as exc:  # pragma: no cover - environment problem

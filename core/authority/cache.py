@@ -2,8 +2,8 @@
 
 Keys (same hash tag as the user's STM keys, so both scripts below touch one slot)::
 
-    <ns>:user:{<user_id>}:authority:<tenant_id>:snapshot  STRING snapshot JSON (PX entry TTL)
-    <ns>:user:{<user_id>}:authority:<tenant_id>:version   STRING newest version (PX version TTL)
+    <ns>:user:{<tenant_id>/<user_id>}:authority:snapshot  STRING snapshot JSON (PX entry TTL)
+    <ns>:user:{<tenant_id>/<user_id>}:authority:version    STRING newest version (PX version TTL)
 
 Every authoritative write bumps ``users.authority_version`` in PG; after commit the
 writer calls :meth:`ProfileCache.invalidate`, which raises the version key (and deletes
@@ -31,6 +31,7 @@ from core.authority.schemas import UserVersion
 from core.authority.snapshot import AuthoritySnapshot
 from core.errors import StoreUnavailable
 from core.ids import validate_id
+from core.stm.keys import user_scope
 
 _FILL = """
 local known = tonumber(redis.call('GET', KEYS[2]) or '0')
@@ -72,7 +73,7 @@ class AuthorityKeys:
 
     @property
     def prefix(self) -> str:
-        return f"{self.namespace}:user:{{{self.user_id}}}:authority:{self.tenant_id}:"
+        return f"{self.namespace}:user:{{{user_scope(self.user_id, self.tenant_id)}}}:authority:"
 
     @property
     def snapshot(self) -> str:

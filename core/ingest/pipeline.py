@@ -16,17 +16,21 @@ from dataclasses import dataclass, field, replace
 from core.extract.rules import ExtractionContext, Extractor, clip
 from core.ids import validate_id
 from core.models.candidate import Candidate, Verdict, WriteDecision
+from core.models.identity import fingerprint
 from core.models.memory import MemoryItem, MemoryStatus
 from core.models.transcript import TranscriptRecord, TurnPointer
-from core.policy.write import Existing, WritePolicy, fingerprint, judge
+from core.policy.write import Existing, WritePolicy, judge
+from core.stm.keys import user_scope
 from core.stm.store import StmStore, UpsertResult, redis_errors
 
 DECISION_PREVIEW_CHARS = 160
 
 
 def memory_id_for(user_id: str, canonical_fact_key: str, tenant_id: str | None = None) -> str:
-    """Deterministic item id: a redelivered turn re-creates the same id, never a twin."""
-    scope = user_id if tenant_id is None else f"{tenant_id}/{user_id}"
+    """Deterministic item id: a redelivered turn re-creates the same id, never a twin.
+
+    Hashed over the owner's scope, so no tenant and the default tenant give one id."""
+    scope = user_scope(user_id, tenant_id)
     return "m_" + hashlib.sha1(f"{scope}|{canonical_fact_key}".encode()).hexdigest()[:20]
 
 

@@ -14,8 +14,9 @@ Applying them (each with an audit row in ``lifecycle_audit``):
 * :mod:`maintenance`            - recall counts, topic summaries, forgetting
 * :mod:`sessions`               - preload at session start; finalisation at its end
 
-:mod:`runtime` (``Lifecycle``, ``from_resources``) is not imported here: the settings
-module nests :class:`LifecycleSettings`, and the runtime imports the resources.
+:mod:`runtime` (``Lifecycle``) is not imported here: the settings module nests
+:class:`LifecycleSettings`, and ``Lifecycle`` holds the stores (built by
+:meth:`core.runtime.Runtime.lifecycle`).
 """
 
 from core.lifecycle.batch import BatchEntry, BatchPlan, BatchPolicy, plan_batch

@@ -35,7 +35,6 @@ class LifecycleSettings(BaseSettings):
     promotion: PromotionPolicy = PromotionPolicy()
     batch: BatchPolicy = BatchPolicy()
     forget: ForgetPolicy = ForgetPolicy()
-    default_tenant: str = Field("default", pattern=r"^[A-Za-z0-9_\-]{1,64}$")
 
     # Beat intervals (seconds); every job also has a batch bound and a time bound
     scan_interval_s: float = Field(300.0, gt=0)

@@ -57,7 +57,7 @@ def sync_access(lc: Lifecycle, *, now: float, max_users: int = 1000) -> int:
     """Copy recall hit counts of LTM cards into the ledger; returns cards updated."""
     changed: list[tuple[str, str, str, int]] = []  # tenant, user, card id, count
     for tenant, user in _owners(lc, max_users):
-        stm_tenant = lc.stm_tenant(tenant)
+        stm_tenant = tenant
         with redis_errors():
             raw = lc.redis.zrange(lc.keys.access(user, stm_tenant), 0, -1, withscores=True)
             hits = cast(list[tuple[str, float]], raw)
@@ -78,7 +78,7 @@ def sync_access(lc: Lifecycle, *, now: float, max_users: int = 1000) -> int:
     with redis_errors():
         pipe = lc.redis.pipeline(transaction=False)
         for tenant, user, cid, count in changed:
-            pipe.hset(lc.keys.card_access(user, lc.stm_tenant(tenant)), cid, f"{count}|{now}")
+            pipe.hset(lc.keys.card_access(user, lc.tenant(tenant)), cid, f"{count}|{now}")
         pipe.execute()
     return len(changed)
 
@@ -175,7 +175,7 @@ def forget(lc: Lifecycle, *, now: float, apply: bool = False, limit: int = 1000)
     last: dict[str, float] = {}
     with redis_errors():
         for c in facts:
-            raw = lc.redis.hget(lc.keys.card_access(c.user_id, lc.stm_tenant(c.tenant_id)),
+            raw = lc.redis.hget(lc.keys.card_access(c.user_id, lc.tenant(c.tenant_id)),
                                 c.memory_id)  # fmt: skip
             if raw:
                 last[c.memory_id] = float(str(raw).split("|")[1])

@@ -22,6 +22,7 @@ from core.lifecycle.runtime import Lifecycle
 from core.lifecycle.states import Event, Record, State, current, next_state
 from core.ltm.card import CardDraft
 from core.ltm.ledger import ledger_errors, write_card
+from core.models.identity import PROMOTED, card_key
 from core.stm.keys import user_scope
 from core.stm.store import redis_errors
 
@@ -56,7 +57,8 @@ def card_for(view: ItemView, d: Decision, tenant: str) -> CardDraft:
     return CardDraft(
         tenant_id=tenant,
         user_id=view.user_id,
-        canonical_key=_clip("stm:" + view.canonical_fact_key, 256),
+        canonical_key=card_key(PROMOTED, view.canonical_fact_key),
+        fingerprint=view.fingerprint,
         memory_type="experience",
         title=_clip(view.summary, 256),
         summary=_clip(view.summary, 2000),

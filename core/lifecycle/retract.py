@@ -69,7 +69,7 @@ def retract_pg_fact(
                                  tuple(sorted(ids)), {"kind": "fact"})])  # fmt: skip
     if version is not None and lc.profile_cache is not None:
         lc.profile_cache.invalidate(version)
-    _mark_retracted(lc, user_id, lc.stm_tenant(tenant_id), ids, now)
+    _mark_retracted(lc, user_id, lc.tenant(tenant_id), ids, now)
     return Retraction(fact_key, version is not None, tuple(sorted(ids)))
 
 
@@ -87,5 +87,5 @@ def retract_card(lc: Lifecycle, *, card_id: str, now: float, reason: str) -> Ret
         record(conn, [AuditEvent(Action.RETRACT, card.tenant_id, card.user_id, card_id,
                                  reason, now, tuple(sorted(ids)), {"kind": "card"})])  # fmt: skip
     lc.on_cards([card_id])
-    _mark_retracted(lc, card.user_id, lc.stm_tenant(card.tenant_id), ids, now)
+    _mark_retracted(lc, card.user_id, lc.tenant(card.tenant_id), ids, now)
     return Retraction(card_id, changed, tuple(sorted(ids)))

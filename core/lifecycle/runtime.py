@@ -1,4 +1,4 @@
-"""What every lifecycle operation works on, built once per process from its resources.
+"""What every lifecycle operation works on: built by :meth:`core.runtime.Runtime.lifecycle`.
 
 ``on_cards`` is how a card change reaches the indexes: the Celery layer passes a
 function that enqueues ``memstrata.ltm.index`` (which projects live cards and removes
@@ -15,6 +15,7 @@ import redis
 from sqlalchemy import Engine
 
 from core.authority.cache import ProfileCache
+from core.ids import owner_tenant
 from core.ingest.pipeline import IngestPipeline
 from core.lifecycle.audit import AuditLog
 from core.lifecycle.config import LifecycleSettings
@@ -49,26 +50,5 @@ class Lifecycle:
         return AuditLog(self.engine)
 
     def tenant(self, tenant_id: str | None) -> str:
-        """STM's "no tenant" is the authority's and the ledger's default tenant."""
-        return tenant_id or self.settings.default_tenant
-
-    def stm_tenant(self, tenant_id: str) -> str | None:
-        return None if tenant_id == self.settings.default_tenant else tenant_id
-
-
-def from_resources(res: object, settings: LifecycleSettings, **kw: object) -> Lifecycle:
-    """Build from :class:`core.resources.Resources` (typed loosely to avoid an import cycle)."""
-    from core.resources import Resources
-
-    assert isinstance(res, Resources)
-    return Lifecycle(
-        redis=res.redis,
-        stm=res.stm,
-        engine=res.authority,
-        ledger=Ledger(res.authority),
-        settings=settings,
-        profile_cache=res.profile_cache,
-        pipeline=res.pipeline,
-        transcript=res.transcript,
-        **kw,  # type: ignore[arg-type]
-    )
+        """The owner's tenant: no tenant is the one default tenant of every layer."""
+        return owner_tenant(tenant_id)

@@ -38,6 +38,7 @@ from core.ltm.filters import CardFilter
 from core.ltm.ledger import ledger_errors, load_cards, write_card
 from core.ltm.search import LtmSearch
 from core.ltm.tables import cards
+from core.models.identity import EPISODE, card_key
 from core.models.memory import MemoryItem, MemorySource, MemoryType
 from core.models.transcript import Role, TranscriptRecord
 from core.stm.keys import parse_user_scope, user_scope
@@ -195,7 +196,6 @@ class Finalised:
     episodes: tuple[str, ...] = ()
 
 
-EPISODE = "episode"
 CONTEXT_CHARS = 300
 
 
@@ -239,7 +239,8 @@ def episode_draft(
     after = next((context[m][1] for m in reversed(mids) if m in context), "")
     return CardDraft(
         tenant_id=tenant, user_id=item.user_id,
-        canonical_key=f"{EPISODE}:{item.canonical_fact_key}"[:256], memory_type=EPISODE,
+        canonical_key=card_key(EPISODE, item.canonical_fact_key), memory_type=EPISODE,
+        fingerprint=item.fingerprint,
         title=item.summary[:80], summary=item.summary[:2000],
         content="\n".join(t for t in (before, after) if t),
         entities=[e[:128] for e in item.entities[:64]],
@@ -349,7 +350,7 @@ def idle_sessions(
         )  # fmt: skip
         members = cast(list[tuple[str, float]], raw)
         done = lc.redis.hmget(lc.keys.finalised, [str(m) for m, _ in members]) if members else []
-    out = []
+    out: list[tuple[str, str | None, str]] = []
     for (member, at), fin in zip(members, done, strict=True):
         if fin is not None and float(fin) >= float(at):
             continue

@@ -1,6 +1,7 @@
 """Operator actions on long-term memory, for the CLI: status, reindex, requeue.
 
-Each takes the process settings, builds its own runtime and closes it; nothing prints.
+Each takes the process's started :class:`LtmRuntime` (``core.runtime.Runtime.ltm``);
+nothing prints.
 """
 
 from __future__ import annotations
@@ -8,41 +9,28 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from core.ltm.config import ltm_settings
 from core.ltm.indexer import rebuild
 from core.ltm.ledger import ledger_errors, requeue_failed
-from core.ltm.runtime import build_runtime
+from core.ltm.runtime import LtmRuntime
 
 
-def status(settings: Any) -> dict[str, Any]:
+def status(ltm: LtmRuntime) -> dict[str, Any]:
     """Projection state counts per index (``{"lexical": {"indexed": n, ...}, ...}``)."""
-    rt = build_runtime(ltm_settings(settings), postgres_url=settings.postgres_url)
-    try:
-        return {"projections": rt.ledger.counts()}
-    finally:
-        rt.close()
+    return {"projections": ltm.ledger.counts()}
 
 
-def reindex(settings: Any, *, drop: bool = True) -> dict[str, int]:
+def reindex(ltm: LtmRuntime, *, drop: bool = True) -> dict[str, int]:
     """Rebuild both indexes from the PostgreSQL ledger (DESIGN §2: projections)."""
-    rt = build_runtime(ltm_settings(settings), postgres_url=settings.postgres_url)
-    try:
-        report = rebuild(rt.projector, drop=drop)
-        return {
-            "indexed": report.indexed,
-            "deleted": report.deleted,
-            "transient": len(report.transient),
-            "failed": len(report.permanent),
-        }
-    finally:
-        rt.close()
+    report = rebuild(ltm.projector, drop=drop)
+    return {
+        "indexed": report.indexed,
+        "deleted": report.deleted,
+        "transient": len(report.transient),
+        "failed": len(report.permanent),
+    }
 
 
-def requeue(settings: Any) -> int:
+def requeue(ltm: LtmRuntime) -> int:
     """Dead letters (``failed``) back to ``pending``; the reconciler picks them up."""
-    rt = build_runtime(ltm_settings(settings), postgres_url=settings.postgres_url)
-    try:
-        with ledger_errors("requeue"), rt.engine.begin() as conn:
-            return requeue_failed(conn, now=time.time())
-    finally:
-        rt.close()
+    with ledger_errors("requeue"), ltm.engine.begin() as conn:
+        return requeue_failed(conn, now=time.time())

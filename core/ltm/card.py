@@ -61,6 +61,8 @@ class CardDraft(BaseModel):
         Field(default_factory=list, max_length=64)
     )
     """Provenance: the transcript messages the card was promoted from (seed 1 七.2 source)."""
+    fingerprint: str | None = Field(None, min_length=1, max_length=64)
+    """The fingerprint of the STM item the card was promoted from (``core.models.identity``)."""
     importance: float = Field(0.5, ge=0.0, le=1.0)
     confidence: float = Field(0.8, ge=0.0, le=1.0)
     status: CardStatus = CardStatus.ACTIVE
@@ -83,6 +85,7 @@ class LtmCard(BaseModel):
     tags: list[str] = Field(default_factory=list)
     source_type: Label
     source_message_ids: list[str] = Field(default_factory=list)
+    fingerprint: str | None = None
     bm25_text: str
     created_at: float
     updated_at: float
@@ -109,7 +112,8 @@ class LtmCard(BaseModel):
         # status is compared on its own (the ledger changes it without rehashing)
         indexed = self.model_dump(
             exclude={
-                "access_count", "created_at", "updated_at", "version", "canonical_key", "status"
+                "access_count", "created_at", "updated_at", "version", "canonical_key", "status",
+                "fingerprint",
             }
         )  # fmt: skip
         raw = json.dumps(indexed, sort_keys=True, ensure_ascii=False, default=str)

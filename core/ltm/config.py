@@ -22,6 +22,8 @@ class LtmSettings(BaseSettings):
         env_prefix="MEMSTRATA_LTM__", env_nested_delimiter="__", extra="ignore", frozen=True
     )
 
+    # off: recall never searches long-term memory (nothing is built or connected for it)
+    enabled: bool = True
     # Milvus (the milvus-lite server by default, a real Milvus in production)
     milvus_uri: str = "http://127.0.0.1:19530"
     milvus_token: SecretStr | None = None

@@ -6,7 +6,6 @@ The weights are the seed's formula verbatim; the threshold (3) and the TTLs are 
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -52,13 +51,6 @@ class Existing:
     fingerprint: str
     message_ids: tuple[str, ...]
     mention_count: int = 1
-
-
-def fingerprint(user_id: str, scope: str, subtype: str, summary: str) -> str:
-    """Near-duplicate key: hash(user + task + subtype + normalised fact) (seed 四.1)."""
-    text = " ".join(summary.casefold().split()).strip(" .。!！")
-    raw = f"{user_id}|{scope}|{subtype}|{text}"
-    return hashlib.sha1(raw.encode("utf-8")).hexdigest()[:24]
 
 
 def novelty(candidate_fp: str, existing: Existing | None, own_message_ids: list[str]) -> float:

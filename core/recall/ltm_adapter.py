@@ -8,21 +8,16 @@ authority layer's :class:`RetrievalFilters`, never from the query text.
 
 from __future__ import annotations
 
-import hashlib
-import logging
 import time
 
 from core.authority.filters import RetrievalFilters
-from core.errors import MemstrataError
 from core.ltm.filters import CardFilter
 from core.ltm.ledger import Ledger
 from core.ltm.policy import SearchMode
 from core.ltm.search import LtmSearch
+from core.models.identity import memory_key, text_fingerprint
 from core.recall.pool import PoolCandidate, SourceType
 from core.recall.route import LtmMode
-from core.settings import Settings
-
-log = logging.getLogger(__name__)
 
 _MODES = {LtmMode.LEXICAL: SearchMode.LEXICAL, LtmMode.VECTOR: SearchMode.VECTOR,
           LtmMode.HYBRID: SearchMode.HYBRID}  # fmt: skip
@@ -64,8 +59,10 @@ class LedgerBackedSearcher:
                     memory_id=card.memory_id,
                     source_type=SourceType.LTM,
                     summary=text,
-                    canonical_fact_key=card.canonical_key,
-                    fingerprint=hashlib.sha1(text.casefold().encode()).hexdigest()[:24],
+                    # one memory, one identity: a promoted card carries its item's key and
+                    # fingerprint, so the pool knows it for the item's copy (DESIGN §5)
+                    canonical_fact_key=memory_key(card.canonical_key),
+                    fingerprint=card.fingerprint or text_fingerprint(card.user_id, text),
                     memory_type=card.memory_type,
                     similarity=max(0.0, min(1.0, r.similarity)),
                     importance=card.importance,
@@ -77,18 +74,3 @@ class LedgerBackedSearcher:
                 )
             )
         return out
-
-
-def connect_ltm(settings: Settings) -> LedgerBackedSearcher | None:
-    """This process's LTM searcher, or None (logged) when Milvus or the ledger is down.
-
-    recall() then flags ``ltm`` as degraded instead of failing.
-    """
-    from core.ltm.runtime import get_runtime
-
-    try:
-        rt = get_runtime(settings.ltm, postgres_url=settings.postgres_url)
-    except (MemstrataError, OSError) as exc:
-        log.warning("long-term memory unavailable: %s", exc)
-        return None
-    return LedgerBackedSearcher(rt.search, rt.ledger)

@@ -20,7 +20,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Protocol
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 from sqlalchemy import Engine
 
 from core.authority.blocks import AuthorityBlocks, build_blocks
@@ -40,7 +40,7 @@ from core.authority.snapshot import AuthoritySnapshot
 from core.errors import MemstrataError
 from core.extract.entities import extract_entities
 from core.extract.lexicon import default_lexicon
-from core.ids import SafeId
+from core.ids import DEFAULT_TENANT, SafeId
 from core.recall.access import AccessLog, AccessRecord
 from core.recall.pool import (
     PoolCandidate,
@@ -75,7 +75,7 @@ class LtmSearcher(Protocol):
 class RecallRequest(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    tenant_id: SafeId
+    tenant_id: SafeId = DEFAULT_TENANT  # no tenant (None) is the default tenant, as in every layer
     user_id: SafeId
     session_id: SafeId
     query: str = Field(min_length=1, max_length=MAX_QUERY_CHARS)
@@ -87,6 +87,11 @@ class RecallRequest(BaseModel):
     token_budget: int = Field(600, ge=32, le=32_000)
     explain: bool = False
     now: float | None = None
+
+    @field_validator("tenant_id", mode="before")
+    @classmethod
+    def _owner_tenant(cls, value: object) -> object:
+        return DEFAULT_TENANT if value is None else value
 
 
 class RecallSettings(BaseModel):

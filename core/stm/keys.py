@@ -9,25 +9,26 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from core.ids import entity_key_part, validate_id
+from core.ids import DEFAULT_TENANT, entity_key_part, owner_tenant, validate_id
 
 
 def user_scope(user_id: str, tenant_id: str | None = None) -> str:
-    """The hash-tag part of a user's keys: ``<user>``, or ``<tenant>/<user>`` in a tenant.
+    """The hash-tag part of an owner's keys: ``<tenant>/<user>``.
 
-    ``/`` never occurs in a valid id, so two tenants' users can never share keys and the
-    scope parses back unambiguously (:func:`parse_user_scope`).
+    The owner is always ``(tenant, user)``; no tenant is :data:`core.ids.DEFAULT_TENANT`,
+    so a user written without a tenant and the same user in tenant ``default`` share one
+    scope, as they share one owner in PostgreSQL and LTM.  ``/`` never occurs in a valid
+    id, so two tenants' users can never share keys and the scope parses back
+    unambiguously (:func:`parse_user_scope`).
     """
     validate_id(user_id, kind="user_id")
-    if tenant_id is None:
-        return user_id
-    return f"{validate_id(tenant_id, kind='tenant_id')}/{user_id}"
+    return f"{owner_tenant(tenant_id)}/{user_id}"
 
 
-def parse_user_scope(scope: str) -> tuple[str, str | None]:
+def parse_user_scope(scope: str) -> tuple[str, str]:
     """``(user_id, tenant_id)`` of a scope built by :func:`user_scope`."""
     tenant, _, user = scope.rpartition("/")
-    return user, (tenant or None)
+    return user, (tenant or DEFAULT_TENANT)
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from core.errors import CorruptRecord, InvalidInput, NotFound, PayloadTooLarge
-from core.ids import validate_id
+from core.ids import owner_tenant, validate_id
 from core.models.transcript import MessageIn, TranscriptRecord, TurnPointer
 
 log = logging.getLogger(__name__)
@@ -38,7 +38,11 @@ class AppendedTurn:
 
 
 class TranscriptStore:
-    """L0 on a local (or shared) folder: ``<root>/[t/<tenant>/]u/<user>/<session>.jsonl``."""
+    """L0 on a local (or shared) folder: ``<root>/t/<tenant>/u/<user>/<session>.jsonl``.
+
+    The tenant is always there: no tenant is :data:`core.ids.DEFAULT_TENANT`, the same
+    owner as in every other layer.
+    """
 
     def __init__(
         self,
@@ -56,10 +60,7 @@ class TranscriptStore:
     def path(self, *, user_id: str, session_id: str, tenant_id: str | None = None) -> Path:
         validate_id(user_id, kind="user_id")
         validate_id(session_id, kind="session_id")
-        base = self.root
-        if tenant_id is not None:
-            base = base / "t" / validate_id(tenant_id, kind="tenant_id")
-        return base / "u" / user_id / f"{session_id}.jsonl"
+        return self.root / "t" / owner_tenant(tenant_id) / "u" / user_id / f"{session_id}.jsonl"
 
     def _validate(self, messages: Sequence[MessageIn]) -> None:
         if not messages:
@@ -91,6 +92,7 @@ class TranscriptStore:
     ) -> AppendedTurn:
         """Validate and durably append one turn; nothing is written if any part is invalid."""
         self._validate(messages)
+        tenant_id = owner_tenant(tenant_id)
         path = self.path(user_id=user_id, session_id=session_id, tenant_id=tenant_id)
         if task_id is not None:
             validate_id(task_id, kind="task_id")

@@ -40,7 +40,7 @@ from core.compress.cache import SessionActivity
 from core.compress.text import clear_caches
 from core.models.memory import MemoryItem, MemoryType
 from core.models.transcript import MessageIn, Role, TranscriptRecord
-from core.resources import Resources, build_resources
+from core.runtime import Runtime
 from core.settings import load_settings
 from ops.bench.common import machine, median, new_namespace, percentile, purge, r3, redis_url
 
@@ -177,7 +177,7 @@ def scripted_session(
 
 
 def ingest(
-    res: Resources,
+    res: Runtime,
     user_id: str,
     session_id: str,
     turns: Sequence[Turn],
@@ -265,7 +265,7 @@ def _stats(values: Sequence[float]) -> dict[str, float]:
     }
 
 
-def _agent_figures(res: Resources, quick: bool, root: Path) -> dict[str, Any]:
+def _agent_figures(res: Runtime, quick: bool, root: Path) -> dict[str, Any]:
     rows: list[dict[str, Any]] = []
     for n, (source, sid, turns) in enumerate(agent_sessions(root, per_source=3 if quick else None)):
         user, session = f"a{n}", _safe(sid)
@@ -313,7 +313,7 @@ def _agent_figures(res: Resources, quick: bool, root: Path) -> dict[str, Any]:
     }
 
 
-def _scripted_figures(res: Resources, quick: bool) -> dict[str, Any]:
+def _scripted_figures(res: Runtime, quick: bool) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for lang in ("en", "zh"):
         user = f"s{lang}"
@@ -329,7 +329,7 @@ def _scripted_figures(res: Resources, quick: bool) -> dict[str, Any]:
     return out
 
 
-def _timing(res: Resources, quick: bool) -> dict[str, Any]:
+def _timing(res: Runtime, quick: bool) -> dict[str, Any]:
     """End-to-end ``compress_session`` (L0 read, STM read, compress) of a 300-turn session.
 
     The session: 270 agent steps with 3-25 line logs (about 450 tokens each, above the
@@ -417,7 +417,7 @@ def _truncation_kept(records: Sequence[TranscriptRecord], budget: int) -> set[st
     return kept
 
 
-def _locomo_figures(res: Resources, quick: bool, path: Path) -> dict[str, Any]:
+def _locomo_figures(res: Runtime, quick: bool, path: Path) -> dict[str, Any]:
     data = json.loads(path.read_text(encoding="utf-8"))
     hits = {r: 0 for r in LOCOMO_RATIOS}
     base = {r: 0 for r in LOCOMO_RATIOS}
@@ -452,7 +452,7 @@ def _locomo_figures(res: Resources, quick: bool, path: Path) -> dict[str, Any]:
 
 # --------------------------------------------------------------------------- entry points
 @contextlib.contextmanager
-def _resources(session_cap: int = 100_000) -> Iterator[Resources]:
+def _resources(session_cap: int = 100_000) -> Iterator[Runtime]:
     """Private namespace and transcript folder; the STM session cap is lifted by default so
     that every decision and constraint ever extracted counts against retention."""
     folder = Path(tempfile.mkdtemp(prefix="memstrata-bench-compress-"))
@@ -461,7 +461,7 @@ def _resources(session_cap: int = 100_000) -> Iterator[Resources]:
         transcript_fsync=False, stm_session_cap=session_cap, max_message_chars=MAX_MESSAGE_CHARS,
         max_turn_messages=MAX_TURN_MESSAGES,
     )  # fmt: skip
-    res = build_resources(settings)
+    res = Runtime(settings)
     try:
         yield res
     finally:

@@ -144,9 +144,9 @@ def _produce_child(
 ) -> None:  # fmt: skip
     """Entry point of a spawned producer process."""
     os.environ.update(env)
-    from core.resources import reset_resources
+    from core.runtime import reset_runtime
 
-    reset_resources()
+    reset_runtime()
     results.put((tag, produce(tag, rate, duration_s, start_at, first_turn)))
 
 
@@ -506,7 +506,7 @@ def ladder(
 # ---------------------------------------------------------------------- entry points
 def run(quick: bool) -> dict[str, Any]:
     """Every phase in one namespace; workers, keys and temp files are removed on exit."""
-    from core.resources import close_resources, reset_resources
+    from core.runtime import close_runtime, reset_runtime
 
     ns = new_namespace("benching")
     url = redis_url()
@@ -525,7 +525,7 @@ def run(quick: bool) -> dict[str, Any]:
         try:
             with patched_env(env):
                 celery_follow_env()
-                res = reset_resources()
+                res = reset_runtime()
                 figures["machine"] = machine(client)
                 figures["settings"] = {
                     "ingest_batch": res.settings.ingest_batch,
@@ -534,7 +534,7 @@ def run(quick: bool) -> dict[str, Any]:
                 }
                 figures.update(_phases(env, client, tmp / "logs", quick))
         finally:
-            close_resources()
+            close_runtime()
             celery_follow_env()  # back to the caller's environment
             purge(client, ns)
             client.close()

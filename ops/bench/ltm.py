@@ -24,8 +24,10 @@ from core.ltm import migrate
 from core.ltm.config import LtmSettings
 from core.ltm.filters import CardFilter
 from core.ltm.milvus_server import MilvusServer, free_port
-from core.ltm.runtime import LtmRuntime, build_runtime
+from core.ltm.runtime import LtmRuntime
 from core.ltm.search import SearchMode, SearchPolicy
+from core.runtime import Runtime
+from core.settings import load_settings
 from ops.bench.common import load_average, percentile, r3, scratch_postgres
 from ops.bench.ltm_data import (
     DEFAULT_MADIAL,
@@ -44,23 +46,21 @@ MODE_NAMES = tuple(m.value for m in MODES)
 
 
 @contextlib.contextmanager
-def _stack() -> Iterator[LtmRuntime]:
-    with (
-        tempfile.TemporaryDirectory(prefix="ltm-bench-") as tmp,
-        scratch_postgres("memstrata_bench_ltm_") as url,
-    ):
-        migrate.upgrade(url)
+def ltm_stack(pg_url: str | None = None, **overrides: Any) -> Iterator[Runtime]:
+    """A runtime whose LTM is a milvus-lite server of its own, on ``pg_url`` (migrated)
+    or on a scratch database of its own; everything is stopped and dropped afterwards."""
+    with contextlib.ExitStack() as stack:
+        tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="ltm-bench-"))
+        if pg_url is None:
+            pg_url = stack.enter_context(scratch_postgres("memstrata_bench_ltm_"))
+            migrate.upgrade(pg_url)
         server = MilvusServer(Path(tmp) / "bench.db", f"127.0.0.1:{free_port()}")
         server.start()
-        rt = build_runtime(
-            LtmSettings(milvus_uri=server.uri, collection_prefix="bench", milvus_timeout_s=30),
-            postgres_url=url,
-        )
-        try:
-            yield rt.start()
-        finally:
-            rt.close()
-            server.stop()
+        stack.callback(server.stop)
+        ltm = LtmSettings(milvus_uri=server.uri, collection_prefix="bench", milvus_timeout_s=30)
+        runtime = Runtime(load_settings(postgres_url=pg_url, ltm=ltm, **overrides))
+        stack.callback(runtime.close)
+        yield runtime
 
 
 def _quality(rt: LtmRuntime, root: Path) -> dict[str, Any]:
@@ -158,7 +158,8 @@ def run(quick: bool) -> dict[str, Any]:
         "loadavg_at_start": [round(x, 2) for x in load_average()],
         "embedding": "use-multilingual",
     }
-    with _stack() as rt:
+    with ltm_stack() as runtime:
+        rt = runtime.ltm
         figures["embedding"] = rt.embedder.name
         figures["quality"] = _quality(rt, root)
         users = 100

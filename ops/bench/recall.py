@@ -32,8 +32,7 @@ from core.authority import (
 )
 from core.models.memory import MemoryItem, MemorySource, MemoryType
 from core.recall.service import Recaller, RecallRequest
-from core.resources import Resources, build_resources
-from core.settings import load_settings
+from core.runtime import Runtime
 from ops.bench.common import (
     machine,
     median,
@@ -61,8 +60,8 @@ def migrated_postgres() -> Iterator[str]:
         yield url
 
 
-def _seed_authority(res: Resources) -> None:
-    with res.authority.begin() as conn:
+def _seed_authority(res: Runtime) -> None:
+    with res.engine.begin() as conn:
         create_tenant(db=conn, tenant={"id": TENANT, "name": "Bench"})
         create_user(db=conn, user={"tenant_id": TENANT, "id": USER})
         create_project(db=conn, project={"tenant_id": TENANT, "id": PROJECT, "name": "Pay",
@@ -141,16 +140,18 @@ def run(quick: bool = False) -> dict[str, Any]:
     # for LTM search at 100k): the default full run uses 10k, the env var sets any size
     n_cards = int(os.environ.get("MEMSTRATA_BENCH_RECALL_CARDS", 2_000 if quick else 10_000))
     ns = new_namespace("benchrecall")
-    with migrated_postgres() as pg_url:
-        res = build_resources(load_settings(redis_url=redis_url(), key_namespace=ns,
-                                            postgres_url=pg_url))  # fmt: skip
+    from ops.bench.ltm import ltm_stack
+
+    with migrated_postgres() as pg_url, ltm_stack(
+        pg_url, redis_url=redis_url(), key_namespace=ns
+    ) as res:
         try:
             _seed_authority(res)
             now = time.time()
             items = _items(n_items, now, rng)
             for i in range(0, len(items), 500):
                 res.stm.upsert_many(items[i : i + 500])
-            recaller = Recaller(stm=res.stm, profile_cache=res.profile_cache, engine=res.authority)
+            recaller = res.recaller(ltm=False)
             base = {"tenant_id": TENANT, "user_id": USER, "session_id": "s7", "task_id": "bug7",
                     "project_id": PROJECT}  # fmt: skip
             queries = {
@@ -165,37 +166,30 @@ def run(quick: bool = False) -> dict[str, Any]:
             return figures
         finally:
             purge(res.redis, ns)
-            res.close()
 
 
 def _hybrid(
-    res: Resources, base: dict[str, Any], n_cards: int, n_queries: int, rng: random.Random
+    res: Runtime, base: dict[str, Any], n_cards: int, n_queries: int, rng: random.Random
 ) -> dict[str, Any]:
-    """PG + STM + LTM: the long-term stack (milvus-lite server, ledger) from the LTM bench."""
-    from core.recall.ltm_adapter import LedgerBackedSearcher
-    from ops.bench.ltm import _stack
-
-    with _stack() as rt:
-        t0 = time.perf_counter()
-        _seed_ltm(rt, n_cards, rng)
-        load_s = time.perf_counter() - t0
-        recaller = Recaller(
-            stm=res.stm, profile_cache=res.profile_cache, engine=res.authority,
-            ltm=LedgerBackedSearcher(rt.search, rt.ledger),
-        )  # fmt: skip
-        try:
-            # distinct texts so the query-embedding cache never answers: the embedding
-            # is part of every measured call
-            words = ["超时", "线程池", "数据库", "网关", "缓存", "重试", "限流", "发布"]
-            queries = [
-                f"按我的偏好，这个 createOrder {rng.choice(words)}以前有没有类似案例？#{i}"
-                for i in range(n_queries + 1)
-            ]
-            first = recaller.recall(RecallRequest(query=queries[0], explain=True, **base))
-            route = first.route
-            ms = _time_each(recaller, [RecallRequest(query=q, **base) for q in queries[1:]])
-        finally:
-            recaller.close()
+    """PG + STM + LTM: the runtime's long-term memory on its milvus-lite server."""
+    rt = res.ltm
+    t0 = time.perf_counter()
+    _seed_ltm(rt, n_cards, rng)
+    load_s = time.perf_counter() - t0
+    recaller = res.recaller()
+    try:
+        # distinct texts so the query-embedding cache never answers: the embedding
+        # is part of every measured call
+        words = ["超时", "线程池", "数据库", "网关", "缓存", "重试", "限流", "发布"]
+        queries = [
+            f"按我的偏好，这个 createOrder {rng.choice(words)}以前有没有类似案例？#{i}"
+            for i in range(n_queries + 1)
+        ]
+        first = recaller.recall(RecallRequest(query=queries[0], explain=True, **base))
+        route = first.route
+        ms = _time_each(recaller, [RecallRequest(query=q, **base) for q in queries[1:]])
+    finally:
+        recaller.close()
     return {
         "hybrid_p50_ms": r3(median(ms)),
         "hybrid_p95_ms": r3(percentile(ms, 95)),

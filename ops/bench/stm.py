@@ -18,8 +18,8 @@ from typing import Any
 
 import redis
 
+from core.models.identity import fingerprint
 from core.models.memory import MemoryItem, MemorySource, MemoryType
-from core.policy.write import fingerprint
 from core.stm.store import StmStore
 from ops.bench.common import (
     busy_share,

@@ -16,13 +16,11 @@ import time
 from typing import Any
 
 import redis
-from sqlalchemy import create_engine
 
-from core.lifecycle import LifecycleSettings
-from core.lifecycle.runtime import Lifecycle
 from core.lifecycle.scan import scan
-from core.ltm.ledger import Ledger
 from core.models.memory import MemoryItem, MemorySource, MemoryStatus, MemoryType
+from core.runtime import Runtime
+from core.settings import load_settings
 from core.stm.store import StmStore
 from ops.bench.common import machine, new_namespace, purge, r3, redis_url
 
@@ -101,8 +99,12 @@ def run(quick: bool) -> dict[str, Any]:
     n, users = (20_000, 200) if quick else (1_000_000, 10_000)
     now = time.time()
     ns = new_namespace("benchsweep")
-    client = redis.Redis.from_url(redis_url(), decode_responses=True, socket_timeout=60)
-    store = StmStore(client, namespace=ns, session_cap=10_000)
+    # the promotion scan runs dry: no PostgreSQL is opened (the URL points nowhere)
+    res = Runtime(load_settings(
+        redis_url=redis_url(), key_namespace=ns, redis_socket_timeout_s=60,
+        stm_session_cap=10_000, postgres_url="postgresql+psycopg://unused@127.0.0.1:1/unused",
+    ))  # fmt: skip
+    client, store = res.redis, res.stm
     figures: dict[str, Any] = {"machine": machine(client), "items": n, "users": users}
     try:
         load_s = 0.0
@@ -111,9 +113,7 @@ def run(quick: bool) -> dict[str, Any]:
         held = sum(int(client.zcard(store.keys(f"u{u}").expire)) for u in range(users))
         figures["items"] = held
         figures["load_items_per_s"] = round(held / load_s)
-        engine = create_engine("postgresql+psycopg://unused@127.0.0.1:1/unused")  # dry run
-        lc = Lifecycle(redis=client, stm=store, engine=engine, ledger=Ledger(engine),
-                       settings=LifecycleSettings())  # fmt: skip
+        lc = res.lifecycle()
         t = time.perf_counter()
         report = scan(lc, now=now, max_items=10**9, max_s=10**6, dry_run=True)
         scan_s = time.perf_counter() - t
@@ -140,10 +140,9 @@ def run(quick: bool) -> dict[str, Any]:
                 "quick": quick,
             }
         )
-        engine.dispose()
     finally:
         purge(client, ns)
-        client.close()
+        res.close()
     return figures
 
 

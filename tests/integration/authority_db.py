@@ -32,7 +32,7 @@ from core.authority import (
     migrate,
     set_profile,
 )
-from core.resources import Resources
+from core.runtime import Runtime
 
 PG_HOST = os.environ.get("MEMSTRATA_TEST_PG_HOST", "127.0.0.1")
 PG_PORT = int(os.environ.get("MEMSTRATA_TEST_PG_PORT", "5432"))
@@ -155,7 +155,7 @@ def world(engine: Engine) -> World:
 
 
 @pytest.fixture
-def cache(res: Resources) -> ProfileCache:
+def cache(res: Runtime) -> ProfileCache:
     """A profile cache in the test's own Redis namespace (purged by the ``res`` fixture)."""
     return ProfileCache(res.redis, namespace=res.settings.key_namespace, entry_ttl_s=60)
 

@@ -31,7 +31,7 @@ from celery import Celery
 from pydantic import SecretStr
 
 from core.api import MemoryClient
-from core.resources import Resources
+from core.runtime import Runtime
 from core.settings import Settings
 from tasks.app import celery_config
 from tasks.ingest import DRAIN
@@ -144,7 +144,7 @@ def start_celery(
 
 
 @pytest.fixture
-def celery_worker(res: Resources, tmp_path: Path) -> Iterator[CeleryProcess]:
+def celery_worker(res: Runtime, tmp_path: Path) -> Iterator[CeleryProcess]:
     """A real worker on all three queues of the test's namespace, ready when yielded.
 
     Depends on ``res`` so it stops before the namespace's keys are purged.
@@ -177,7 +177,7 @@ def celery_worker(res: Resources, tmp_path: Path) -> Iterator[CeleryProcess]:
 
 @pytest.fixture
 def start_beat(
-    res: Resources, tmp_path: Path
+    res: Runtime, tmp_path: Path
 ) -> Iterator[Callable[[Mapping[str, str]], CeleryProcess]]:
     """Factory for a Beat process with extra env (e.g. a short sweep interval)."""
     started: list[CeleryProcess] = []
@@ -219,7 +219,7 @@ class AppKicker:
 
 
 @pytest.fixture
-def memory(res: Resources, producer: Celery) -> MemoryClient:
+def memory(res: Runtime, producer: Celery) -> MemoryClient:
     """What an agent process holds: ``record_turn`` hands turns to the real worker."""
     return MemoryClient(transcript=res.transcript, queue=res.queue, kicker=AppKicker(producer))
 
@@ -242,18 +242,18 @@ def wait_until(
     pytest.fail(f"timed out after {timeout_s}s waiting for {what}{tail}")
 
 
-def shard_idle(res: Resources, shard: int) -> bool:
+def shard_idle(res: Runtime, shard: int) -> bool:
     """No drain queued or running and nothing left in the shard's stream."""
     if res.redis.exists(res.queue.keys.ingest_kick(shard)):
         return False
     return res.queue.backlog(shard) == (0, 0)
 
 
-def wait_drained(res: Resources, shard: int, worker: CeleryProcess) -> None:
+def wait_drained(res: Runtime, shard: int, worker: CeleryProcess) -> None:
     wait_until(lambda: shard_idle(res, shard), f"shard {shard} to drain", worker=worker)
 
 
-def user_state(res: Resources, user_id: str, *, decisions: bool = True) -> dict[str, Any]:
+def user_state(res: Runtime, user_id: str, *, decisions: bool = True) -> dict[str, Any]:
     """Every STM key of a user with its full content (no TTLs), for exact comparisons."""
     out: dict[str, Any] = {}
     prefix = res.stm.keys(user_id).prefix

@@ -23,7 +23,9 @@ from core.ltm.card import CardDraft
 from core.ltm.config import LtmSettings
 from core.ltm.embedding import CachedEmbedder, make_embedder
 from core.ltm.milvus_server import MilvusServer, free_port
-from core.ltm.runtime import LtmRuntime, build_runtime
+from core.ltm.runtime import LtmRuntime
+from core.runtime import build_ltm, make_ledger, make_postgres
+from core.settings import load_settings
 from tests.integration.authority_db import scratch_database
 
 pytestmark = pytest.mark.integration
@@ -58,7 +60,13 @@ def make_runtime(uri: str, pg_url: str, embedder: CachedEmbedder, **over: object
         reconcile_grace_s=0.0,
         **over,  # type: ignore[arg-type]
     )
-    return build_runtime(settings, postgres_url=pg_url, embedder=embedder)
+    return runtime_for(settings, pg_url, embedder)
+
+
+def runtime_for(settings: LtmSettings, pg_url: str, embedder: CachedEmbedder) -> LtmRuntime:
+    """The composition root's LTM on a pool of its own (``teardown_runtime`` disposes it)."""
+    app = load_settings(postgres_url=pg_url, ltm=settings)
+    return build_ltm(settings, ledger=make_ledger(app, make_postgres(app)), embedder=embedder)
 
 
 def teardown_runtime(rt: LtmRuntime) -> None:
@@ -69,6 +77,7 @@ def teardown_runtime(rt: LtmRuntime) -> None:
         with rt.engine.begin() as conn:
             conn.execute(text("DELETE FROM ltm_cards"))
         rt.close()
+        rt.engine.dispose()  # the pool is the runtime's; this one was made for the test
 
 
 @pytest.fixture

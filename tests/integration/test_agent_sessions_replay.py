@@ -20,7 +20,7 @@ from celery import Celery
 
 from core.ingest.pipeline import read_decisions
 from core.models.candidate import Verdict
-from core.resources import Resources, build_resources
+from core.runtime import Runtime
 from core.settings import Settings
 from ops import replay
 from ops.replay import Replayer, Session, SessionReport, load_source, render_markdown
@@ -50,12 +50,12 @@ def sessions() -> dict[str, list[Session]]:
 
 
 @pytest.fixture
-def second_res(settings: Settings, tmp_path: Path) -> Iterator[Resources]:
+def second_res(settings: Settings, tmp_path: Path) -> Iterator[Runtime]:
     """A second, independent namespace in the same Redis (for side-by-side comparisons)."""
     other = settings.model_copy(
         update={"key_namespace": f"t{uuid.uuid4().hex[:10]}", "transcript_dir": tmp_path / "l0b"}
     )
-    res = build_resources(other)
+    res = Runtime(other)
     yield res
     _purge(res.redis, other.key_namespace)
     res.close()
@@ -74,7 +74,7 @@ def test_loaders_follow_the_format_recipes(sessions: dict[str, list[Session]]) -
             assert {m["role"] for m in s.messages} <= {"system", "user", "assistant", "tool"}
 
 
-def _check_session(res: Resources, session: Session, rep: SessionReport) -> None:
+def _check_session(res: Runtime, session: Session, rep: SessionReport) -> None:
     """Everything the replay claims can be found in L0 and STM."""
     assert rep.errors == [], rep.errors
     # every non-system message reached L0, in order
@@ -96,7 +96,7 @@ def _check_session(res: Resources, session: Session, rep: SessionReport) -> None
 
 
 def test_sessions_of_every_source_replay_without_errors(
-    res: Resources, sessions: dict[str, list[Session]], tmp_path: Path
+    res: Runtime, sessions: dict[str, list[Session]], tmp_path: Path
 ) -> None:
     # Given two sessions of each of the five sources
     picked = [s for name in replay.SOURCES for s in sessions[name][:PER_SOURCE]]
@@ -137,8 +137,8 @@ def _comparable(rep: SessionReport) -> dict[str, Any]:
 
 
 def test_replay_through_a_worker_matches_the_inline_replay(
-    res: Resources,
-    second_res: Resources,
+    res: Runtime,
+    second_res: Runtime,
     producer: Celery,
     celery_worker: CeleryProcess,
     sessions: dict[str, list[Session]],

@@ -7,7 +7,7 @@ from sqlalchemy import Engine
 
 from core.authority import CacheStatus, ProfileCache, delete_user, read_snapshot, upsert_fact
 from core.authority.schemas import FactWriteResult
-from core.resources import Resources
+from core.runtime import Runtime
 from tests.integration import authority_db
 from tests.integration.authority_db import World
 
@@ -99,7 +99,7 @@ def test_verify_catches_a_lost_invalidation(
 
 
 def test_deleted_user_entry_is_dropped(
-    engine: Engine, world: World, cache: ProfileCache, res: Resources
+    engine: Engine, world: World, cache: ProfileCache, res: Runtime
 ) -> None:
     with engine.connect() as conn:
         cache.load(db=conn, tenant_id=world.tenant_id, user_id=world.bob)
@@ -111,8 +111,10 @@ def test_deleted_user_entry_is_dropped(
     assert res.redis.pttl(keys.version) > 0  # the version outlives the entry, with a TTL
 
 
-def test_keys_share_the_users_hash_tag_and_namespace(cache: ProfileCache, res: Resources) -> None:
+def test_keys_share_the_users_hash_tag_and_namespace(cache: ProfileCache, res: Runtime) -> None:
     keys = cache.keys("acme", "u1")
     ns = res.settings.key_namespace
-    assert keys.snapshot == f"{ns}:user:{{u1}}:authority:acme:snapshot"
-    assert keys.version == f"{ns}:user:{{u1}}:authority:acme:version"
+    # the owner's hash tag, the same as its STM keys: one slot per (tenant, user)
+    assert keys.snapshot == f"{ns}:user:{{acme/u1}}:authority:snapshot"
+    assert keys.version == f"{ns}:user:{{acme/u1}}:authority:version"
+    assert keys.snapshot.startswith(res.stm.keys("u1", "acme").prefix)

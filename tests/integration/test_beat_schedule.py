@@ -11,7 +11,7 @@ import pytest
 from celery import Celery
 
 from core.api import MemoryClient
-from core.resources import Resources
+from core.runtime import Runtime
 from core.settings import load_settings
 from tasks.app import QUEUES, app, celery_config
 from tasks.maintenance import SWEEP
@@ -64,13 +64,13 @@ def _record(memory: MemoryClient, user_id: str, turn: list[dict[str, Any]], at: 
     return receipt.shard
 
 
-def _summaries(res: Resources, user_id: str) -> set[tuple[str, str, int]]:
+def _summaries(res: Runtime, user_id: str) -> set[tuple[str, str, int]]:
     items = res.stm.by_session(user_id, "s_1", limit=100)
     return {(i.memory_type.value, i.summary, i.version) for i in items}
 
 
 def _given_an_expired_and_a_fresh_user(
-    res: Resources, memory: MemoryClient, worker: CeleryProcess
+    res: Runtime, memory: MemoryClient, worker: CeleryProcess
 ) -> dict[str, Any]:
     """u_old's turn happened 40 days ago (past every TTL), u_new's just now."""
     now = time.time()
@@ -85,7 +85,7 @@ def _given_an_expired_and_a_fresh_user(
     return user_state(res, "u_new")
 
 
-def _then_only_the_expired_user_is_gone(res: Resources, fresh_before: dict[str, Any]) -> None:
+def _then_only_the_expired_user_is_gone(res: Runtime, fresh_before: dict[str, Any]) -> None:
     # every item, index entry and dedup map entry of u_old is gone ...
     assert user_state(res, "u_old", decisions=False) == {}
     # ... while the "why (not) stored" record keeps its own TTL for explanations
@@ -93,11 +93,12 @@ def _then_only_the_expired_user_is_gone(res: Resources, fresh_before: dict[str, 
     # ... u_new is untouched, and the sweep hint only holds u_new, due at its next expiry
     assert user_state(res, "u_new") == fresh_before
     hint = dict(res.redis.zrange(res.stm.gkeys.sweep_users, 0, -1, withscores=True))
-    assert list(hint) == ["u_new"] and hint["u_new"] > time.time()
+    # (hint members are owner scopes: no tenant is the default tenant)
+    assert list(hint) == ["default/u_new"] and hint["default/u_new"] > time.time()
 
 
 def test_sweep_task_removes_expired_items_from_every_index(
-    res: Resources, memory: MemoryClient, producer: Celery, celery_worker: CeleryProcess
+    res: Runtime, memory: MemoryClient, producer: Celery, celery_worker: CeleryProcess
 ) -> None:
     fresh_before = _given_an_expired_and_a_fresh_user(res, memory, celery_worker)
     # When the maintenance task runs once
@@ -112,7 +113,7 @@ def test_sweep_task_removes_expired_items_from_every_index(
 
 
 def test_beat_drives_the_sweep_on_its_interval(
-    res: Resources, memory: MemoryClient, celery_worker: CeleryProcess, start_beat: Any
+    res: Runtime, memory: MemoryClient, celery_worker: CeleryProcess, start_beat: Any
 ) -> None:
     fresh_before = _given_an_expired_and_a_fresh_user(res, memory, celery_worker)
     # When Beat runs with a one-second sweep interval

@@ -24,7 +24,7 @@ from core.errors import InvalidId, InvalidInput, PayloadTooLarge
 from core.ingest.pipeline import read_decisions
 from core.ingest.queue import GROUP, IngestQueue, shard_for
 from core.models.transcript import TurnPointer, TurnReceipt
-from core.resources import Resources
+from core.runtime import Runtime
 from core.settings import Settings
 from core.transcript.store import TranscriptStore
 from tasks.ingest import DRAIN
@@ -131,25 +131,25 @@ SCRIPTS = {
 }
 
 
-def decisions_of(res: Resources, user_id: str, session_id: str) -> list[tuple[str, str, str]]:
+def decisions_of(res: Runtime, user_id: str, session_id: str) -> list[tuple[str, str, str]]:
     return [
         (d.verdict.value, d.rule, d.summary) for d in read_decisions(res.stm, user_id, session_id)
     ]
 
 
-def items_of(res: Resources, user_id: str, session_id: str) -> set[tuple[str, str, int]]:
+def items_of(res: Runtime, user_id: str, session_id: str) -> set[tuple[str, str, int]]:
     return {
         (i.memory_type.value, i.summary, i.version)
         for i in res.stm.by_session(user_id, session_id, limit=100)
     }
 
 
-def dead_letters(res: Resources) -> list[dict[str, str]]:
+def dead_letters(res: Runtime) -> list[dict[str, str]]:
     return [fields for _id, fields in res.redis.xrange(res.queue.keys.dead_letters)]
 
 
 def append(
-    res: Resources, user_id: str, session_id: str, messages: Sequence[Mapping[str, Any]]
+    res: Runtime, user_id: str, session_id: str, messages: Sequence[Mapping[str, Any]]
 ) -> TurnPointer:
     """Write a turn to L0 without queueing it (the test decides how it is delivered)."""
     appended = res.transcript.append_turn(
@@ -165,7 +165,7 @@ def append(
 # --------------------------------------------------------------------- happy path
 @pytest.mark.parametrize("lang", ["en", "zh"])
 def test_recorded_turn_is_extracted_into_stm_by_the_worker(
-    lang: str, res: Resources, memory: MemoryClient, celery_worker: CeleryProcess
+    lang: str, res: Runtime, memory: MemoryClient, celery_worker: CeleryProcess
 ) -> None:
     turn, expected_decisions, expected_items = SCRIPTS[lang]
     # Given a worker, When an agent records a debugging turn
@@ -207,7 +207,7 @@ def run_agent(settings: Settings, turn: list[dict[str, Any]]) -> subprocess.Comp
 
 
 def test_agent_process_hands_turns_to_the_worker_through_tasks_client(
-    res: Resources, celery_worker: CeleryProcess
+    res: Runtime, celery_worker: CeleryProcess
 ) -> None:
     # When a separate agent process records a turn with tasks.client.connect()
     agent = run_agent(res.settings, EN_TURN)
@@ -219,7 +219,7 @@ def test_agent_process_hands_turns_to_the_worker_through_tasks_client(
     assert items_of(res, "u_agent", "s_1") == EN_ITEMS
 
 
-def test_agent_process_configures_celery_without_errors(res: Resources) -> None:
+def test_agent_process_configures_celery_without_errors(res: Runtime) -> None:
     # When an agent process's first use of Celery is the kick of record_turn()
     agent = run_agent(res.settings, EN_TURN)
     # Then nothing is logged on its stderr
@@ -230,7 +230,7 @@ def test_agent_process_configures_celery_without_errors(res: Resources) -> None:
 # --------------------------------------------------------------------- redelivery
 @pytest.mark.parametrize("lang", ["en", "zh"])
 def test_redelivered_turn_leaves_stm_and_its_decisions_unchanged(
-    lang: str, res: Resources, producer: Celery, celery_worker: CeleryProcess
+    lang: str, res: Runtime, producer: Celery, celery_worker: CeleryProcess
 ) -> None:
     # Given a turn already drained into STM
     pointer = append(res, "u_redeliver", "s_1", SCRIPTS[lang][0])
@@ -280,7 +280,7 @@ CRASH_ITEMS = {
 }
 
 
-def _idle_past(res: Resources, shard: int, idle_ms: int) -> bool:
+def _idle_past(res: Runtime, shard: int, idle_ms: int) -> bool:
     stream = res.queue.keys.ingest_stream(shard)
     pending = res.redis.xpending_range(stream, GROUP, min="-", max="+", count=100)
     return bool(pending) and all(p["time_since_delivered"] >= idle_ms for p in pending)
@@ -289,7 +289,7 @@ def _idle_past(res: Resources, shard: int, idle_ms: int) -> bool:
 @pytest.mark.parametrize("next_drain", ["beat_safety_net", "next_turn"])
 def test_turns_read_by_a_crashed_drain_are_reclaimed(
     next_drain: str,
-    res: Resources,
+    res: Runtime,
     memory: MemoryClient,
     producer: Celery,
     celery_worker: CeleryProcess,
@@ -358,7 +358,7 @@ class TestWorkerKilledMidDrain:
         return int(children[0])
 
     def test_every_turn_is_processed_after_the_pool_process_dies(
-        self, res: Resources, producer: Celery, celery_worker: CeleryProcess
+        self, res: Runtime, producer: Celery, celery_worker: CeleryProcess
     ) -> None:
         # Given many queued turns of one user and a drain task working through them
         l0 = TranscriptStore(Path(res.settings.transcript_dir), fsync=False)
@@ -397,7 +397,7 @@ class TestWorkerKilledMidDrain:
 
 # --------------------------------------------------------------------- dead letters
 def test_turn_whose_transcript_is_gone_is_dead_lettered_and_the_batch_goes_on(
-    res: Resources, producer: Celery, celery_worker: CeleryProcess
+    res: Runtime, producer: Celery, celery_worker: CeleryProcess
 ) -> None:
     # Given one batch: a good turn, a pointer to a missing transcript, garbage, a good turn
     first = append(res, "u_dead", "s_1", CRASH_TURNS[0])
@@ -506,7 +506,7 @@ BAD_INPUT: dict[str, tuple[dict[str, Any], type[InvalidInput], str]] = {
 
 @pytest.mark.parametrize("case", list(BAD_INPUT))
 def test_invalid_turn_is_refused_with_a_typed_error_and_nothing_written(
-    case: str, res: Resources, memory: MemoryClient
+    case: str, res: Runtime, memory: MemoryClient
 ) -> None:
     override, error, fragment = BAD_INPUT[case]
     kwargs: dict[str, Any] = {"user_id": "u_ok", "session_id": "s_ok", "messages": GOOD}
@@ -525,7 +525,7 @@ def test_invalid_turn_is_refused_with_a_typed_error_and_nothing_written(
 
 
 def test_drain_task_rejects_a_shard_outside_the_configured_range(
-    res: Resources, producer: Celery, celery_worker: CeleryProcess
+    res: Runtime, producer: Celery, celery_worker: CeleryProcess
 ) -> None:
     # When a drain is sent for a shard that does not exist
     producer.send_task(DRAIN, args=[res.settings.ingest_shards])

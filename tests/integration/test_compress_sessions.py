@@ -21,13 +21,13 @@ from core.compress.tokens import default_counter
 from core.errors import NotFound
 from core.models.memory import MemoryItem, MemoryType
 from core.models.transcript import MessageIn, Role, TranscriptRecord
-from core.resources import Resources
+from core.runtime import Runtime
 from ops.bench.compress import ingest, retained, scripted_session
 
 pytestmark = pytest.mark.integration
 
 
-def _l0_digest(res: Resources, session_id: str) -> str:
+def _l0_digest(res: Runtime, session_id: str) -> str:
     path = res.transcript.path(user_id="u1", session_id=session_id)
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
@@ -40,7 +40,7 @@ def _must_keep(items: list[MemoryItem]) -> list[MemoryItem]:
     ("lang", "title"), [("en", "Key decisions and constraints"), ("zh", "关键决定和约束")]
 )
 def test_long_debugging_session_compresses_15_to_1_keeping_every_decision_and_constraint(
-    res: Resources, lang: str, title: str
+    res: Runtime, lang: str, title: str
 ) -> None:
     # Given a 120-step debugging session with big log outputs, replayed through extraction
     ingest(res, "u1", "s1", scripted_session(lang, cycles=120))
@@ -70,7 +70,7 @@ def test_long_debugging_session_compresses_15_to_1_keeping_every_decision_and_co
     assert _l0_digest(res, "s1") == before
 
 
-def test_class_decisions_follow_what_stm_holds_and_what_replies_quote(res: Resources) -> None:
+def test_class_decisions_follow_what_stm_holds_and_what_replies_quote(res: Runtime) -> None:
     ingest(res, "u1", "s1", scripted_session("en", cycles=30))
     view = compress_session(
         transcript=res.transcript, stm=res.stm, user_id="u1", session_id="s1", budget_tokens=6000
@@ -98,7 +98,7 @@ def test_class_decisions_follow_what_stm_holds_and_what_replies_quote(res: Resou
     assert all(t.tool_call_id in explain(view) for t in view.tool_results)
 
 
-def test_near_field_messages_are_verbatim(res: Resources) -> None:
+def test_near_field_messages_are_verbatim(res: Runtime) -> None:
     records = ingest(res, "u1", "s1", scripted_session("zh", cycles=45))
     view = compress_session(
         transcript=res.transcript, stm=res.stm, user_id="u1", session_id="s1", budget_tokens=4000
@@ -109,7 +109,7 @@ def test_near_field_messages_are_verbatim(res: Resources) -> None:
     assert verbatim[users[-2].message_id] == users[-2].content
 
 
-def test_unknown_session_is_a_clear_not_found(res: Resources) -> None:
+def test_unknown_session_is_a_clear_not_found(res: Runtime) -> None:
     with pytest.raises(NotFound, match="no transcript for session 'nope'"):
         compress_session(
             transcript=res.transcript,
@@ -120,7 +120,7 @@ def test_unknown_session_is_a_clear_not_found(res: Resources) -> None:
         )
 
 
-def test_budget_below_the_near_field_says_how_much_is_needed(res: Resources) -> None:
+def test_budget_below_the_near_field_says_how_much_is_needed(res: Runtime) -> None:
     ingest(res, "u1", "s1", scripted_session("en", cycles=20))
     with pytest.raises(BudgetTooSmall, match="ask for at least") as err:
         compress_session(
@@ -130,7 +130,7 @@ def test_budget_below_the_near_field_says_how_much_is_needed(res: Resources) -> 
 
 
 def test_same_transcript_gives_the_cached_view_and_a_new_turn_a_new_version(
-    res: Resources,
+    res: Runtime,
 ) -> None:
     ingest(res, "u1", "s1", scripted_session("en", cycles=20))
     cache = ViewCache(res.redis, namespace=res.settings.key_namespace)
@@ -150,7 +150,7 @@ def test_same_transcript_gives_the_cached_view_and_a_new_turn_a_new_version(
     assert not cached3 and third.last_message_id != first.last_message_id
 
 
-def test_activity_tracks_context_size_and_finds_idle_sessions(res: Resources) -> None:
+def test_activity_tracks_context_size_and_finds_idle_sessions(res: Runtime) -> None:
     records = ingest(res, "u1", "s1", scripted_session("en", cycles=5))
     activity = SessionActivity(res.redis, namespace=res.settings.key_namespace)
     before_after = activity.note_turn(records, default_counter())
@@ -176,7 +176,7 @@ def test_activity_tracks_context_size_and_finds_idle_sessions(res: Resources) ->
     assert activity.idle(now=records[-1].at + 3600, idle_s=600, min_tokens=1000) == []
 
 
-def test_a_session_is_due_for_compression_when_it_passes_the_threshold(res: Resources) -> None:
+def test_a_session_is_due_for_compression_when_it_passes_the_threshold(res: Runtime) -> None:
     activity = SessionActivity(res.redis, namespace=res.settings.key_namespace)
     turns = scripted_session("en", cycles=12)
     records = ingest(res, "u1", "s1", turns)
@@ -194,7 +194,7 @@ def test_a_session_is_due_for_compression_when_it_passes_the_threshold(res: Reso
     assert due[fired[0]][0].session_id == "s1"
 
 
-def test_a_tenant_session_is_compressed_from_its_own_scope(res: Resources) -> None:
+def test_a_tenant_session_is_compressed_from_its_own_scope(res: Runtime) -> None:
     # Given the same user and session ids inside a tenant and outside it
     ingest(res, "u1", "s1", scripted_session("en", cycles=20), tenant_id="acme")
     ingest(res, "u1", "s1", scripted_session("zh", cycles=20))
@@ -204,7 +204,7 @@ def test_a_tenant_session_is_compressed_from_its_own_scope(res: Resources) -> No
                              session_id="s1", budget_tokens=6000)  # fmt: skip
     # Then each view is built from its own transcript and STM items only
     assert acme.tenant_id == "acme" and acme.language == "en"
-    assert plain.tenant_id is None and plain.language == "zh"
+    assert plain.tenant_id == "default" and plain.language == "zh"  # no tenant = default
     assert "Do not restart payment-service" in acme.text()
     assert "不要在工作时间重启" not in acme.text()
     # and their cached views and counters do not collide

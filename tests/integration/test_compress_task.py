@@ -12,7 +12,7 @@ from celery import Celery
 
 from core.compress.cache import CompressKeys, SessionActivity, ViewCache
 from core.models.transcript import MessageIn, Role
-from core.resources import Resources
+from core.runtime import Runtime
 from ops.bench.compress import ingest, scripted_session
 from tasks.compress import COMPRESS, COMPRESS_IDLE
 from tests.integration.conftest import CeleryProcess, start_celery, wait_until
@@ -21,7 +21,7 @@ pytestmark = pytest.mark.integration
 
 
 @pytest.fixture
-def compress_worker(res: Resources, tmp_path: Path) -> Iterator[CeleryProcess]:
+def compress_worker(res: Runtime, tmp_path: Path) -> Iterator[CeleryProcess]:
     """A real worker on the maintenance queue with the compression tasks loaded.
 
     ``-I tasks.compress`` loads the module even before it joins the app's include list.
@@ -39,13 +39,13 @@ def compress_worker(res: Resources, tmp_path: Path) -> Iterator[CeleryProcess]:
     worker.stop()
 
 
-def _views(res: Resources) -> list[str]:
+def _views(res: Runtime) -> list[str]:
     prefix = CompressKeys(res.settings.key_namespace, "u1").prefix
     return sorted(res.redis.scan_iter(match=f"{prefix}view:*", count=1000))
 
 
 def test_compression_task_caches_one_view_per_transcript_version(
-    res: Resources, producer: Celery, compress_worker: CeleryProcess
+    res: Runtime, producer: Celery, compress_worker: CeleryProcess
 ) -> None:
     # Given a stored session
     ingest(res, "u1", "s1", scripted_session("en", cycles=30))
@@ -69,7 +69,7 @@ def test_compression_task_caches_one_view_per_transcript_version(
 
 
 def test_missing_session_and_tiny_budget_are_reported_not_retried(
-    res: Resources, producer: Celery, compress_worker: CeleryProcess
+    res: Runtime, producer: Celery, compress_worker: CeleryProcess
 ) -> None:
     ingest(res, "u1", "s1", scripted_session("en", cycles=10))
     producer.send_task(COMPRESS, args=["u1", "nope", 6000])
@@ -84,7 +84,7 @@ def test_missing_session_and_tiny_budget_are_reported_not_retried(
 
 
 def test_beat_job_compresses_long_idle_sessions(
-    res: Resources, producer: Celery, compress_worker: CeleryProcess
+    res: Runtime, producer: Celery, compress_worker: CeleryProcess
 ) -> None:
     from core.compress.tokens import default_counter
 
@@ -111,7 +111,7 @@ def _trigger_wired() -> bool:
 
 @pytest.mark.skipif(not _trigger_wired(), reason="ingest hook / settings not applied yet")
 def test_recording_past_the_threshold_compresses_the_session(
-    res: Resources, memory: Any, tmp_path: Path
+    res: Runtime, memory: Any, tmp_path: Path
 ) -> None:
     # Given a worker whose threshold is low
     worker = start_celery(

@@ -17,7 +17,7 @@ from core.models.candidate import Verdict, WriteDecision
 from core.models.memory import MemoryItem
 from core.models.transcript import MessageIn, Role, ToolCall, TranscriptRecord, TurnPointer
 from core.policy.write import WritePolicy
-from core.resources import Resources
+from core.runtime import Runtime
 from core.stm.store import StmStore
 
 pytestmark = pytest.mark.integration
@@ -127,7 +127,7 @@ ZH_SESSION: list[list[Msg]] = [
 
 
 def append(
-    res: Resources,
+    res: Runtime,
     n: int,
     messages: list[Msg],
     *,
@@ -147,7 +147,7 @@ def append(
     return appended.pointer, res.transcript.read_turn(appended.pointer)
 
 
-def process(res: Resources, turn: Turn) -> TurnOutcome:
+def process(res: Runtime, turn: Turn) -> TurnOutcome:
     (outcome,) = res.pipeline.process([turn])
     return outcome
 
@@ -168,7 +168,7 @@ def written(score: float) -> str:
     return f"score {score:g} ≥ threshold 3"
 
 
-def snapshot(res: Resources, *, with_decisions: bool = True) -> dict[str, Any]:
+def snapshot(res: Runtime, *, with_decisions: bool = True) -> dict[str, Any]:
     r = res.redis
     out: dict[str, Any] = {}
     for key in sorted(r.scan_iter(match=f"{res.settings.key_namespace}:*", count=1000)):
@@ -184,7 +184,7 @@ def snapshot(res: Resources, *, with_decisions: bool = True) -> dict[str, Any]:
     return out
 
 
-def items(res: Resources, session: str = "s_en", user: str = USER) -> list[MemoryItem]:
+def items(res: Runtime, session: str = "s_en", user: str = USER) -> list[MemoryItem]:
     return res.stm.by_session(user, session, limit=1000)
 
 
@@ -192,7 +192,7 @@ def items(res: Resources, session: str = "s_en", user: str = USER) -> list[Memor
 
 
 def test_english_debugging_session_stores_updates_merges_and_refuses_exactly(
-    res: Resources,
+    res: Runtime,
 ) -> None:
     turns = [append(res, n, msgs) for n, msgs in enumerate(EN_SESSION, start=1)]
 
@@ -290,7 +290,7 @@ def test_english_debugging_session_stores_updates_merges_and_refuses_exactly(
     assert constraint.source.message_ids == ["t1.0", "t4.0"]
 
 
-def test_stored_items_carry_provenance_ttl_entities_and_every_index(res: Resources) -> None:
+def test_stored_items_carry_provenance_ttl_entities_and_every_index(res: Runtime) -> None:
     process(res, append(res, 1, EN_SESSION[0]))
     at = T0 + 60
     obs_key = "bug456:obs:query_metrics:createorder:47e140e7"
@@ -343,7 +343,7 @@ def test_stored_items_carry_provenance_ttl_entities_and_every_index(res: Resourc
         assert item.importance == decisions[item.id].importance
 
 
-def t1_decisions(res: Resources) -> list[WriteDecision]:
+def t1_decisions(res: Runtime) -> list[WriteDecision]:
     return [d for d in read_decisions(res.stm, USER, "s_en") if d.decision_id.startswith("t1:")]
 
 
@@ -351,7 +351,7 @@ def t1_decisions(res: Resources) -> list[WriteDecision]:
 
 
 def test_chinese_debugging_session_stores_updates_merges_and_refuses_exactly(
-    res: Resources,
+    res: Runtime,
 ) -> None:
     turns = [append(res, n, msgs, session="s_zh") for n, msgs in enumerate(ZH_SESSION, start=1)]
     t1 = process(res, turns[0])
@@ -431,7 +431,7 @@ def test_chinese_debugging_session_stores_updates_merges_and_refuses_exactly(
 # ---------------------------------------------------------------- seed 四.5
 
 
-def test_nothing_seed_4_5_forbids_ends_up_as_an_item(res: Resources) -> None:
+def test_nothing_seed_4_5_forbids_ends_up_as_an_item(res: Runtime) -> None:
     # Given both scripted sessions processed
     for n, msgs in enumerate(EN_SESSION, start=1):
         process(res, append(res, n, msgs))
@@ -463,7 +463,7 @@ def test_nothing_seed_4_5_forbids_ends_up_as_an_item(res: Resources) -> None:
 # ---------------------------------------------------------------- idempotency
 
 
-def test_reprocessing_any_turn_leaves_the_stm_state_identical(res: Resources) -> None:
+def test_reprocessing_any_turn_leaves_the_stm_state_identical(res: Runtime) -> None:
     # Given each turn of the session processed in order
     for n, msgs in enumerate(EN_SESSION, start=1):
         turn = append(res, n, msgs)
@@ -477,7 +477,7 @@ def test_reprocessing_any_turn_leaves_the_stm_state_identical(res: Resources) ->
 
 
 def test_reprocessing_an_earlier_turn_after_later_updates_changes_nothing(
-    res: Resources,
+    res: Runtime,
 ) -> None:
     turns = [append(res, n, msgs) for n, msgs in enumerate(EN_SESSION, start=1)]
     for turn in turns:
@@ -489,7 +489,7 @@ def test_reprocessing_an_earlier_turn_after_later_updates_changes_nothing(
     assert snapshot(res, with_decisions=False) == before
 
 
-def test_reprocessing_an_insert_only_turn_leaves_every_key_identical(res: Resources) -> None:
+def test_reprocessing_an_insert_only_turn_leaves_every_key_identical(res: Runtime) -> None:
     turn = append(res, 1, EN_SESSION[0])
     first = process(res, turn)
     before = snapshot(res)
@@ -498,7 +498,7 @@ def test_reprocessing_an_insert_only_turn_leaves_every_key_identical(res: Resour
     assert again.decisions == first.decisions
 
 
-def test_reprocessing_a_turn_keeps_its_decision_records_identical(res: Resources) -> None:
+def test_reprocessing_a_turn_keeps_its_decision_records_identical(res: Runtime) -> None:
     # Given the whole session processed once, and its recorded decisions
     turns = [append(res, n, msgs) for n, msgs in enumerate(EN_SESSION, start=1)]
     for turn in turns:
@@ -511,7 +511,7 @@ def test_reprocessing_a_turn_keeps_its_decision_records_identical(res: Resources
     assert read_decisions(res.stm, USER, "s_en") == recorded
 
 
-def test_a_batch_of_turns_gives_the_same_result_as_one_turn_at_a_time(res: Resources) -> None:
+def test_a_batch_of_turns_gives_the_same_result_as_one_turn_at_a_time(res: Runtime) -> None:
     # Given the same session recorded for two users
     one_by_one = [append(res, n, m, user="u_seq") for n, m in enumerate(EN_SESSION, start=1)]
     batched = [append(res, n, m, user="u_batch") for n, m in enumerate(EN_SESSION, start=1)]
@@ -539,7 +539,7 @@ def test_a_batch_of_turns_gives_the_same_result_as_one_turn_at_a_time(res: Resou
     assert state("u_batch") == state("u_seq")
 
 
-def test_a_turn_processed_late_does_not_overwrite_a_newer_version(res: Resources) -> None:
+def test_a_turn_processed_late_does_not_overwrite_a_newer_version(res: Runtime) -> None:
     # Given the decision of turn 5 processed before the older decision of turn 2
     # (two drains raced on one shard)
     older = append(res, 2, EN_SESSION[1])
@@ -568,7 +568,7 @@ def test_a_turn_processed_late_does_not_overwrite_a_newer_version(res: Resources
 # ---------------------------------------------------------------- decision records
 
 
-def test_read_decisions_explains_every_verdict_in_turn_order(res: Resources) -> None:
+def test_read_decisions_explains_every_verdict_in_turn_order(res: Runtime) -> None:
     for n, msgs in enumerate(EN_SESSION[:2], start=1):
         process(res, append(res, n, msgs))
     decisions = read_decisions(res.stm, USER, "s_en")
@@ -617,7 +617,7 @@ def test_read_decisions_explains_every_verdict_in_turn_order(res: Resources) -> 
 # ---------------------------------------------------------------- policy and edge cases
 
 
-def test_the_write_threshold_comes_from_the_policy(res: Resources) -> None:
+def test_the_write_threshold_comes_from_the_policy(res: Runtime) -> None:
     strict = IngestPipeline(
         store=res.stm, extractor=RuleExtractor(), policy=WritePolicy(threshold=8)
     )
@@ -637,7 +637,7 @@ def test_the_write_threshold_comes_from_the_policy(res: Resources) -> None:
 
 
 def test_an_over_long_summary_is_clipped_to_the_store_limit_not_fatal_to_the_batch(
-    res: Resources,
+    res: Runtime,
 ) -> None:
     # Given a store configured for short summaries (MEMSTRATA_MAX_SUMMARY_CHARS=100)
     short = StmStore(res.redis, namespace=res.settings.key_namespace, max_summary_chars=100)
@@ -659,7 +659,7 @@ def test_an_over_long_summary_is_clipped_to_the_store_limit_not_fatal_to_the_bat
     assert stored["user_constraint"] == "Don't restart the prod database."
 
 
-def test_a_long_tool_name_does_not_make_the_turn_fail(res: Resources) -> None:
+def test_a_long_tool_name_does_not_make_the_turn_fail(res: Runtime) -> None:
     tool = "mcp__observability__" + "query_" * 38  # tool names may be up to 256 chars
     line = "createOrder failed with HTTP 504 after " + "x" * 150 + " timeout"
     (outcome,) = res.pipeline.process(
@@ -672,11 +672,11 @@ def test_a_long_tool_name_does_not_make_the_turn_fail(res: Resources) -> None:
     assert len(stored.summary) <= res.settings.max_summary_chars
 
 
-def test_settings_threshold_reaches_the_pipeline(res: Resources) -> None:
+def test_settings_threshold_reaches_the_pipeline(res: Runtime) -> None:
     assert res.pipeline.policy.threshold == res.settings.write_threshold == 3
 
 
-def test_users_in_one_batch_stay_isolated(res: Resources) -> None:
+def test_users_in_one_batch_stay_isolated(res: Runtime) -> None:
     a = append(res, 1, EN_SESSION[1], user="u_a")
     b = append(res, 1, EN_SESSION[1], user="u_b")
     out_a, out_b = res.pipeline.process([a, b])
@@ -686,7 +686,7 @@ def test_users_in_one_batch_stay_isolated(res: Resources) -> None:
     assert [i.user_id for i in items(res, user="u_b")] == ["u_b"]
 
 
-def test_a_turn_with_nothing_to_remember_writes_no_item(res: Resources) -> None:
+def test_a_turn_with_nothing_to_remember_writes_no_item(res: Runtime) -> None:
     outcome = process(
         res, append(res, 1, [(U, "Why is it slow?", {}), (A, "Let me look into it.", {})])
     )
@@ -695,7 +695,7 @@ def test_a_turn_with_nothing_to_remember_writes_no_item(res: Resources) -> None:
     assert res.pipeline.process([]) == []
 
 
-def test_a_remeasured_value_replaces_the_old_measurement(res: Resources) -> None:
+def test_a_remeasured_value_replaces_the_old_measurement(res: Runtime) -> None:
     # Given the p99 latency measured once
     def measure(n: int, value: str) -> TurnOutcome:
         return process(

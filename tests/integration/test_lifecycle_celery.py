@@ -9,8 +9,6 @@ never leaves STM.
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,14 +18,12 @@ from sqlalchemy import Engine
 
 from core.api import MemoryClient
 from core.authority.facts import fact_history
-from core.resources import Resources, close_resources, reset_resources
+from core.runtime import Runtime, close_runtime, reset_runtime
 from tests.integration.conftest import (
-    REPO_ROOT,
     CeleryProcess,
-    _die_with_parent,
     memory,
-    process_env,
     producer,
+    start_celery,
     wait_drained,
     wait_until,
 )
@@ -44,9 +40,7 @@ from tests.integration.test_lifecycle_env import (
 pytestmark = pytest.mark.integration
 __all__ = ["lc_engine", "lifecycle_pg", "memory", "producer", "settings", "tenant"]
 
-APP = "tests.integration.test_lifecycle_celeryapp"
 FAST = {
-    "MEMSTRATA_TEST_LIFECYCLE_BEAT": "1",
     "MEMSTRATA_SWEEP_INTERVAL_S": "1",
     "MEMSTRATA_LIFECYCLE__SCAN_INTERVAL_S": "1",
     "MEMSTRATA_LIFECYCLE__BATCH_INTERVAL_S": "1",
@@ -58,19 +52,13 @@ POOL = "这类 timeout 问题常见根因是线程池。"
 STEP = "bug456 下一步先看线程池。"
 
 
-def start_app(role: str, args: list[str], res: Resources, log_path: Path) -> CeleryProcess:
-    """Like the conftest's ``start_celery``, with the lifecycle app and short intervals."""
-    cmd = [sys.executable, "-m", "celery", "-A", APP, role, *args, "--loglevel", "INFO"]
-    with log_path.open("wb") as log:
-        proc = subprocess.Popen(
-            cmd, cwd=REPO_ROOT, env=process_env(res.settings, FAST), stdout=log,
-            stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=_die_with_parent,
-        )  # fmt: skip
-    return CeleryProcess(role, proc, log_path)
+def start_app(role: str, args: list[str], res: Runtime, log_path: Path) -> CeleryProcess:
+    """The conftest's ``start_celery`` with short Beat intervals."""
+    return start_celery(role, args, settings=res.settings, log_path=log_path, env=FAST)
 
 
 @pytest.fixture
-def lifecycle_worker(res: Resources, tmp_path: Path) -> Iterator[CeleryProcess]:
+def lifecycle_worker(res: Runtime, tmp_path: Path) -> Iterator[CeleryProcess]:
     """A worker on ingest and maintenance (not ltm: no Milvus in this test)."""
     w = start_app(
         "worker",
@@ -86,7 +74,7 @@ def lifecycle_worker(res: Resources, tmp_path: Path) -> Iterator[CeleryProcess]:
         w.stop()
 
 
-def _keys_holding(res: Resources, memory_id: str) -> list[str]:
+def _keys_holding(res: Runtime, memory_id: str) -> list[str]:
     out = []
     for key in res.redis.scan_iter(match=f"{res.settings.key_namespace}:user:*", count=1000):
         kind = res.redis.type(key)
@@ -98,7 +86,7 @@ def _keys_holding(res: Resources, memory_id: str) -> list[str]:
 
 
 def test_beat_promotes_merges_finalises_and_sweeps(
-    res: Resources, memory: MemoryClient, lifecycle_worker: CeleryProcess, tenant: Tenant,
+    res: Runtime, memory: MemoryClient, lifecycle_worker: CeleryProcess, tenant: Tenant,
     lc_engine: Engine, tmp_path: Path,
 ) -> None:  # fmt: skip
     u, t = tenant.user, tenant.id
@@ -146,10 +134,10 @@ def test_beat_promotes_merges_finalises_and_sweeps(
     assert "memstrata.maintenance.lifecycle_batch" in lifecycle_worker.log()
 
 
-def test_a_periodic_job_started_twice_at_once_runs_once(res: Resources) -> None:
+def test_a_periodic_job_started_twice_at_once_runs_once(res: Runtime) -> None:
     import tasks.lifecycle as lifecycle_tasks
 
-    reset_resources(res.settings)
+    reset_runtime(res.settings)
     lock = res.redis.lock(f"{res.settings.key_namespace}:lock:lifecycle-batch", timeout=30)
     try:
         # Given another copy of the batch job holds its lock
@@ -160,4 +148,4 @@ def test_a_periodic_job_started_twice_at_once_runs_once(res: Resources) -> None:
         # and once the first is done, the next run does its work
         assert "merged_groups" in lifecycle_tasks.batch_queue.run()
     finally:
-        close_resources()
+        close_runtime()

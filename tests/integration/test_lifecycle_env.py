@@ -19,16 +19,15 @@ import pytest
 from sqlalchemy import Engine, select
 
 from core.authority import create_project, create_tenant, create_user, make_engine, migrate
-from core.lifecycle import LifecycleSettings
 from core.lifecycle import migrate as lifecycle_migrate
-from core.lifecycle.runtime import Lifecycle, from_resources
+from core.lifecycle.runtime import Lifecycle
 from core.ltm import migrate as ltm_migrate
 from core.ltm.card import LtmCard
 from core.ltm.ledger import load_cards
 from core.ltm.tables import cards
 from core.models.memory import MemoryItem, MemorySource, MemoryType
 from core.models.transcript import MessageIn
-from core.resources import Resources
+from core.runtime import Runtime
 from core.settings import Settings, load_settings
 from tests.conftest import REDIS_URL
 from tests.integration.authority_db import scratch_database
@@ -98,8 +97,8 @@ def kicks() -> Kicks:
 
 
 @pytest.fixture
-def lc(res: Resources, kicks: Kicks) -> Lifecycle:
-    return from_resources(res, LifecycleSettings(), on_cards=kicks)
+def lc(res: Runtime, kicks: Kicks) -> Lifecycle:
+    return res.lifecycle(on_cards=kicks)
 
 
 def item(
@@ -122,7 +121,7 @@ def item(
     )  # fmt: skip
 
 
-def say(res: Resources, user: str, tenant: str | None, session: str, text: str,
+def say(res: Runtime, user: str, tenant: str | None, session: str, text: str,
         at: float) -> list[str]:  # fmt: skip
     """Record one user turn in L0 and run it through the real ingest pipeline."""
     t = res.transcript.append_turn(

@@ -9,7 +9,7 @@ from core.lifecycle.runtime import Lifecycle
 from core.lifecycle.scan import scan_user
 from core.lifecycle.sessions import finalise
 from core.models.transcript import MessageIn
-from core.resources import Resources
+from core.runtime import Runtime
 from tests.integration.test_lifecycle_env import (
     NOW,
     Kicks,
@@ -27,7 +27,7 @@ pytestmark = pytest.mark.integration
 __all__ = ["kicks", "lc", "lc_engine", "lifecycle_pg", "settings", "tenant"]  # fixtures
 
 
-def _turn(res: Resources, t: Tenant, session: str, speaker: str, text: str, at: float) -> str:
+def _turn(res: Runtime, t: Tenant, session: str, speaker: str, text: str, at: float) -> str:
     """One chat message through L0 and the real ingest pipeline; returns its message id."""
     turn = res.transcript.append_turn(
         user_id=t.user, tenant_id=t.id, session_id=session,
@@ -38,7 +38,7 @@ def _turn(res: Resources, t: Tenant, session: str, speaker: str, text: str, at: 
 
 
 def test_a_statement_becomes_one_episode_card_with_its_context_and_provenance(
-    res: Resources, lc: Lifecycle, tenant: Tenant, lc_engine: Engine, kicks: Kicks
+    res: Runtime, lc: Lifecycle, tenant: Tenant, lc_engine: Engine, kicks: Kicks
 ) -> None:
     u, t = tenant.user, tenant.id
     _turn(res, tenant, "s1", "Melanie", "How was your weekend?", NOW)
@@ -71,7 +71,7 @@ def test_a_statement_becomes_one_episode_card_with_its_context_and_provenance(
 
 
 def test_the_same_statement_in_two_sessions_updates_one_card(
-    res: Resources, lc: Lifecycle, tenant: Tenant, lc_engine: Engine
+    res: Runtime, lc: Lifecycle, tenant: Tenant, lc_engine: Engine
 ) -> None:
     u, t = tenant.user, tenant.id
     text = "My daughter started violin lessons at the community school."
@@ -84,7 +84,7 @@ def test_the_same_statement_in_two_sessions_updates_one_card(
 
 
 def test_episodes_can_be_switched_off_by_policy(
-    res: Resources, lc: Lifecycle, tenant: Tenant, lc_engine: Engine
+    res: Runtime, lc: Lifecycle, tenant: Tenant, lc_engine: Engine
 ) -> None:
     u, t = tenant.user, tenant.id
     pol = lc.settings.promotion.model_copy(update={"episode_subtypes": frozenset()})

@@ -21,7 +21,7 @@ from core.lifecycle.scheduler import run_batch
 from core.lifecycle.states import Record, State
 from core.ltm.card import CardStatus
 from core.models.memory import MemoryType
-from core.resources import Resources
+from core.runtime import Runtime
 from tests.integration.test_lifecycle_env import (
     NOW,
     Kicks,
@@ -72,7 +72,7 @@ def _audit(engine: Engine, tenant: str) -> list[dict[str, object]]:
 
 @pytest.mark.parametrize("lang", ["en", "zh"])
 def test_a_week_of_sessions_promotes_exactly_what_the_seed_says(
-    lang: str, res: Resources, lc: Lifecycle, tenant: Tenant, lc_engine: Engine, kicks: Kicks
+    lang: str, res: Runtime, lc: Lifecycle, tenant: Tenant, lc_engine: Engine, kicks: Kicks
 ) -> None:
     s = LANG[lang]
     u, t = tenant.user, tenant.id
@@ -136,7 +136,7 @@ def test_a_week_of_sessions_promotes_exactly_what_the_seed_says(
 
 
 def test_an_important_general_item_becomes_a_card_at_once_and_can_be_retracted(
-    res: Resources, lc: Lifecycle, tenant: Tenant, lc_engine: Engine, kicks: Kicks
+    res: Runtime, lc: Lifecycle, tenant: Tenant, lc_engine: Engine, kicks: Kicks
 ) -> None:
     u, t = tenant.user, tenant.id
     text = LANG["en"]["pool"]
@@ -162,7 +162,7 @@ def test_an_important_general_item_becomes_a_card_at_once_and_can_be_retracted(
 
 
 def test_a_promoted_fact_can_be_retracted_and_is_not_promoted_again(
-    res: Resources, lc: Lifecycle, tenant: Tenant, lc_engine: Engine
+    res: Runtime, lc: Lifecycle, tenant: Tenant, lc_engine: Engine
 ) -> None:
     u, t = tenant.user, tenant.id
     say(res, u, t, "d1", "记住：我喜欢先说结论再讲细节。", NOW)
@@ -182,7 +182,7 @@ def test_a_promoted_fact_can_be_retracted_and_is_not_promoted_again(
 
 
 def test_isolated_items_decay_each_run_until_they_are_dropped(
-    res: Resources, lc: Lifecycle, tenant: Tenant, lc_engine: Engine
+    res: Runtime, lc: Lifecycle, tenant: Tenant, lc_engine: Engine
 ) -> None:
     u, t = tenant.user, tenant.id
     mid = res.stm.upsert(item(u, t, "d1", "DNS lookups usually stall under load", "d1:c:dns",

@@ -14,7 +14,7 @@ from core.lifecycle.sessions import finalise, finalise_idle, idle_sessions, prel
 from core.ltm.card import CardDraft, CardStatus
 from core.ltm.tables import cards
 from core.models.memory import MemoryType
-from core.resources import Resources
+from core.runtime import Runtime
 from tests.integration.test_lifecycle_env import (
     NOW,
     Kicks,
@@ -44,7 +44,7 @@ def _card(t: Tenant, key: str, text: str, *, topic: str = "thread_pool",
 
 
 def test_a_new_session_is_preloaded_with_related_cards_that_never_promote_back(
-    res: Resources, lc: Lifecycle, tenant: Tenant
+    res: Runtime, lc: Lifecycle, tenant: Tenant
 ) -> None:
     u, t = tenant.user, tenant.id
     lc.ledger.write(
@@ -63,7 +63,7 @@ def test_a_new_session_is_preloaded_with_related_cards_that_never_promote_back(
 
 @pytest.mark.parametrize("lang", ["en", "zh"])
 def test_an_idle_session_is_finalised_into_a_summary_card_and_its_stm_cleaned(
-    lang: str, res: Resources, lc: Lifecycle, tenant: Tenant, lc_engine: Engine, kicks: Kicks
+    lang: str, res: Runtime, lc: Lifecycle, tenant: Tenant, lc_engine: Engine, kicks: Kicks
 ) -> None:
     u, t = tenant.user, tenant.id
     texts = {
@@ -100,7 +100,7 @@ def test_an_idle_session_is_finalised_into_a_summary_card_and_its_stm_cleaned(
 
 
 def test_a_session_is_rebuilt_from_its_transcript(
-    res: Resources, lc: Lifecycle, tenant: Tenant
+    res: Runtime, lc: Lifecycle, tenant: Tenant
 ) -> None:
     u, t = tenant.user, tenant.id
     written = say(res, u, t, "s1", "我喜欢先说结论再讲细节。", NOW)
@@ -134,7 +134,7 @@ def test_more_than_ten_cards_on_a_topic_become_one_summary_that_keeps_its_source
 
 
 def test_recall_hits_reach_the_ledger_and_forgetting_is_a_dry_run_by_default(
-    res: Resources, lc: Lifecycle, tenant: Tenant, lc_engine: Engine
+    res: Runtime, lc: Lifecycle, tenant: Tenant, lc_engine: Engine
 ) -> None:
     u, t = tenant.user, tenant.id
     used = lc.ledger.write(_card(tenant, "used", "used lesson", importance=0.2), now=NOW).memory_id

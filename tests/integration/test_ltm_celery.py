@@ -13,9 +13,9 @@ from core.ltm.config import LtmSettings
 from core.ltm.embedding import CachedEmbedder
 from core.ltm.filters import CardFilter
 from core.ltm.milvus_server import MilvusServer
-from core.ltm.runtime import LtmRuntime, build_runtime
+from core.ltm.runtime import LtmRuntime
 from core.ltm.search import SearchMode
-from core.resources import Resources
+from core.runtime import Runtime
 from core.settings import Settings, load_settings
 from tasks.ltm import DELETE, INDEX, RECONCILE
 from tests.integration import ltm_env
@@ -55,14 +55,14 @@ def ltm_settings(milvus_server: MilvusServer) -> LtmSettings:
 def rt(
     ltm_settings: LtmSettings, ltm_pg_url: str, embedder: CachedEmbedder
 ) -> Iterator[LtmRuntime]:
-    runtime = build_runtime(ltm_settings, postgres_url=ltm_pg_url, embedder=embedder).start()
+    runtime = ltm_env.runtime_for(ltm_settings, ltm_pg_url, embedder).start()
     yield runtime
     ltm_env.teardown_runtime(runtime)
 
 
 @pytest.fixture
 def ltm_worker(
-    res: Resources, rt: LtmRuntime, ltm_settings: LtmSettings, tmp_path: Path
+    res: Runtime, rt: LtmRuntime, ltm_settings: LtmSettings, tmp_path: Path
 ) -> Iterator[CeleryProcess]:
     worker = start_celery(
         "worker",

@@ -15,7 +15,7 @@ from core.authority import ProfileCache, create_tenant, create_user
 from core.models.transcript import MessageIn
 from core.recall.pool import Verdict
 from core.recall.service import Recaller, RecallRequest
-from core.resources import Resources
+from core.runtime import Runtime
 from core.stm.store import StmStore
 from tests.integration import authority_db
 from tests.integration.authority_db import World
@@ -31,13 +31,13 @@ T0 = 1_700_000_000.0
 
 
 @pytest.fixture
-def recaller(res: Resources, engine: Engine, cache: ProfileCache) -> Iterator[Recaller]:
+def recaller(res: Runtime, engine: Engine, cache: ProfileCache) -> Iterator[Recaller]:
     r = Recaller(stm=res.stm, profile_cache=cache, engine=engine)
     yield r
     r.close()
 
 
-def ingest(res: Resources, world: World, user: str, session: str, turns: list[list[dict]]) -> None:
+def ingest(res: Runtime, world: World, user: str, session: str, turns: list[list[dict]]) -> None:
     for n, msgs in enumerate(turns):
         appended = res.transcript.append_turn(
             user_id=user,
@@ -78,7 +78,7 @@ def req(world: World, query: str, **kw: object) -> RecallRequest:
 
 
 def test_continuing_a_debug_task_recalls_its_short_term_state(
-    res: Resources, world: World, recaller: Recaller
+    res: Runtime, world: World, recaller: Recaller
 ) -> None:
     # Given a Chinese debugging turn ingested through the real write path
     ingest(res, world, world.alice, "s1", ZH_DEBUG)
@@ -105,7 +105,7 @@ def test_continuing_a_debug_task_recalls_its_short_term_state(
 
 
 def test_a_preference_question_is_answered_from_postgresql(
-    res: Resources, world: World, recaller: Recaller
+    res: Runtime, world: World, recaller: Recaller
 ) -> None:
     out = recaller.recall(req(world, "我的回答偏好是什么？", task_id=None, project_id="shop"))
     assert out.route.need_pg
@@ -120,7 +120,7 @@ def test_a_preference_question_is_answered_from_postgresql(
 
 
 def test_pg_overrides_a_short_term_preference_in_its_domain(
-    res: Resources, world: World, recaller: Recaller
+    res: Runtime, world: World, recaller: Recaller
 ) -> None:
     # Given the STM holds "answer in English" while PG says zh-CN
     ingest(
@@ -139,7 +139,7 @@ def test_pg_overrides_a_short_term_preference_in_its_domain(
 
 
 def test_a_similarity_question_without_an_ltm_backend_is_flagged_not_failed(
-    res: Resources, world: World, recaller: Recaller
+    res: Runtime, world: World, recaller: Recaller
 ) -> None:
     out = recaller.recall(req(world, "以前有没有类似的超时案例？"))
     assert out.route.need_ltm
@@ -147,7 +147,7 @@ def test_a_similarity_question_without_an_ltm_backend_is_flagged_not_failed(
 
 
 def test_stm_down_degrades_to_the_other_layers(
-    res: Resources, world: World, engine: Engine, cache: ProfileCache
+    res: Runtime, world: World, engine: Engine, cache: ProfileCache
 ) -> None:
     # Given an STM whose Redis does not answer (nothing listens on port 1)
     dead = redis.Redis(host="127.0.0.1", port=1, socket_connect_timeout=0.2, decode_responses=True)
@@ -178,7 +178,7 @@ def test_unknown_scope_and_bad_ids_are_refused(world: World, recaller: Recaller)
 
 
 def test_the_answer_fits_top_k_and_the_token_budget(
-    res: Resources, world: World, recaller: Recaller
+    res: Runtime, world: World, recaller: Recaller
 ) -> None:
     ingest(res, world, world.alice, "s1", ZH_DEBUG)
     out = recaller.recall(req(world, "那个接口还是超时", top_k=2, token_budget=64, explain=True))
@@ -204,7 +204,7 @@ def test_the_answer_fits_top_k_and_the_token_budget(
     asker=st.integers(min_value=0, max_value=3),
 )
 def test_recall_never_returns_another_scopes_memory(
-    res: Resources, engine: Engine, recaller: Recaller, query: str, asker: int
+    res: Runtime, engine: Engine, recaller: Recaller, query: str, asker: int
 ) -> None:
     # Given two tenants with a user of the same name each, plus a second user, all holding
     # memories that name their owner in the text (reused across examples)
@@ -229,7 +229,7 @@ def test_recall_never_returns_another_scopes_memory(
 _SCOPES: dict[str, list[tuple[str, str]]] = {}
 
 
-def _scopes(res: Resources, engine: Engine) -> list[tuple[str, str]]:
+def _scopes(res: Runtime, engine: Engine) -> list[tuple[str, str]]:
     ns = res.settings.key_namespace
     if ns in _SCOPES:
         return _SCOPES[ns]

@@ -8,12 +8,14 @@ import pytest
 from sqlalchemy import Engine
 
 from core.authority import ProfileCache
+from core.lifecycle.policy import Decision, ItemView, Route
+from core.lifecycle.promote import card_for
 from core.ltm.milvus_server import MilvusServer, free_port
 from core.ltm.runtime import LtmRuntime
 from core.recall.ltm_adapter import LedgerBackedSearcher
 from core.recall.pool import SourceType, Verdict
 from core.recall.service import Recaller, RecallRequest
-from core.resources import Resources
+from core.runtime import Runtime
 from tests.integration import authority_db, ltm_env
 from tests.integration.authority_db import World
 from tests.integration.test_recall import T0, ZH_DEBUG, ingest
@@ -55,7 +57,7 @@ def _cards(rt: LtmRuntime, w: World) -> dict[str, str]:
 
 @pytest.fixture
 def recaller(
-    res: Resources, engine: Engine, cache: ProfileCache, ltm: LtmRuntime
+    res: Runtime, engine: Engine, cache: ProfileCache, ltm: LtmRuntime
 ) -> Iterator[Recaller]:
     r = Recaller(
         stm=res.stm, profile_cache=cache, engine=engine,
@@ -66,7 +68,7 @@ def recaller(
 
 
 def test_similar_cases_come_from_ltm_and_the_stm_copy_of_a_fact_wins(
-    res: Resources, world: World, ltm: LtmRuntime, recaller: Recaller
+    res: Runtime, world: World, ltm: LtmRuntime, recaller: Recaller
 ) -> None:
     # Given the debugging turn in STM and cards in LTM (one holding the same fact)
     ingest(res, world, world.alice, "s1", ZH_DEBUG)
@@ -101,7 +103,7 @@ def test_similar_cases_come_from_ltm_and_the_stm_copy_of_a_fact_wins(
 
 
 def test_milvus_down_degrades_to_stm_and_pg(
-    res: Resources, world: World, engine: Engine, cache: ProfileCache,
+    res: Runtime, world: World, engine: Engine, cache: ProfileCache,
     ltm_pg_url: str, embedder: ltm_env.CachedEmbedder, tmp_path: object,
 ) -> None:  # fmt: skip
     # Given an LTM runtime whose Milvus server is then stopped
@@ -128,3 +130,42 @@ def test_milvus_down_degrades_to_stm_and_pg(
     assert "ltm" in out.degraded
     assert "stm" not in out.degraded
     assert "不要重启生产数据库" in out.text
+
+
+def test_an_stm_item_and_the_card_promoted_from_it_are_one_candidate(
+    res: Runtime, world: World, ltm: LtmRuntime, recaller: Recaller
+) -> None:
+    # Given a fact in STM and the path-B card the promotion made of that very item
+    ingest(res, world, world.alice, "s1", ZH_DEBUG)
+    items = res.stm.by_session(world.alice, "s1", tenant_id=world.tenant_id, now=T0 + 600)
+    item = next(i for i in items if "数据库" in i.summary)
+    view = ItemView(
+        memory_id=item.id, user_id=item.user_id, tenant_id=world.tenant_id,
+        session_id=item.session_id, memory_type=item.memory_type.value, subtype=item.subtype,
+        summary=item.summary, canonical_fact_key=item.canonical_fact_key,
+        fingerprint=item.fingerprint, importance=item.importance,
+        created_at=item.created_at, updated_at=item.updated_at,
+        entities=tuple(item.entities), message_ids=tuple(item.source.message_ids),
+    )  # fmt: skip
+    draft = card_for(view, Decision(route=Route.PATH_B, reason="test", topic="db"), world.tenant_id)
+    card_id = ltm.ledger.write(draft.model_copy(update={"project_id": world.shop})).memory_id
+    ltm.projector.project([card_id])
+    ltm.lexical.refresh()
+    # When one recall finds both
+    out = recaller.recall(
+        RecallRequest(
+            tenant_id=world.tenant_id, user_id=world.alice, session_id="s1", task_id="bug456",
+            project_id=world.shop, query=f"以前有没有类似的情况？{item.summary}",
+            now=T0 + 600, explain=True, top_k=20,
+        )
+    )  # fmt: skip
+    assert out.explain is not None
+    by_id = {s.candidate.memory_id: s for s in out.explain.candidates}
+    assert item.id in by_id and card_id in by_id, "both layers must return their copy"
+    # Then they are one memory: the STM item is kept, its own card is a duplicate of it
+    assert by_id[item.id].verdict is Verdict.KEPT
+    assert by_id[card_id].verdict is Verdict.DUPLICATE
+    assert by_id[card_id].candidate.fingerprint == item.fingerprint
+    assert by_id[card_id].candidate.canonical_fact_key == item.canonical_fact_key
+    kept = [s for s in out.explain.candidates if s.verdict is Verdict.KEPT]
+    assert sum(item.summary in s.candidate.summary for s in kept) == 1

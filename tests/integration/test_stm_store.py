@@ -14,7 +14,7 @@ from redis.retry import Retry
 from core.errors import InvalidId, InvalidInput, PayloadTooLarge, StoreUnavailable
 from core.ids import entity_key_part
 from core.models.memory import MemoryItem, MemoryStatus, MemoryType
-from core.resources import Resources
+from core.runtime import Runtime
 from core.stm.store import StmStore
 
 pytestmark = pytest.mark.integration
@@ -72,7 +72,7 @@ def item(
     )
 
 
-def snapshot(res: Resources) -> dict[str, Any]:
+def snapshot(res: Runtime) -> dict[str, Any]:
     """Every key of the test namespace with its full content."""
     r = res.redis
     out: dict[str, Any] = {}
@@ -89,16 +89,16 @@ def snapshot(res: Resources) -> dict[str, Any]:
     return out
 
 
-def user_keys(res: Resources, user: str = "u_1") -> dict[str, Any]:
+def user_keys(res: Runtime, user: str = "u_1") -> dict[str, Any]:
     prefix = res.stm.keys(user).prefix
     return {k[len(prefix) :]: v for k, v in snapshot(res).items() if k.startswith(prefix)}
 
 
-def zsets(res: Resources, user: str = "u_1") -> dict[str, dict[str, float]]:
+def zsets(res: Runtime, user: str = "u_1") -> dict[str, dict[str, float]]:
     return {k: dict(v) for k, v in user_keys(res, user).items() if isinstance(v, list)}
 
 
-def assert_no_dangling_references(res: Resources, user: str = "u_1") -> set[str]:
+def assert_no_dangling_references(res: Runtime, user: str = "u_1") -> set[str]:
     """Every zset member and dedup mapping of the user refers to an existing item."""
     keys = user_keys(res, user)
     items = {k.removeprefix("item:") for k in keys if k.startswith("item:")}
@@ -111,14 +111,14 @@ def assert_no_dangling_references(res: Resources, user: str = "u_1") -> set[str]
     return items
 
 
-def stored_hash(res: Resources, mid: str, user: str = "u_1") -> dict[str, str]:
+def stored_hash(res: Runtime, mid: str, user: str = "u_1") -> dict[str, str]:
     return res.redis.hgetall(res.stm.keys(user).item(mid))
 
 
 # ---------------------------------------------------------------- insert
 
 
-def test_insert_writes_the_item_every_index_and_both_dedup_maps(res: Resources) -> None:
+def test_insert_writes_the_item_every_index_and_both_dedup_maps(res: Runtime) -> None:
     # Given a decision about payment-service and createOrder
     new = item("m_1", entities=("payment-service", "createOrder", "thread pool"), ttl=2 * HOUR)
     # When it is upserted into an empty STM
@@ -160,12 +160,13 @@ def test_insert_writes_the_item_every_index_and_both_dedup_maps(res: Resources) 
     assert keys["canon"] == {"bug456:decision:m_1": "m_1"}
     assert keys["fp"] == {new.fingerprint: "m_1"}
     # And the global sweep hint knows when this user next has something to expire
-    assert res.redis.zscore(res.stm.gkeys.sweep_users, "u_1") == T0 + 2 * HOUR
+    # (its member is the owner scope: no tenant is the default tenant)
+    assert res.redis.zscore(res.stm.gkeys.sweep_users, "default/u_1") == T0 + 2 * HOUR
     # And it reads back equal to what was written
     assert res.stm.get("u_1", "m_1") == new
 
 
-def test_item_without_a_task_is_not_in_any_task_index(res: Resources) -> None:
+def test_item_without_a_task_is_not_in_any_task_index(res: Runtime) -> None:
     res.stm.upsert(item("m_1", task=None, entities=()))
     assert set(zsets(res)) == {"recent", "session:s_1", "type:decision", "expire", "evict:s_1"}
 
@@ -174,7 +175,7 @@ def test_item_without_a_task_is_not_in_any_task_index(res: Resources) -> None:
 
 
 def test_restated_fact_from_another_message_is_merged_without_a_version_bump(
-    res: Resources,
+    res: Runtime,
 ) -> None:
     # Given a stored fact from message t1.0 in session s_1
     first = item("m_1", importance=0.4, confidence=0.7, msgs=("t1.0",), tool_calls=("c1",))
@@ -222,7 +223,7 @@ def test_restated_fact_from_another_message_is_merged_without_a_version_bump(
     assert_no_dangling_references(res)
 
 
-def test_merge_keeps_the_higher_importance_and_the_later_expiry(res: Resources) -> None:
+def test_merge_keeps_the_higher_importance_and_the_later_expiry(res: Runtime) -> None:
     res.stm.upsert(item("m_1", importance=0.8, ttl=5 * HOUR))
     res.stm.upsert(item("m_1", importance=0.3, ttl=HOUR, msgs=("t2.0",), at=T0 + 10))
     merged = res.stm.get("u_1", "m_1")
@@ -234,7 +235,7 @@ def test_merge_keeps_the_higher_importance_and_the_later_expiry(res: Resources) 
 
 
 def test_changed_fact_under_the_same_key_bumps_the_version_and_keeps_history(
-    res: Resources,
+    res: Runtime,
 ) -> None:
     # Given a decision stored under bug456:decision:pool
     old = item(
@@ -290,7 +291,7 @@ def test_changed_fact_under_the_same_key_bumps_the_version_and_keeps_history(
     assert_no_dangling_references(res)
 
 
-def test_history_keeps_only_the_newest_superseded_versions(res: Resources) -> None:
+def test_history_keeps_only_the_newest_superseded_versions(res: Runtime) -> None:
     store = StmStore(res.redis, namespace=res.settings.key_namespace, history_cap=2)
     for v in range(1, 5):
         result = store.upsert(
@@ -303,7 +304,7 @@ def test_history_keeps_only_the_newest_superseded_versions(res: Resources) -> No
     assert [h.summary for h in cur.history] == ["pool size 200", "pool size 300"]
 
 
-def test_an_item_without_message_ids_stays_readable_after_an_update(res: Resources) -> None:
+def test_an_item_without_message_ids_stays_readable_after_an_update(res: Runtime) -> None:
     # Given an item written without source message ids (allowed by the model), updated once
     res.stm.upsert(item("m_1", summary="pool size 200", key="k:pool", msgs=()))
     result = res.stm.upsert(item("m_1", summary="pool size 400", key="k:pool", msgs=(), at=T0 + 1))
@@ -318,7 +319,7 @@ def test_an_item_without_message_ids_stays_readable_after_an_update(res: Resourc
 # ---------------------------------------------------------------- unchanged (redelivery)
 
 
-def test_redelivered_write_changes_nothing_at_all(res: Resources) -> None:
+def test_redelivered_write_changes_nothing_at_all(res: Runtime) -> None:
     # Given an item written from message t1.0
     first = item("m_1", msgs=("t1.0",))
     res.stm.upsert(first)
@@ -330,7 +331,7 @@ def test_redelivered_write_changes_nothing_at_all(res: Resources) -> None:
     assert snapshot(res) == before
 
 
-def test_redelivery_of_a_superseded_version_does_not_roll_the_item_back(res: Resources) -> None:
+def test_redelivery_of_a_superseded_version_does_not_roll_the_item_back(res: Runtime) -> None:
     # Given v1 from t1.0, then v2 from t2.0 under the same key
     res.stm.upsert(item("m_1", summary="pool size 200", key="k:pool", msgs=("t1.0",)))
     res.stm.upsert(item("m_1", summary="pool size 400", key="k:pool", msgs=("t2.0",), at=T0 + 5))
@@ -342,7 +343,7 @@ def test_redelivery_of_a_superseded_version_does_not_roll_the_item_back(res: Res
     assert snapshot(res) == before
 
 
-def test_redelivery_of_a_merged_restatement_is_unchanged(res: Resources) -> None:
+def test_redelivery_of_a_merged_restatement_is_unchanged(res: Runtime) -> None:
     res.stm.upsert(item("m_1", msgs=("t1.0",)))
     res.stm.upsert(item("m_1", msgs=("t2.0",), at=T0 + 5))
     before = snapshot(res)
@@ -350,7 +351,7 @@ def test_redelivery_of_a_merged_restatement_is_unchanged(res: Resources) -> None
     assert snapshot(res) == before
 
 
-def test_an_older_version_delivered_late_is_filed_under_history(res: Resources) -> None:
+def test_an_older_version_delivered_late_is_filed_under_history(res: Runtime) -> None:
     # Given v1 (event time T0) and v2 (T0 + 100) of one fact
     res.stm.upsert(item("m_1", summary="pool size 200", key="k:pool", msgs=("t1.0",)))
     res.stm.upsert(item("m_1", summary="pool size 400", key="k:pool", msgs=("t3.0",), at=T0 + 100))
@@ -374,7 +375,7 @@ def test_an_older_version_delivered_late_is_filed_under_history(res: Resources) 
     assert snapshot(res) == before
 
 
-def test_a_late_restatement_does_not_make_the_item_look_older(res: Resources) -> None:
+def test_a_late_restatement_does_not_make_the_item_look_older(res: Runtime) -> None:
     # Given a fact last stated at T0 + 100
     res.stm.upsert(item("m_1", msgs=("t3.0",), at=T0 + 100))
     # When the same fact from an earlier message (event time T0 + 50) is merged late
@@ -391,7 +392,7 @@ def test_a_late_restatement_does_not_make_the_item_look_older(res: Resources) ->
 # ---------------------------------------------------------------- batches and limits
 
 
-def test_upsert_many_applies_each_write_in_order(res: Resources) -> None:
+def test_upsert_many_applies_each_write_in_order(res: Runtime) -> None:
     results = res.stm.upsert_many(
         [
             item("m_1", summary="pool 200", key="k:pool", msgs=("t1.0",)),
@@ -416,7 +417,7 @@ def test_upsert_many_applies_each_write_in_order(res: Resources) -> None:
     ids=["summary", "detail"],
 )
 def test_oversized_item_raises_and_nothing_of_the_batch_is_written(
-    res: Resources, oversized: dict[str, Any]
+    res: Runtime, oversized: dict[str, Any]
 ) -> None:
     # Given a batch of one valid item and one over the configured size limits
     good = item("m_1")
@@ -427,7 +428,7 @@ def test_oversized_item_raises_and_nothing_of_the_batch_is_written(
     assert snapshot(res) == {}
 
 
-def test_only_active_items_can_be_written(res: Resources) -> None:
+def test_only_active_items_can_be_written(res: Runtime) -> None:
     with pytest.raises(InvalidInput, match="active"):
         res.stm.upsert(item("m_1", status=MemoryStatus.SUPERSEDED))
     assert snapshot(res) == {}
@@ -436,7 +437,7 @@ def test_only_active_items_can_be_written(res: Resources) -> None:
 # ---------------------------------------------------------------- reads
 
 
-def seed_reads(res: Resources) -> None:
+def seed_reads(res: Runtime) -> None:
     res.stm.upsert_many(
         [
             item("m_old", at=T0, mtype=MemoryType.FACT, entities=("database",)),
@@ -451,7 +452,7 @@ def ids(items: list[MemoryItem]) -> list[str]:
     return [i.id for i in items]
 
 
-def test_reads_return_items_newest_first_per_index(res: Resources) -> None:
+def test_reads_return_items_newest_first_per_index(res: Runtime) -> None:
     seed_reads(res)
     assert ids(res.stm.recent("u_1")) == ["m_new", "m_mid", "m_old"]
     assert ids(res.stm.by_session("u_1", "s_1")) == ["m_new", "m_old"]
@@ -463,7 +464,7 @@ def test_reads_return_items_newest_first_per_index(res: Resources) -> None:
     assert ids(res.stm.by_entity("u_2", "database")) == ["m_other_user"]
 
 
-def test_reads_honour_the_limit(res: Resources) -> None:
+def test_reads_honour_the_limit(res: Runtime) -> None:
     seed_reads(res)
     assert ids(res.stm.recent("u_1", limit=2)) == ["m_new", "m_mid"]
     assert ids(res.stm.by_entity("u_1", "database", limit=1)) == ["m_new"]
@@ -472,14 +473,14 @@ def test_reads_honour_the_limit(res: Resources) -> None:
             res.stm.recent("u_1", limit=bad)
 
 
-def test_reads_skip_items_expired_at_the_given_time(res: Resources) -> None:
+def test_reads_skip_items_expired_at_the_given_time(res: Runtime) -> None:
     res.stm.upsert_many([item("m_short", ttl=60), item("m_long", ttl=HOUR, at=T0 - 1)])
     assert ids(res.stm.recent("u_1", now=T0 + 59)) == ["m_short", "m_long"]
     assert ids(res.stm.recent("u_1", now=T0 + 60)) == ["m_long"]
     assert ids(res.stm.recent("u_1")) == ["m_short", "m_long"]  # no clock, no filter
 
 
-def test_batch_get_keeps_order_and_skips_missing_ids(res: Resources) -> None:
+def test_batch_get_keeps_order_and_skips_missing_ids(res: Runtime) -> None:
     seed_reads(res)
     got = res.stm.get_many("u_1", ["m_new", "m_missing", "m_old", "m_other_user"])
     assert ids(got) == ["m_new", "m_old"]
@@ -487,7 +488,7 @@ def test_batch_get_keeps_order_and_skips_missing_ids(res: Resources) -> None:
     assert res.stm.get_many("u_1", []) == []
 
 
-def test_reads_reject_unsafe_ids_and_unknown_types(res: Resources) -> None:
+def test_reads_reject_unsafe_ids_and_unknown_types(res: Runtime) -> None:
     with pytest.raises(InvalidId):
         res.stm.get_many("u_1", ["m_1", "m:*"])
     with pytest.raises(InvalidId):
@@ -498,7 +499,7 @@ def test_reads_reject_unsafe_ids_and_unknown_types(res: Resources) -> None:
         res.stm.by_type("u_1", "rumour")
 
 
-def test_reader_skips_an_index_entry_whose_item_is_gone(res: Resources) -> None:
+def test_reader_skips_an_index_entry_whose_item_is_gone(res: Runtime) -> None:
     seed_reads(res)
     res.redis.delete(res.stm.keys("u_1").item("m_mid"))  # e.g. lost before the sweep ran
     assert ids(res.stm.recent("u_1")) == ["m_new", "m_old"]
@@ -507,7 +508,7 @@ def test_reader_skips_an_index_entry_whose_item_is_gone(res: Resources) -> None:
 # ---------------------------------------------------------------- dedup lookup
 
 
-def test_lookup_finds_items_by_key_then_fingerprint_with_all_message_ids(res: Resources) -> None:
+def test_lookup_finds_items_by_key_then_fingerprint_with_all_message_ids(res: Runtime) -> None:
     res.stm.upsert(item("m_1", summary="pool 200", key="k:pool", msgs=("t1.0",)))
     res.stm.upsert(item("m_1", summary="pool 400", key="k:pool", msgs=("t2.0",), at=T0 + 1))
     fp_400 = item("x", summary="pool 400").fingerprint
@@ -528,7 +529,7 @@ def test_lookup_finds_items_by_key_then_fingerprint_with_all_message_ids(res: Re
 # ---------------------------------------------------------------- delete
 
 
-def test_delete_removes_the_item_every_index_entry_and_its_dedup_maps(res: Resources) -> None:
+def test_delete_removes_the_item_every_index_entry_and_its_dedup_maps(res: Runtime) -> None:
     # Given two items sharing indexes, one of them updated once
     res.stm.upsert(item("m_1", entities=("createOrder", "database"), key="k:1", msgs=("t1.0",)))
     res.stm.upsert(
@@ -549,13 +550,13 @@ def test_delete_removes_the_item_every_index_entry_and_its_dedup_maps(res: Resou
     assert res.stm.delete("u_1", []) == 0
 
 
-def test_deleting_everything_leaves_no_user_keys(res: Resources) -> None:
+def test_deleting_everything_leaves_no_user_keys(res: Runtime) -> None:
     res.stm.upsert_many([item("m_1"), item("m_2", summary="b", entities=("db",), task=None)])
     res.stm.delete("u_1", ["m_1", "m_2"])
     assert user_keys(res) == {}
 
 
-def test_delete_after_a_fingerprint_merge_leaves_no_dangling_key_mapping(res: Resources) -> None:
+def test_delete_after_a_fingerprint_merge_leaves_no_dangling_key_mapping(res: Runtime) -> None:
     # Given a fact stored under one key, then restated (same fingerprint) under another key
     res.stm.upsert(item("m_1", summary="same fact", key="k:original", msgs=("t1.0",)))
     again = item("m_x", summary="same fact", key="k:alias", msgs=("t2.0",), at=T0 + 1)
@@ -567,7 +568,7 @@ def test_delete_after_a_fingerprint_merge_leaves_no_dangling_key_mapping(res: Re
     assert user_keys(res) == {}
 
 
-def test_delete_rejects_unsafe_ids_before_touching_redis(res: Resources) -> None:
+def test_delete_rejects_unsafe_ids_before_touching_redis(res: Runtime) -> None:
     res.stm.upsert(item("m_1"))
     with pytest.raises(InvalidId):
         res.stm.delete("u_1", ["m_1", "*"])
@@ -577,7 +578,7 @@ def test_delete_rejects_unsafe_ids_before_touching_redis(res: Resources) -> None
 # ---------------------------------------------------------------- per-session cap
 
 
-def test_session_cap_evicts_the_least_important_then_the_oldest(res: Resources) -> None:
+def test_session_cap_evicts_the_least_important_then_the_oldest(res: Runtime) -> None:
     # Given a store that keeps 3 items per session
     capped = StmStore(res.redis, namespace=res.settings.key_namespace, session_cap=3)
     capped.upsert_many(
@@ -602,7 +603,7 @@ def test_session_cap_evicts_the_least_important_then_the_oldest(res: Resources) 
 
 
 def test_a_newcomer_less_important_than_everything_else_is_evicted_at_once(
-    res: Resources,
+    res: Runtime,
 ) -> None:
     capped = StmStore(res.redis, namespace=res.settings.key_namespace, session_cap=2)
     capped.upsert_many([item("m_a", importance=0.8), item("m_b", importance=0.7, at=T0 + 1)])
@@ -612,7 +613,7 @@ def test_a_newcomer_less_important_than_everything_else_is_evicted_at_once(
     assert assert_no_dangling_references(res) == {"m_a", "m_b"}
 
 
-def test_session_cap_is_per_session(res: Resources) -> None:
+def test_session_cap_is_per_session(res: Runtime) -> None:
     capped = StmStore(res.redis, namespace=res.settings.key_namespace, session_cap=1)
     results = capped.upsert_many(
         [item("m_a", session="s_a"), item("m_b", session="s_b", summary="other")]
@@ -625,7 +626,7 @@ def test_session_cap_is_per_session(res: Resources) -> None:
 
 
 def test_sweep_removes_expired_items_from_every_index_and_reports_the_next_expiry(
-    res: Resources,
+    res: Runtime,
 ) -> None:
     # Given three expired items (with tasks, entities, types) and one live item
     res.stm.upsert_many(
@@ -652,7 +653,7 @@ def test_sweep_removes_expired_items_from_every_index_and_reports_the_next_expir
     }
 
 
-def test_sweep_of_one_user_respects_its_bound(res: Resources) -> None:
+def test_sweep_of_one_user_respects_its_bound(res: Runtime) -> None:
     res.stm.upsert_many([item(f"m_{i}", ttl=i + 1, summary=f"s{i}") for i in range(5)])
     removed, nxt = res.stm.sweep_user("u_1", now=T0 + 100, limit=2)
     # the two that expire first go; the next expiry is already due
@@ -664,7 +665,7 @@ def test_sweep_of_one_user_respects_its_bound(res: Resources) -> None:
 
 
 def test_sweep_walks_every_due_user_through_the_hint_and_respects_the_bound(
-    res: Resources,
+    res: Runtime,
 ) -> None:
     # Given three users with expired items and one whose items are all live
     for user, n in (("u_a", 2), ("u_b", 3), ("u_c", 1)):
@@ -674,10 +675,10 @@ def test_sweep_walks_every_due_user_through_the_hint_and_respects_the_bound(
     res.stm.upsert(item("m_live", user="u_live", ttl=HOUR))
     hint = res.stm.gkeys.sweep_users
     assert dict(res.redis.zrange(hint, 0, -1, withscores=True)) == {
-        "u_a": T0 + 10,
-        "u_b": T0 + 10,
-        "u_c": T0 + 10,
-        "u_live": T0 + HOUR,
+        "default/u_a": T0 + 10,
+        "default/u_b": T0 + 10,
+        "default/u_c": T0 + 10,
+        "default/u_live": T0 + HOUR,
     }
     now = T0 + 100
     # When a sweep may remove at most 4 items
@@ -694,26 +695,26 @@ def test_sweep_walks_every_due_user_through_the_hint_and_respects_the_bound(
         assert res.stm.recent(user) == []
         assert user_keys(res, user) == {}
     assert ids(res.stm.recent("u_live")) == ["m_live"]
-    assert dict(res.redis.zrange(hint, 0, -1, withscores=True)) == {"u_live": T0 + HOUR}
+    assert dict(res.redis.zrange(hint, 0, -1, withscores=True)) == {"default/u_live": T0 + HOUR}
     # And a third sweep finds nothing to do
     assert res.stm.sweep(now=now, max_items=100).removed == 0
 
 
-def test_sweep_resets_a_stale_hint_to_the_users_real_next_expiry(res: Resources) -> None:
+def test_sweep_resets_a_stale_hint_to_the_users_real_next_expiry(res: Runtime) -> None:
     # Given a hint that is earlier than anything the user holds (the item was extended)
     res.stm.upsert(item("m_1", ttl=10))
     res.stm.upsert(item("m_1", ttl=HOUR, msgs=("t2.0",), at=T0 + 5))  # merged: later expiry
     hint = res.stm.gkeys.sweep_users
-    assert res.redis.zscore(hint, "u_1") == T0 + 10
+    assert res.redis.zscore(hint, "default/u_1") == T0 + 10
     # When the sweep runs after the stale hint
     report = res.stm.sweep(now=T0 + 100, max_items=10)
     # Then nothing is removed and the hint moves to the real expiry
     assert report.removed == 0
-    assert res.redis.zscore(hint, "u_1") == T0 + 5 + HOUR
+    assert res.redis.zscore(hint, "default/u_1") == T0 + 5 + HOUR
     assert res.stm.get("u_1", "m_1") is not None
 
 
-def test_expired_but_unswept_items_are_replaced_not_merged(res: Resources) -> None:
+def test_expired_but_unswept_items_are_replaced_not_merged(res: Runtime) -> None:
     # an upsert over a stale dedup mapping (item gone) starts a fresh item
     res.stm.upsert(item("m_1", key="k:1", msgs=("t1.0",)))
     res.redis.delete(res.stm.keys("u_1").item("m_1"))
@@ -744,7 +745,7 @@ def test_unreachable_redis_raises_store_unavailable() -> None:
 # ---------------------------------------------------------------- tenant scope
 
 
-def test_the_same_user_id_in_two_tenants_never_shares_memory(res: Resources) -> None:
+def test_the_same_user_id_in_two_tenants_never_shares_memory(res: Runtime) -> None:
     # Given user "u_1" exists in tenants t_a and t_b and writes the same canonical fact
     a = item("m_same", summary="tenant A fact", tenant_id="t_a")
     b = item("m_same", summary="tenant B fact", tenant_id="t_b")
@@ -763,7 +764,7 @@ def test_the_same_user_id_in_two_tenants_never_shares_memory(res: Resources) -> 
     assert res.stm.get("u_1", "m_same", tenant_id="t_b") is not None
 
 
-def test_the_sweep_finds_expired_items_in_every_tenant_scope(res: Resources) -> None:
+def test_the_sweep_finds_expired_items_in_every_tenant_scope(res: Runtime) -> None:
     res.stm.upsert_many(
         [
             item("m1", tenant_id="t_a", ttl=10),

@@ -121,3 +121,17 @@ def test_projection_state_machine_allows_the_documented_moves_only() -> None:
 
 def test_status_values_are_the_seed_ones() -> None:
     assert {s.value for s in CardStatus} == {"active", "superseded", "deleted"}
+
+
+def test_a_card_key_gives_back_the_canonical_key_of_the_item_it_came_from() -> None:
+    from core.models.identity import EPISODE, PROMOTED, card_key, memory_key
+
+    # Given the canonical key of an STM item
+    key = "bug456:excluded:database"
+    # Then each route's card key is distinct and maps back to the item's key
+    assert card_key(PROMOTED, key) != card_key(EPISODE, key)
+    assert memory_key(card_key(PROMOTED, key)) == key
+    assert memory_key(card_key(EPISODE, key)) == key
+    # and cards made from no item keep their own key
+    assert memory_key("session:s1") == "session:s1"
+    assert memory_key("summary:timeouts") == "summary:timeouts"

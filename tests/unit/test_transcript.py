@@ -118,7 +118,7 @@ def test_file_holds_one_json_line_per_message_at_the_pointer(store: TranscriptSt
     first_line = json.loads(raw.splitlines()[0])
     assert first_line["message_id"] == a.records[0].message_id
     assert first_line["user_id"] == "u_1"
-    assert "tenant_id" not in first_line  # None fields are left out
+    assert first_line["tenant_id"] == "default"  # no tenant is the default tenant
 
 
 def test_read_turn_returns_exactly_the_records_of_one_pointer(store: TranscriptStore) -> None:
@@ -293,12 +293,18 @@ def test_tenants_get_separate_files_for_the_same_user_and_session(store: Transcr
     acme = list(store.read_session(user_id="u_1", session_id="s_1", tenant_id="acme"))
     assert [(r.content, r.tenant_id) for r in acme] == [("for acme", "acme")]
     plain = list(store.read_session(user_id="u_1", session_id="s_1"))
-    assert [(r.content, r.tenant_id) for r in plain] == [("plain", None)]
+    assert [(r.content, r.tenant_id) for r in plain] == [("plain", "default")]
+    # and no tenant is the default tenant: one owner, one file
+    assert store.path(user_id="u_1", session_id="s_1") == store.path(
+        user_id="u_1", session_id="s_1", tenant_id="default"
+    )
 
 
 def test_path_layout_nests_tenant_user_and_session(store: TranscriptStore) -> None:
     root = store.root
-    assert store.path(user_id="u_1", session_id="s_1") == root / "u" / "u_1" / "s_1.jsonl"
+    assert store.path(user_id="u_1", session_id="s_1") == (
+        root / "t" / "default" / "u" / "u_1" / "s_1.jsonl"
+    )
     assert (
         store.path(user_id="u_1", session_id="s_1", tenant_id="acme")
         == root / "t" / "acme" / "u" / "u_1" / "s_1.jsonl"

@@ -9,12 +9,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from core.models.candidate import Candidate, CandidateSignals, Verdict
+from core.models.identity import fingerprint
 from core.models.memory import MemorySource, MemoryType
 from core.policy.write import (
     Existing,
     WritePolicy,
     build_write_profile,
-    fingerprint,
     importance,
     judge,
     novelty,

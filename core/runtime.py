@@ -1,0 +1,300 @@
+"""The composition root: every store and service of one process, built from ``Settings``.
+
+This is the one module that wires stores together.  Celery workers build their
+:class:`Runtime` after fork (``tasks/app.py``: ``worker_process_init``) and close it at
+``worker_process_shutdown``; the CLI, ``memstrata up``, the demo, the benchmarks, the
+quality harness and the test fixtures get their objects here too.
+
+What is built when:
+
+* at once, without opening a connection: the Redis client, **one** PostgreSQL engine
+  (pool size and connect/statement timeouts from settings), STM, L0, the ingest queue and
+  pipeline, the profile cache and the LTM ledger, all sharing those two clients;
+* on first use: :attr:`Runtime.ltm` (Milvus / Elasticsearch clients, the embedding model,
+  the schema and dimension check), since loading an embedder costs ~0.5 s and most
+  processes (agents that only record turns, ingest workers) never touch LTM;
+* per call: :meth:`Runtime.recaller` and :meth:`Runtime.lifecycle`, thin views that own
+  no clients (a Recaller starts a thread pool: build it after fork, close it when done).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections.abc import Callable, Sequence
+from functools import cached_property
+from typing import Any
+
+import redis
+from sqlalchemy import Engine
+
+from core.authority.cache import ProfileCache
+from core.authority.db import make_engine
+from core.authority.filters import RetrievalFilters
+from core.errors import StoreUnavailable
+from core.extract.rules import Extractor, RuleExtractor
+from core.ingest.pipeline import IngestPipeline
+from core.ingest.queue import IngestQueue
+from core.lifecycle.runtime import Lifecycle
+from core.ltm.config import LtmSettings
+from core.ltm.embedding import CachedEmbedder, make_embedder
+from core.ltm.indexer import Projector
+from core.ltm.ledger import Ledger
+from core.ltm.lexical_es import ElasticsearchLexicalIndex
+from core.ltm.lexical_es import connect as es_connect
+from core.ltm.lexical_milvus import MilvusLexicalIndex
+from core.ltm.milvus import MilvusConnection, collection_name
+from core.ltm.ports import LexicalIndex
+from core.ltm.runtime import LtmRuntime
+from core.ltm.search import LtmSearch
+from core.ltm.vector import MilvusVectorIndex
+from core.policy.write import WritePolicy
+from core.recall.ltm_adapter import LedgerBackedSearcher
+from core.recall.pool import PoolCandidate
+from core.recall.route import LtmMode
+from core.recall.service import Recaller, RecallSettings
+from core.settings import Settings, load_settings
+from core.stm.store import StmStore
+from core.transcript.store import TranscriptStore
+
+log = logging.getLogger(__name__)
+
+OnCards = Callable[[Sequence[str]], None]
+
+
+def make_redis(settings: Settings) -> redis.Redis:
+    """The process's Redis client (lazy: connects on first command); every call times out."""
+    return redis.Redis.from_url(
+        str(settings.redis_url),
+        decode_responses=True,
+        socket_timeout=settings.redis_socket_timeout_s,
+        socket_connect_timeout=settings.redis_socket_timeout_s,
+        health_check_interval=30,
+    )
+
+
+def make_postgres(settings: Settings) -> Engine:
+    """The process's one PostgreSQL pool (lazy), with the settings' timeouts."""
+    return make_engine(
+        settings.postgres_url,
+        connect_timeout_s=settings.postgres_timeout_s,
+        pool_size=settings.postgres_pool_size,
+    )
+
+
+def make_ledger(settings: Settings, engine: Engine) -> Ledger:
+    return Ledger(engine, max_content_chars=settings.ltm.max_content_chars)
+
+
+def build_ltm(
+    settings: LtmSettings, *, ledger: Ledger, embedder: CachedEmbedder | None = None
+) -> LtmRuntime:
+    """Indexes, embedder, projector and search of long-term memory, on ``ledger``'s pool.
+
+    Not started: :meth:`LtmRuntime.start` checks both schemas and the embedding dimension.
+    """
+    if embedder is None:
+        inner = make_embedder(settings.embedding_provider, **settings.embedder_options())
+        embedder = CachedEmbedder(
+            inner, capacity=settings.embedding_cache_size, max_batch=settings.embedding_batch
+        )
+    token = settings.milvus_token.get_secret_value() if settings.milvus_token else ""
+    milvus = MilvusConnection(settings.milvus_uri, timeout_s=settings.milvus_timeout_s, token=token)
+    vector = MilvusVectorIndex(
+        milvus,
+        collection=collection_name(settings.collection_prefix, "ltm_vectors"),
+        dim=embedder.dim,
+        index_type=settings.milvus_index_type,
+        timeout_s=settings.milvus_timeout_s,
+    )
+    es: Any | None = None
+    lexical: LexicalIndex
+    if settings.lexical_backend == "elasticsearch":
+        if not settings.es_url:
+            raise ValueError("MEMSTRATA_LTM__ES_URL is required for the elasticsearch backend")
+        key = settings.es_api_key.get_secret_value() if settings.es_api_key else None
+        es = es_connect(settings.es_url, timeout_s=settings.es_timeout_s, api_key=key)
+        lexical = ElasticsearchLexicalIndex(
+            es, index=settings.es_index, timeout_s=settings.es_timeout_s
+        )
+    else:
+        lexical = MilvusLexicalIndex(
+            milvus,
+            collection=collection_name(settings.collection_prefix, "ltm_lexical"),
+            timeout_s=settings.milvus_timeout_s,
+        )
+    projector = Projector(
+        ledger=ledger,
+        lexical=lexical,
+        vector=vector,
+        embedder=embedder,
+        max_embed_chars=settings.max_embed_chars,
+    )
+    search = LtmSearch(lexical=lexical, vector=vector, embedder=embedder, policy=settings.search)
+    return LtmRuntime(
+        settings=settings,
+        engine=ledger.engine,
+        milvus=milvus,
+        es=es,
+        embedder=embedder,
+        ledger=ledger,
+        lexical=lexical,
+        vector=vector,
+        projector=projector,
+        search=search,
+        pid=os.getpid(),
+    )
+
+
+class _RuntimeLtm:
+    """Recall's LTM port over the runtime: LTM is built on the first search that needs it.
+
+    A failure to build (Milvus down, bad settings) surfaces as :class:`StoreUnavailable`,
+    which recall reports as ``degraded["ltm"]``; the next search tries again.
+    """
+
+    def __init__(self, runtime: Runtime) -> None:
+        self._runtime = runtime
+
+    def search(
+        self, *, query: str, mode: LtmMode, filters: RetrievalFilters, k: int
+    ) -> list[PoolCandidate]:
+        try:
+            ltm = self._runtime.ltm
+        except (OSError, ValueError) as exc:  # MemstrataError (typed already) passes through
+            raise StoreUnavailable(f"long-term memory unavailable: {exc}") from exc
+        return LedgerBackedSearcher(ltm.search, ltm.ledger).search(
+            query=query, mode=mode, filters=filters, k=k
+        )
+
+
+class Runtime:
+    """Every store and service of one process; see the module docstring for what is lazy."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        embedder: CachedEmbedder | None = None,
+        extractor: Extractor | None = None,
+    ) -> None:
+        """``embedder`` and ``extractor`` replace the settings' choice (benchmarks, tests)."""
+        self.settings = settings
+        self.pid = os.getpid()
+        self._embedder = embedder
+        self._ltm_lock = threading.Lock()
+        self.redis = make_redis(settings)
+        self.engine = make_postgres(settings)
+        self.stm = StmStore(
+            self.redis,
+            namespace=settings.key_namespace,
+            session_cap=settings.stm_session_cap,
+            max_summary_chars=settings.max_summary_chars,
+            max_detail_chars=settings.max_detail_chars,
+        )
+        self.transcript = TranscriptStore(
+            settings.transcript_dir,
+            fsync=settings.transcript_fsync,
+            max_message_chars=settings.max_message_chars,
+            max_turn_messages=settings.max_turn_messages,
+        )
+        self.queue = IngestQueue(
+            self.redis,
+            namespace=settings.key_namespace,
+            shards=settings.ingest_shards,
+            kick_ttl_ms=settings.ingest_kick_ttl_ms,
+            claim_idle_ms=settings.ingest_claim_idle_ms,
+        )
+        self.pipeline = IngestPipeline(
+            store=self.stm,
+            extractor=extractor
+            or RuleExtractor(conversation_facts=settings.extract_conversation_facts),
+            policy=WritePolicy(threshold=settings.write_threshold, ttl=settings.ttl),
+            decision_ttl_s=settings.decision_ttl_s,
+        )
+        self.profile_cache = ProfileCache(
+            self.redis,
+            namespace=settings.key_namespace,
+            entry_ttl_s=settings.profile_cache_ttl_s,
+            version_ttl_s=settings.profile_cache_version_ttl_s,
+        )
+        self.ledger = make_ledger(settings, self.engine)
+
+    @cached_property
+    def ltm(self) -> LtmRuntime:
+        """Long-term memory on this runtime's ledger and pool, built and started on first use."""
+        with self._ltm_lock:
+            if "ltm" in self.__dict__:  # another thread built it while this one waited
+                built: LtmRuntime = self.__dict__["ltm"]
+                return built
+            ltm = build_ltm(self.settings.ltm, ledger=self.ledger, embedder=self._embedder)
+            return ltm.start()
+
+    @property
+    def ltm_started(self) -> bool:
+        return "ltm" in self.__dict__
+
+    def recaller(self, *, settings: RecallSettings | None = None, ltm: bool = True) -> Recaller:
+        """A :class:`Recaller` on this runtime's stores; LTM unless ``ltm=False`` or disabled.
+
+        It owns a thread pool: build it after fork and ``close()`` it when done.
+        """
+        searcher = _RuntimeLtm(self) if ltm and self.settings.ltm.enabled else None
+        return Recaller(
+            stm=self.stm,
+            profile_cache=self.profile_cache,
+            engine=self.engine,
+            ltm=searcher,
+            settings=settings,
+        )
+
+    def lifecycle(self, *, on_cards: OnCards | None = None) -> Lifecycle:
+        """The lifecycle operations' view of this runtime; ``on_cards`` reaches the indexes."""
+        kw: dict[str, OnCards] = {} if on_cards is None else {"on_cards": on_cards}
+        return Lifecycle(
+            redis=self.redis,
+            stm=self.stm,
+            engine=self.engine,
+            ledger=self.ledger,
+            settings=self.settings.lifecycle,
+            profile_cache=self.profile_cache,
+            pipeline=self.pipeline,
+            transcript=self.transcript,
+            **kw,
+        )
+
+    def close(self) -> None:
+        """Close what was built: LTM (if started), Redis, the PostgreSQL pool."""
+        if self.ltm_started:
+            self.ltm.close()
+        self.redis.close()
+        self.engine.dispose()
+
+
+_current: Runtime | None = None
+
+
+def get_runtime() -> Runtime:
+    """This process's runtime, built from the environment on first use and after a fork."""
+    global _current
+    if _current is None or _current.pid != os.getpid():
+        _current = Runtime(load_settings())
+    return _current
+
+
+def reset_runtime(settings: Settings | None = None) -> Runtime:
+    """(Re)build this process's runtime; called after fork (Celery) and by tests."""
+    global _current
+    if _current is not None and _current.pid == os.getpid():
+        _current.close()
+    _current = Runtime(settings or load_settings())
+    return _current
+
+
+def close_runtime() -> None:
+    """Close this process's runtime (worker shutdown, end of a CLI command)."""
+    global _current
+    if _current is not None and _current.pid == os.getpid():
+        _current.close()
+    _current = None
