@@ -12,6 +12,7 @@ from core.models.candidate import Candidate, CandidateSignals, Verdict
 from core.models.memory import MemorySource, MemoryType
 from core.policy.write import (
     Existing,
+    TtlPolicy,
     WritePolicy,
     build_write_profile,
     fingerprint,
@@ -21,7 +22,6 @@ from core.policy.write import (
     ttl_seconds,
     write_score,
 )
-from core.settings import TtlPolicy
 
 POLICY = WritePolicy()
 HOUR = 3600

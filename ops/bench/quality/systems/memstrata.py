@@ -45,9 +45,10 @@ from core.ingest.drain import drain_shard
 from core.ingest.pipeline import IngestPipeline, TurnOutcome
 from core.models.candidate import WriteDecision
 from core.models.memory import MemoryItem
+from core.policy.write import TtlPolicy
 from core.recall.service import LtmSearcher, Recaller, RecallRequest, RecallSettings
 from core.resources import Resources, build_resources
-from core.settings import Settings, TtlPolicy, load_settings
+from core.settings import Settings, load_settings
 from ops.bench.common import scratch_postgres
 from ops.bench.quality.datasets import Question, Space, Turn
 from ops.bench.quality.embed import SharedEmbedder, Vector, shared_embedder
