@@ -11,7 +11,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sqlalchemy import Engine
 
-from core.authority import ProfileCache, create_tenant, create_user
+from core.authority.admin import create_tenant, create_user
+from core.authority.cache import ProfileCache
 from core.models.transcript import MessageIn
 from core.recall.pool import Verdict
 from core.recall.service import Recaller, RecallRequest

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 import pytest
 from sqlalchemy import Engine
 
-from core.authority import ProfileCache
+from core.authority.cache import ProfileCache
 from core.ltm.milvus_server import MilvusServer, free_port
 from core.ltm.runtime import LtmRuntime
 from core.recall.ltm_adapter import LedgerBackedSearcher

@@ -231,7 +231,8 @@ class MemstrataSystem:
 
     # ------------------------------------------------------------------ authority
     def _ensure_tenant(self, migrate_db: bool) -> None:
-        from core.authority import create_tenant, migrate
+        from core.authority import migrate
+        from core.authority.admin import create_tenant
 
         if migrate_db:
             from core.lifecycle import migrate as lifecycle_migrate
@@ -247,7 +248,7 @@ class MemstrataSystem:
             pass  # registered by an earlier run
 
     def _ensure_user(self, user_id: str) -> None:
-        from core.authority import create_user
+        from core.authority.admin import create_user
 
         try:
             with self.res.authority.begin() as conn:
