@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 import redis
@@ -38,7 +39,9 @@ def recaller(res: Resources, engine: Engine, cache: ProfileCache) -> Iterator[Re
     r.close()
 
 
-def ingest(res: Resources, world: World, user: str, session: str, turns: list[list[dict]]) -> None:
+def ingest(
+    res: Resources, world: World, user: str, session: str, turns: list[list[dict[str, Any]]]
+) -> None:
     for n, msgs in enumerate(turns):
         appended = res.transcript.append_turn(
             user_id=user,
@@ -52,7 +55,7 @@ def ingest(res: Resources, world: World, user: str, session: str, turns: list[li
         res.pipeline.process([(appended.pointer, list(appended.records))])
 
 
-ZH_DEBUG = [
+ZH_DEBUG: list[list[dict[str, Any]]] = [
     [
         {"role": "user", "content": "createOrder 在 prod-k8s 超时了。不要重启生产数据库。"},
         {"role": "assistant", "content": "我先看数据库指标。",
