@@ -1,4 +1,4 @@
-"""The rule modules load no storage or network client when imported (docs/DESIGN.md).
+"""The rule modules load no storage or network client when imported (DESIGN §1, §5).
 
 lint-imports checks this statically ([tool.importlinter] in pyproject.toml); this test
 measures it in a fresh interpreter, so an import through importlib is caught too.
