@@ -10,37 +10,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from pydantic import (
-    BaseModel,
-    ConfigDict,
-    Field,
-    RedisDsn,
-    SecretStr,
-    field_validator,
-    model_validator,
-)
+from pydantic import Field, RedisDsn, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from core.ids import validate_id
 from core.lifecycle.config import LifecycleSettings
 from core.ltm.config import LtmSettings
-
-
-class TtlPolicy(BaseModel):
-    """Lifetime of an STM item by memory type, in seconds (seed 十三 estimated_ttl)."""
-
-    model_config = ConfigDict(frozen=True)
-
-    fact_s: int = Field(24 * 3600, ge=60)
-    decision_s: int = Field(24 * 3600, ge=60)
-    hypothesis_s: int = Field(2 * 3600, ge=60)
-    observation_s: int = Field(6 * 3600, ge=60)
-    constraint_s: int = Field(7 * 24 * 3600, ge=60)
-    preference_s: int = Field(30 * 24 * 3600, ge=60)
-
-    def for_type(self, memory_type: str) -> int:
-        value: int = getattr(self, f"{memory_type}_s")
-        return value
+from core.policy.write import TtlPolicy
 
 
 class Settings(BaseSettings):

@@ -262,8 +262,8 @@ def _explain(args: argparse.Namespace) -> int:
 
 # ---------------------------------------------------------------------- compress
 def _compress(args: argparse.Namespace) -> int:
-    from core.compress import explain
     from core.compress.cache import SessionActivity, ViewCache
+    from core.compress.explain import explain
     from core.compress.service import compress_cached
 
     res = _resources()

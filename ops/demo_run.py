@@ -207,14 +207,9 @@ def ensure_demo_authority(res: Runtime, sessions: Sequence[DemoSession]) -> None
 
     Idempotent: rows that already exist are left as they are, so the demo can run again.
     """
-    from core.authority import (
-        create_project,
-        create_tenant,
-        create_user,
-        grant_role,
-        migrate,
-        set_profile,
-    )
+    from core.authority import migrate
+    from core.authority.admin import create_project, create_tenant, create_user
+    from core.authority.facts import grant_role, set_profile
 
     migrate.upgrade(res.settings.postgres_url)
     steps: list[Callable[..., object]] = [

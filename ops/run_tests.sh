@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The one test command (also .ci/run): set up like ops/quickstart.sh, make sure Redis and
-# PostgreSQL (with the `test` database) are up, then ruff, mypy and the pytest suite.
+# PostgreSQL (with the `test` database) are up, then ruff, mypy, the import contracts
+# (lint-imports) and the pytest suite.
 # Every step runs; the exit code is non-zero if any failed.  Arguments go to pytest.
 set -euo pipefail
 # shellcheck source=ops/setup_env.sh
@@ -20,7 +21,8 @@ step() {  # step NAME command...
 }
 
 step ruff "$VENV/bin/ruff" check core tasks ops tests beat_schedule.py
-step mypy "$VENV/bin/mypy" core tasks ops beat_schedule.py
+step mypy "$VENV/bin/mypy"  # targets and strictness: [tool.mypy] in pyproject.toml
+step imports "$VENV/bin/lint-imports"
 
 log "pytest: pytest -q tests/ $*"
 rc=0

@@ -17,8 +17,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from core.compress import BudgetTooSmall
 from core.compress.cache import SessionActivity, ViewCache, due_for_compression
+from core.compress.errors import BudgetTooSmall
 from core.compress.service import compress_cached
 from core.compress.tokens import EstimateCounter
 from core.errors import NotFound, StoreUnavailable

@@ -51,3 +51,14 @@ def res(settings: Settings) -> Iterator[Runtime]:
     yield resources
     _purge(resources.redis, settings.key_namespace)
     resources.close()
+
+
+UNIT_TIMEOUT_S = 30  # the slowest unit test (an embedding model load) takes ~2 s
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Unit tests get a short timeout; integration tests keep the ini's (real services)."""
+    unit = Path(__file__).parent / "unit"
+    for item in items:
+        if item.path.is_relative_to(unit) and item.get_closest_marker("timeout") is None:
+            item.add_marker(pytest.mark.timeout(UNIT_TIMEOUT_S))

@@ -12,7 +12,23 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from core.models.candidate import Candidate, Verdict, WriteProfile
 from core.models.memory import MemoryType
-from core.settings import TtlPolicy
+
+
+class TtlPolicy(BaseModel):
+    """Lifetime of an STM item by memory type, in seconds (seed 十三 estimated_ttl)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    fact_s: int = Field(24 * 3600, ge=60)
+    decision_s: int = Field(24 * 3600, ge=60)
+    hypothesis_s: int = Field(2 * 3600, ge=60)
+    observation_s: int = Field(6 * 3600, ge=60)
+    constraint_s: int = Field(7 * 24 * 3600, ge=60)
+    preference_s: int = Field(30 * 24 * 3600, ge=60)
+
+    def for_type(self, memory_type: str) -> int:
+        value: int = getattr(self, f"{memory_type}_s")
+        return value
 
 
 class WriteWeights(BaseModel):

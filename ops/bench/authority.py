@@ -19,21 +19,18 @@ import redis
 from pydantic import JsonValue
 from sqlalchemy import Engine
 
-from core.authority import (
-    ProfileCache,
-    autocommit_reader,
+from core.authority import migrate
+from core.authority.admin import (
     create_project,
     create_tenant,
     create_user,
     create_workspace,
-    grant_role,
-    make_engine,
-    migrate,
-    read_snapshot,
     set_agent_setting,
-    set_profile,
-    upsert_fact,
 )
+from core.authority.cache import ProfileCache
+from core.authority.db import autocommit_reader, make_engine
+from core.authority.facts import grant_role, set_profile, upsert_fact
+from core.authority.read import read_snapshot
 from ops.bench.common import (
     machine,
     new_namespace,

@@ -28,16 +28,13 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from core.compress import (
-    BudgetTooSmall,
-    CompressedView,
-    compress,
-    compress_session,
-    default_counter,
-    session_items,
-)
 from core.compress.cache import SessionActivity
+from core.compress.engine import compress
+from core.compress.errors import BudgetTooSmall
+from core.compress.model import CompressedView
+from core.compress.service import compress_session, session_items
 from core.compress.text import clear_caches
+from core.compress.tokens import default_counter
 from core.models.memory import MemoryItem, MemoryType
 from core.models.transcript import MessageIn, Role, TranscriptRecord
 from core.runtime import Runtime

@@ -22,14 +22,9 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from core.authority import (
-    create_project,
-    create_tenant,
-    create_user,
-    grant_role,
-    migrate,
-    set_profile,
-)
+from core.authority import migrate
+from core.authority.admin import create_project, create_tenant, create_user
+from core.authority.facts import grant_role, set_profile
 from core.models.memory import MemoryItem, MemorySource, MemoryType
 from core.recall.service import Recaller, RecallRequest
 from core.runtime import Runtime

@@ -21,17 +21,11 @@ import psycopg
 import pytest
 from sqlalchemy import Engine, text
 
-from core.authority import (
-    ProfileCache,
-    create_project,
-    create_tenant,
-    create_user,
-    create_workspace,
-    grant_role,
-    make_engine,
-    migrate,
-    set_profile,
-)
+from core.authority import migrate
+from core.authority.admin import create_project, create_tenant, create_user, create_workspace
+from core.authority.cache import ProfileCache
+from core.authority.db import make_engine
+from core.authority.facts import grant_role, set_profile
 from core.runtime import Runtime
 
 PG_HOST = os.environ.get("MEMSTRATA_TEST_PG_HOST", "127.0.0.1")
@@ -178,7 +172,7 @@ def race_upserts(
 
     Returns, per value, whether this writer changed the fact (False = it was already current).
     """
-    from core.authority import upsert_fact
+    from core.authority.facts import upsert_fact
 
     eng = make_engine(url, pool_size=1)
     out: list[bool] = []

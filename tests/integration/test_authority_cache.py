@@ -5,7 +5,10 @@ from __future__ import annotations
 import pytest
 from sqlalchemy import Engine
 
-from core.authority import CacheStatus, ProfileCache, delete_user, read_snapshot, upsert_fact
+from core.authority.admin import delete_user
+from core.authority.cache import CacheStatus, ProfileCache
+from core.authority.facts import upsert_fact
+from core.authority.read import read_snapshot
 from core.authority.schemas import FactWriteResult
 from core.runtime import Runtime
 from tests.integration import authority_db

@@ -10,8 +10,10 @@ from threading import Barrier
 import pytest
 from sqlalchemy import Engine, func, select
 
-from core.authority import make_engine, read_version, upsert_fact
+from core.authority.db import make_engine
 from core.authority.errors import AuthorityUnavailable, ConcurrentFactWrite
+from core.authority.facts import upsert_fact
+from core.authority.read import read_version
 from core.authority.tables import FACTS
 from core.errors import TransientError
 from tests.integration import authority_db

@@ -10,19 +10,7 @@ from sqlalchemy import Engine, func, insert, select
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session
 
-from core.authority import (
-    FactDomain,
-    FactOrigin,
-    apply_fact_write,
-    fact_history,
-    grant_role,
-    promote_fact,
-    read_version,
-    retract_fact,
-    save_explicit,
-    upsert_fact,
-)
-from core.authority.domain import AuthorityLimits
+from core.authority.domain import AuthorityLimits, FactDomain, FactOrigin
 from core.authority.errors import (
     FactValueTooLarge,
     InvalidFactKey,
@@ -32,6 +20,16 @@ from core.authority.errors import (
     UnknownTenant,
     UnknownUser,
 )
+from core.authority.facts import (
+    apply_fact_write,
+    fact_history,
+    grant_role,
+    promote_fact,
+    retract_fact,
+    save_explicit,
+    upsert_fact,
+)
+from core.authority.read import read_version
 from core.authority.schemas import FactWrite, PromotionRecord
 from core.authority.tables import FACTS, PREFERENCES, PROFILES, ROLES
 from core.errors import InvalidId, InvalidInput, NotFound, PayloadTooLarge

@@ -5,18 +5,13 @@ from __future__ import annotations
 import pytest
 from sqlalchemy import Engine, func, select
 
-from core.authority import (
-    PermissionScope,
-    build_blocks,
-    delete_user,
-    filters_for,
-    read_snapshot,
-    save_explicit,
-    set_agent_setting,
-    update_project,
-    upsert_fact,
-)
+from core.authority.admin import delete_user, set_agent_setting, update_project
+from core.authority.blocks import build_blocks
+from core.authority.domain import PermissionScope
 from core.authority.errors import ScopeDenied, UnknownTenant, UnknownUser
+from core.authority.facts import save_explicit, upsert_fact
+from core.authority.filters import filters_for
+from core.authority.read import read_snapshot
 from core.authority.snapshot import AuthoritySnapshot
 from core.authority.tables import FACTS, PROFILES, ROLES, USERS
 from tests.integration import authority_db

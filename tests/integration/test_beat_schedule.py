@@ -5,7 +5,7 @@ from __future__ import annotations
 import fnmatch
 import time
 from datetime import timedelta
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from celery import Celery
@@ -92,7 +92,8 @@ def _then_only_the_expired_user_is_gone(res: Runtime, fresh_before: dict[str, An
     assert res.stm.r.exists(res.stm.keys("u_old").decisions("s_1"))
     # ... u_new is untouched, and the sweep hint only holds u_new, due at its next expiry
     assert user_state(res, "u_new") == fresh_before
-    hint = dict(res.redis.zrange(res.stm.gkeys.sweep_users, 0, -1, withscores=True))
+    hinted = res.redis.zrange(res.stm.gkeys.sweep_users, 0, -1, withscores=True)
+    hint = dict(cast(list[tuple[str, float]], hinted))
     # (hint members are owner scopes: no tenant is the default tenant)
     assert list(hint) == ["default/u_new"] and hint["default/u_new"] > time.time()
 

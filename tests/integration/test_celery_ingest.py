@@ -14,7 +14,7 @@ import sys
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from celery import Celery
@@ -145,7 +145,8 @@ def items_of(res: Runtime, user_id: str, session_id: str) -> set[tuple[str, str,
 
 
 def dead_letters(res: Runtime) -> list[dict[str, str]]:
-    return [fields for _id, fields in res.redis.xrange(res.queue.keys.dead_letters)]
+    entries = res.redis.xrange(res.queue.keys.dead_letters)
+    return [fields for _id, fields in cast(list[tuple[str, dict[str, str]]], entries)]
 
 
 def append(
@@ -283,7 +284,7 @@ CRASH_ITEMS = {
 def _idle_past(res: Runtime, shard: int, idle_ms: int) -> bool:
     stream = res.queue.keys.ingest_stream(shard)
     pending = res.redis.xpending_range(stream, GROUP, min="-", max="+", count=100)
-    return bool(pending) and all(p["time_since_delivered"] >= idle_ms for p in pending)
+    return bool(pending) and all(int(p["time_since_delivered"]) >= idle_ms for p in pending)
 
 
 @pytest.mark.parametrize("next_drain", ["beat_safety_net", "next_turn"])

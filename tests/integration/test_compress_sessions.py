@@ -6,17 +6,11 @@ import hashlib
 
 import pytest
 
-from core.compress import (
-    BudgetTooSmall,
-    DependencyClass,
-    Level,
-    Part,
-    compress_session,
-    explain,
-    session_items,
-)
 from core.compress.cache import SessionActivity, ViewCache, due_for_compression
-from core.compress.service import compress_cached
+from core.compress.errors import BudgetTooSmall
+from core.compress.explain import explain
+from core.compress.model import DependencyClass, Level, Part
+from core.compress.service import compress_cached, compress_session, session_items
 from core.compress.tokens import default_counter
 from core.errors import NotFound
 from core.models.memory import MemoryItem, MemoryType

@@ -18,7 +18,9 @@ from typing import Any
 import pytest
 from sqlalchemy import Engine, select
 
-from core.authority import create_project, create_tenant, create_user, make_engine, migrate
+from core.authority import migrate
+from core.authority.admin import create_project, create_tenant, create_user
+from core.authority.db import make_engine
 from core.lifecycle import migrate as lifecycle_migrate
 from core.lifecycle.runtime import Lifecycle
 from core.ltm import migrate as ltm_migrate

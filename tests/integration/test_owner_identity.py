@@ -15,7 +15,7 @@ import json
 import subprocess
 import sys
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import pytest
@@ -30,6 +30,7 @@ from core.ingest.pipeline import read_decisions
 from core.lifecycle.runtime import Lifecycle
 from core.lifecycle.sessions import finalise, preload
 from core.ltm.config import LtmSettings
+from core.ltm.embedding import CachedEmbedder
 from core.ltm.filters import CardFilter
 from core.ltm.milvus_server import MilvusServer
 from core.models.transcript import MessageIn
@@ -97,7 +98,7 @@ class World:
 def world(
     lifecycle_pg: str,
     milvus_server: MilvusServer,
-    embedder: ltm_env.CachedEmbedder,
+    embedder: CachedEmbedder,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[World]:
     namespace = f"t{uuid.uuid4().hex[:10]}"
@@ -117,7 +118,11 @@ def world(
             for user in USERS:
                 create_user(db=conn, user={"tenant_id": tenant, "id": user})
     ltm = runtime.ltm
-    lc = runtime.lifecycle(on_cards=lambda ids: ltm.projector.project(list(ids)))
+
+    def project(ids: Sequence[str]) -> None:  # what the memstrata.ltm.index task does
+        ltm.projector.project(list(ids))
+
+    lc = runtime.lifecycle(on_cards=project)
     # Given every identity's secret written through L0 and the ingest pipeline
     for n, who in enumerate(IDENTITIES):
         turn = runtime.transcript.append_turn(

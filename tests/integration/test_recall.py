@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 import redis
@@ -11,7 +12,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sqlalchemy import Engine
 
-from core.authority import ProfileCache, create_tenant, create_user
+from core.authority.admin import create_tenant, create_user
+from core.authority.cache import ProfileCache
 from core.models.transcript import MessageIn
 from core.recall.pool import Verdict
 from core.recall.service import Recaller, RecallRequest
@@ -37,7 +39,9 @@ def recaller(res: Runtime, engine: Engine, cache: ProfileCache) -> Iterator[Reca
     r.close()
 
 
-def ingest(res: Runtime, world: World, user: str, session: str, turns: list[list[dict]]) -> None:
+def ingest(
+    res: Runtime, world: World, user: str, session: str, turns: list[list[dict[str, Any]]]
+) -> None:
     for n, msgs in enumerate(turns):
         appended = res.transcript.append_turn(
             user_id=user,
@@ -51,7 +55,7 @@ def ingest(res: Runtime, world: World, user: str, session: str, turns: list[list
         res.pipeline.process([(appended.pointer, list(appended.records))])
 
 
-ZH_DEBUG = [
+ZH_DEBUG: list[list[dict[str, Any]]] = [
     [
         {"role": "user", "content": "createOrder 在 prod-k8s 超时了。不要重启生产数据库。"},
         {"role": "assistant", "content": "我先看数据库指标。",

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from sqlalchemy import Engine
 
-from core.authority import ProfileCache
+from core.authority.cache import ProfileCache
 from core.lifecycle.policy import Decision, ItemView, Route
 from core.lifecycle.promote import card_for
+from core.ltm.embedding import CachedEmbedder
 from core.ltm.milvus_server import MilvusServer, free_port
 from core.ltm.runtime import LtmRuntime
 from core.recall.ltm_adapter import LedgerBackedSearcher
@@ -104,10 +106,10 @@ def test_similar_cases_come_from_ltm_and_the_stm_copy_of_a_fact_wins(
 
 def test_milvus_down_degrades_to_stm_and_pg(
     res: Runtime, world: World, engine: Engine, cache: ProfileCache,
-    ltm_pg_url: str, embedder: ltm_env.CachedEmbedder, tmp_path: object,
+    ltm_pg_url: str, embedder: CachedEmbedder, tmp_path: Path,
 ) -> None:  # fmt: skip
     # Given an LTM runtime whose Milvus server is then stopped
-    server = MilvusServer(ltm_env.Path(str(tmp_path)) / "down.db", f"127.0.0.1:{free_port()}")
+    server = MilvusServer(tmp_path / "down.db", f"127.0.0.1:{free_port()}")
     server.start()
     rt = ltm_env.make_runtime(server.uri, ltm_pg_url, embedder).start()
     server.stop()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import Any
+from typing import Any, cast
 
 import pytest
 import redis
@@ -112,7 +112,7 @@ def assert_no_dangling_references(res: Runtime, user: str = "u_1") -> set[str]:
 
 
 def stored_hash(res: Runtime, mid: str, user: str = "u_1") -> dict[str, str]:
-    return res.redis.hgetall(res.stm.keys(user).item(mid))
+    return cast(dict[str, str], res.redis.hgetall(res.stm.keys(user).item(mid)))  # decoded
 
 
 # ---------------------------------------------------------------- insert
@@ -674,7 +674,7 @@ def test_sweep_walks_every_due_user_through_the_hint_and_respects_the_bound(
         )
     res.stm.upsert(item("m_live", user="u_live", ttl=HOUR))
     hint = res.stm.gkeys.sweep_users
-    assert dict(res.redis.zrange(hint, 0, -1, withscores=True)) == {
+    assert dict(cast(list[tuple[str, float]], res.redis.zrange(hint, 0, -1, withscores=True))) == {
         "default/u_a": T0 + 10,
         "default/u_b": T0 + 10,
         "default/u_c": T0 + 10,
@@ -695,7 +695,8 @@ def test_sweep_walks_every_due_user_through_the_hint_and_respects_the_bound(
         assert res.stm.recent(user) == []
         assert user_keys(res, user) == {}
     assert ids(res.stm.recent("u_live")) == ["m_live"]
-    assert dict(res.redis.zrange(hint, 0, -1, withscores=True)) == {"default/u_live": T0 + HOUR}
+    hinted = cast(list[tuple[str, float]], res.redis.zrange(hint, 0, -1, withscores=True))
+    assert dict(hinted) == {"default/u_live": T0 + HOUR}
     # And a third sweep finds nothing to do
     assert res.stm.sweep(now=now, max_items=100).removed == 0
 

@@ -4,9 +4,18 @@ from __future__ import annotations
 
 import pytest
 
-from core.compress import BudgetTooSmall, CompressionPolicy, Level, Part, compress, explain
+from core.compress.engine import compress
+from core.compress.errors import BudgetTooSmall
+from core.compress.explain import explain
 from core.compress.llm import with_mandatory
-from core.compress.model import CompressedView, SummaryLine, SummarySection
+from core.compress.model import (
+    CompressedView,
+    CompressionPolicy,
+    Level,
+    Part,
+    SummaryLine,
+    SummarySection,
+)
 from core.compress.summary import SECTIONS
 from core.errors import InvalidInput, NotFound
 from core.models.memory import MemoryItem, MemoryType

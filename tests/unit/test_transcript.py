@@ -22,7 +22,7 @@ def store(tmp_path: Path) -> TranscriptStore:
 
 
 def user(content: str, **kw: object) -> MessageIn:
-    return MessageIn(role=Role.USER, content=content, **kw)  # type: ignore[arg-type]
+    return MessageIn(role=Role.USER, content=content, **kw)
 
 
 def debugging_turn() -> list[MessageIn]:
@@ -39,7 +39,7 @@ def debugging_turn() -> list[MessageIn]:
 
 
 def file_bytes(store: TranscriptStore, **ids: str) -> bytes:
-    return store.path(**ids).read_bytes()  # type: ignore[arg-type]
+    return store.path(**ids).read_bytes()
 
 
 # ---------------------------------------------------------------- append and read
@@ -343,7 +343,7 @@ def test_append_with_unsafe_ids_raises_invalid_id_and_writes_nothing(
 ) -> None:
     # When a turn is appended under an unsafe id
     with pytest.raises(InvalidId):
-        store.append_turn(messages=[user("hi")], at=AT, **ids)  # type: ignore[arg-type]
+        store.append_turn(messages=[user("hi")], at=AT, **ids)
     # Then nothing at all was created, inside or outside the root
     assert not store.root.exists()
     assert sorted(p.name for p in tmp_path.iterdir()) == []

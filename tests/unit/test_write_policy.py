@@ -13,6 +13,7 @@ from core.models.identity import fingerprint
 from core.models.memory import MemorySource, MemoryType
 from core.policy.write import (
     Existing,
+    TtlPolicy,
     WritePolicy,
     build_write_profile,
     importance,
@@ -21,7 +22,6 @@ from core.policy.write import (
     ttl_seconds,
     write_score,
 )
-from core.settings import TtlPolicy
 
 POLICY = WritePolicy()
 HOUR = 3600

@@ -44,9 +44,10 @@ from core.ingest.drain import drain_shard
 from core.ingest.pipeline import TurnOutcome
 from core.models.candidate import WriteDecision
 from core.models.memory import MemoryItem
+from core.policy.write import TtlPolicy
 from core.recall.service import RecallRequest, RecallSettings
 from core.runtime import Runtime
-from core.settings import Settings, TtlPolicy, load_settings
+from core.settings import Settings, load_settings
 from ops.bench.common import scratch_postgres
 from ops.bench.quality.datasets import Question, Space, Turn
 from ops.bench.quality.embed import SharedEmbedder, Vector, shared_embedder
@@ -211,7 +212,8 @@ class MemstrataSystem:
 
     # ------------------------------------------------------------------ authority
     def _ensure_tenant(self, migrate_db: bool) -> None:
-        from core.authority import create_tenant, migrate
+        from core.authority import migrate
+        from core.authority.admin import create_tenant
 
         if migrate_db:
             from core.lifecycle import migrate as lifecycle_migrate
@@ -227,7 +229,7 @@ class MemstrataSystem:
             pass  # registered by an earlier run
 
     def _ensure_user(self, user_id: str) -> None:
-        from core.authority import create_user
+        from core.authority.admin import create_user
 
         try:
             with self.res.engine.begin() as conn:
