@@ -207,16 +207,16 @@ def ensure_demo_authority(res: Resources, sessions: Sequence[DemoSession]) -> No
 
     Idempotent: rows that already exist are left as they are, so the demo can run again.
     """
+    from core import migrations
     from core.authority import (
         create_project,
         create_tenant,
         create_user,
         grant_role,
-        migrate,
         set_profile,
     )
 
-    migrate.upgrade(res.settings.postgres_url)
+    migrations.upgrade(res.settings.postgres_url)  # every branch: promotion needs the audit
     steps: list[Callable[..., object]] = [
         lambda c: create_tenant(db=c, tenant={"id": DEMO_TENANT, "name": "Demo"}),
         lambda c: create_project(db=c, project={

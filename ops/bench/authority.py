@@ -19,6 +19,7 @@ import redis
 from pydantic import JsonValue
 from sqlalchemy import Engine
 
+from core import migrations
 from core.authority import (
     ProfileCache,
     autocommit_reader,
@@ -28,7 +29,6 @@ from core.authority import (
     create_workspace,
     grant_role,
     make_engine,
-    migrate,
     read_snapshot,
     set_agent_setting,
     set_profile,
@@ -142,7 +142,7 @@ def run(quick: bool) -> dict[str, Any]:
     figures: dict[str, Any] = {"machine": machine(client)}
     try:
         with scratch_postgres("memstrata_bench_") as url:
-            migrate.upgrade(url)
+            migrations.upgrade(url)
             engine = make_engine(url, pool_size=2)
             try:
                 figures.update(_measure(engine, client, ns, n, users))

@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from core.ltm import migrate
+from core import migrations
 from core.ltm.config import LtmSettings
 from core.ltm.filters import CardFilter
 from core.ltm.milvus_server import MilvusServer, free_port
@@ -49,7 +49,7 @@ def _stack() -> Iterator[LtmRuntime]:
         tempfile.TemporaryDirectory(prefix="ltm-bench-") as tmp,
         scratch_postgres("memstrata_bench_ltm_") as url,
     ):
-        migrate.upgrade(url)
+        migrations.upgrade(url)
         server = MilvusServer(Path(tmp) / "bench.db", f"127.0.0.1:{free_port()}")
         server.start()
         rt = build_runtime(

@@ -22,12 +22,12 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from core import migrations
 from core.authority import (
     create_project,
     create_tenant,
     create_user,
     grant_role,
-    migrate,
     set_profile,
 )
 from core.models.memory import MemoryItem, MemorySource, MemoryType
@@ -55,9 +55,9 @@ _TYPES = list(MemoryType)
 
 @contextlib.contextmanager
 def migrated_postgres() -> Iterator[str]:
-    """A scratch database with every schema branch (authority + LTM ledger) migrated."""
+    """A scratch database with every schema branch (authority, LTM ledger, audit) migrated."""
     with scratch_postgres("memstrata_bench_recall_") as url:
-        migrate.upgrade(url)
+        migrations.upgrade(url)
         yield url
 
 
