@@ -215,7 +215,7 @@ def _adopt_legacy(conn: Connection, scripts: _Scripts) -> None:
         kept = set(conn.execute(select(one.c.version_num)).scalars())
         for name in legacy:
             old = _version_table(name)
-            revisions = [r for r in conn.execute(select(old.c.version_num)).scalars()]
+            revisions = list(conn.execute(select(old.c.version_num)).scalars())
             for rev in revisions:
                 if rev not in kept:
                     conn.execute(insert(one).values(version_num=rev))
@@ -248,8 +248,8 @@ def _verify(
     elif target.endswith("@base"):
         left = {b: r for b, r in at.items() if b == target.removesuffix("@base")}
     else:
-        left = {b: r for b, r in at.items()
-                if b in {scripts.branch(w) for w in wanted} and r not in wanted}  # fmt: skip
+        branches = {scripts.branch(w) for w in wanted}
+        left = {b: r for b, r in at.items() if b in branches and r not in wanted}
     if left:
         raise MigrationError(f"downgrade to {target!r} left {left}; {recorded}")
 
