@@ -5,7 +5,7 @@
     memstrata demo [--inline]          feed the bundled sessions through record_turn()
     memstrata inspect | explain        what is in STM, and why each candidate was (not) stored
     memstrata sweep [--dry-run]        run the expire sweep once
-    memstrata migrate                  bring the PostgreSQL authority schema up to date
+    memstrata migrate                  bring every PostgreSQL table up to date (Alembic)
     memstrata replay [...]             replay public agent sessions (ops/replay.py)
     memstrata bench <name>             benchmarks (ops/bench)
     memstrata ltm status|reindex|requeue  LTM projections: counts, rebuild, dead letters
@@ -379,15 +379,14 @@ def _sweep(args: argparse.Namespace) -> int:
 
 # ---------------------------------------------------------------------- migrate
 def _migrate(args: argparse.Namespace) -> int:
-    from core.authority import migrate
-    from core.lifecycle import migrate as lifecycle_migrate
+    from core import migrations
 
     url = load_settings().postgres_url
-    before = migrate.current(url)
-    migrate.upgrade(url, args.revision)
-    print(f"authority schema: {before or 'empty'} → {migrate.current(url)}")
-    lifecycle_migrate.upgrade(url)  # its own version table: independent of the authority's
-    print("lifecycle audit: at head")
+    before = migrations.current(url)
+    migrations.upgrade(url, args.revision)  # raises when the database did not get there
+    after = migrations.current(url)
+    for branch in migrations.BRANCHES:
+        print(f"{branch}: {before.get(branch, 'empty')} → {after.get(branch, 'empty')}")
     return 0
 
 
@@ -582,7 +581,7 @@ def _add_queries(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     s.add_argument("--max-items", type=int, help="bound (default MEMSTRATA_SWEEP_BATCH)")
     s.add_argument("--json", action="store_true")
     s.set_defaults(func=_sweep)
-    m = sub.add_parser("migrate", help="bring the PostgreSQL authority schema up to date")
+    m = sub.add_parser("migrate", help="bring every PostgreSQL table up to date (Alembic)")
     m.add_argument("--revision", default="heads", help="target Alembic revision (all branches)")
     m.set_defaults(func=_migrate)
     # listed for --help only: main() hands `replay ...` to ops.replay before parsing

@@ -207,11 +207,11 @@ def ensure_demo_authority(res: Runtime, sessions: Sequence[DemoSession]) -> None
 
     Idempotent: rows that already exist are left as they are, so the demo can run again.
     """
-    from core.authority import migrate
+    from core import migrations
     from core.authority.admin import create_project, create_tenant, create_user
     from core.authority.facts import grant_role, set_profile
 
-    migrate.upgrade(res.settings.postgres_url)
+    migrations.upgrade(res.settings.postgres_url)  # every branch: promotion needs the audit
     steps: list[Callable[..., object]] = [
         lambda c: create_tenant(db=c, tenant={"id": DEMO_TENANT, "name": "Demo"}),
         lambda c: create_project(db=c, project={

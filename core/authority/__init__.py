@@ -5,7 +5,7 @@ metadata; it is never a semantic guess.  Modules, one concern each:
 
     errors            typed errors, all derived from core.errors
     domain            fact domains, canonical keys, value encoding and limits
-    tables            SQLModel table models (storage) + migrations/ (Alembic, via migrate)
+    tables            SQLModel table models (storage); built by core.migrations (branch authority)
     schemas           create / update / public models
     db                engine factory, Session-or-Connection, vendor error translation
     admin             tenants, users, projects, workspaces, agent settings, user deletion

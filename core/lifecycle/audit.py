@@ -7,8 +7,8 @@ forget exactly the old promotions one wants to undo.  Rows are append-only; one 
 promotion, enqueue, merge, decay, drop, retraction, summary, forgetting and session
 finalisation, with the inputs and the score breakdown that decided it.
 
-The schema is the Alembic revision in ``core/lifecycle/migrations`` (own version
-table ``lifecycle_alembic_version``); this module mirrors it for queries.
+The schema is the Alembic revision ``core/migrations/versions/lifecycle_*`` (branch
+``lifecycle``); this module mirrors it for queries.
 """
 
 from __future__ import annotations

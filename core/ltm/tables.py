@@ -6,7 +6,7 @@ row per (card, index) saying whether that index holds the card's current version
 written in one transaction, so an index can always be rebuilt from PostgreSQL.  Times
 are epoch seconds (DOUBLE PRECISION), like the seed's card and the STM items.
 
-The schema itself is created by the Alembic revision in ``core/ltm/migrations_versions``
+The schema itself is created by the Alembic revisions ``core/migrations/versions/ltm_*``
 (branch ``ltm``); this module mirrors it for queries and for autogenerate checks.
 """
 

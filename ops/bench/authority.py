@@ -19,7 +19,7 @@ import redis
 from pydantic import JsonValue
 from sqlalchemy import Engine
 
-from core.authority import migrate
+from core import migrations
 from core.authority.admin import (
     create_project,
     create_tenant,
@@ -139,7 +139,7 @@ def run(quick: bool) -> dict[str, Any]:
     figures: dict[str, Any] = {"machine": machine(client)}
     try:
         with scratch_postgres("memstrata_bench_") as url:
-            migrate.upgrade(url)
+            migrations.upgrade(url)
             engine = make_engine(url, pool_size=2)
             try:
                 figures.update(_measure(engine, client, ns, n, users))

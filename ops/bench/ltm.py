@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from core.ltm import migrate
+from core import migrations
 from core.ltm.config import LtmSettings
 from core.ltm.filters import CardFilter
 from core.ltm.milvus_server import MilvusServer, free_port
@@ -53,7 +53,7 @@ def ltm_stack(pg_url: str | None = None, **overrides: Any) -> Iterator[Runtime]:
         tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="ltm-bench-"))
         if pg_url is None:
             pg_url = stack.enter_context(scratch_postgres("memstrata_bench_ltm_"))
-            migrate.upgrade(pg_url)
+            migrations.upgrade(pg_url)
         server = MilvusServer(Path(tmp) / "bench.db", f"127.0.0.1:{free_port()}")
         server.start()
         stack.callback(server.stop)

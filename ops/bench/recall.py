@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from core.authority import migrate
+from core import migrations
 from core.authority.admin import create_project, create_tenant, create_user
 from core.authority.facts import grant_role, set_profile
 from core.models.memory import MemoryItem, MemorySource, MemoryType
@@ -49,9 +49,9 @@ _TYPES = list(MemoryType)
 
 @contextlib.contextmanager
 def migrated_postgres() -> Iterator[str]:
-    """A scratch database with every schema branch (authority + LTM ledger) migrated."""
+    """A scratch database with every schema branch (authority, LTM ledger, audit) migrated."""
     with scratch_postgres("memstrata_bench_recall_") as url:
-        migrate.upgrade(url)
+        migrations.upgrade(url)
         yield url
 
 

@@ -1,8 +1,8 @@
 """Fixtures of the authority tests: a real PostgreSQL database per test session.
 
 The database ``memstrata_test_<random>`` is created through the maintenance database
-(``test``, else ``postgres``) on 127.0.0.1:5432, migrated to head with
-:func:`core.authority.migrate.upgrade`, and dropped at the end (``WITH (FORCE)``, so a
+(``test``, else ``postgres``) on 127.0.0.1:5432, migrated to every branch's head with
+:func:`core.migrations.upgrade`, and dropped at the end (``WITH (FORCE)``, so a
 leaked connection cannot keep it alive).  Each test gets its own tenant (a random id),
 which is the isolation unit the layer itself enforces.  Test modules bind the fixtures
 by assignment (``pg_url = authority_db.pg_url``).
@@ -21,7 +21,7 @@ import psycopg
 import pytest
 from sqlalchemy import Engine, text
 
-from core.authority import migrate
+from core import migrations
 from core.authority.admin import create_project, create_tenant, create_user, create_workspace
 from core.authority.cache import ProfileCache
 from core.authority.db import make_engine
@@ -67,7 +67,7 @@ def scratch_database(prefix: str = "memstrata_test_") -> Iterator[str]:
 def pg_url() -> Iterator[str]:
     """A migrated database shared by the session's authority tests."""
     with scratch_database() as url:
-        migrate.upgrade(url)
+        migrations.upgrade(url)
         yield url
 
 

@@ -2,8 +2,8 @@
 
 * ``milvus_server`` (session): the bundled milvus-lite 2.5.1 binary on a free port in a
   temp folder, through our launcher; stopped at the end.
-* ``ltm_pg_url`` (session): a fresh database, migrated with the LTM Alembic branch
-  (so the migration itself is exercised), dropped at the end.
+* ``ltm_pg_url`` (session): a fresh database, migrated with the LTM Alembic branch alone
+  (``ltm@head``, so the branch migrates on its own), dropped at the end.
 * ``ltm``: a started :class:`LtmRuntime` with its own collection prefix; collections
   dropped and ledger rows deleted afterwards.
 Test modules bind the fixtures by assignment (``ltm = ltm_env.ltm``).
@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import text
 
-from core.ltm import migrate
+from core import migrations
 from core.ltm.card import CardDraft
 from core.ltm.config import LtmSettings
 from core.ltm.embedding import CachedEmbedder, make_embedder
@@ -43,7 +43,7 @@ def milvus_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MilvusSe
 @pytest.fixture(scope="session")
 def ltm_pg_url() -> Iterator[str]:
     with scratch_database("memstrata_ltm_test_") as url:
-        migrate.upgrade(url)
+        migrations.upgrade(url, "ltm@head")
         yield url
 
 

@@ -1,4 +1,4 @@
-"""The authority schema is built from empty by Alembic, matches the models, and goes away."""
+"""The authority branch is built from empty by Alembic, matches the models, and goes away."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from sqlalchemy import create_engine, inspect, text
 
-from core.authority import migrate
+from core import migrations
 from core.authority.tables import authority_metadata
 from tests.integration.authority_db import scratch_database
 
@@ -38,30 +38,30 @@ def _tables(url: str) -> set[str]:
 def test_upgrade_from_empty_builds_every_table_and_downgrade_removes_them() -> None:
     with scratch_database() as url:
         # Given an empty database
-        assert migrate.current(url) is None
+        assert migrations.current(url).get("authority") is None
         # When it is upgraded to head
-        migrate.upgrade(url)
+        migrations.upgrade(url)
         # Then every table exists and the version is head
-        assert migrate.current(url) == migrate.head()
+        assert migrations.current(url)["authority"] == migrations.heads()["authority"]
         assert _tables(url) >= TABLES
         # When it is downgraded to base
-        migrate.downgrade(url, "base")
+        migrations.downgrade(url, "base")
         # Then only the (empty) version table is left, and no sequence
-        assert migrate.current(url) is None
-        assert _tables(url) <= {"authority_alembic_version"}
+        assert migrations.current(url).get("authority") is None
+        assert _tables(url) <= {migrations.VERSION_TABLE}
         eng = create_engine(url)
         with eng.connect() as conn:
             seqs = conn.execute(text("SELECT relname FROM pg_class WHERE relkind = 'S'")).all()
         eng.dispose()
         assert seqs == []
         # And upgrading again works (the downgrade left nothing behind)
-        migrate.upgrade(url)
+        migrations.upgrade(url)
         assert _tables(url) >= TABLES
 
 
 def test_migrated_schema_matches_the_models() -> None:
     with scratch_database() as url:
-        migrate.upgrade(url)
+        migrations.upgrade(url)
         eng = create_engine(url)
         try:
             with eng.connect() as conn:
@@ -69,12 +69,9 @@ def test_migrated_schema_matches_the_models() -> None:
                     conn,
                     opts={
                         "compare_type": True,
-                        # other branches (the LTM ledger, ltm_*) share this database
+                        # other branches (LTM ledger, lifecycle audit) share this database
                         "include_name": lambda name, kind, _p: (
-                            not (
-                                kind == "table"
-                                and (name == "authority_alembic_version" or name.startswith("ltm_"))
-                            )
+                            kind != "table" or name in authority_metadata.tables
                         ),
                     },
                 )
@@ -89,13 +86,13 @@ def test_unreachable_database_is_a_transient_error() -> None:
     from core.errors import TransientError
 
     with pytest.raises(AuthorityUnavailable) as info:
-        migrate.current("postgresql+psycopg://postgres@127.0.0.1:1/nowhere?connect_timeout=1")
+        migrations.current("postgresql+psycopg://postgres@127.0.0.1:1/nowhere?connect_timeout=1")
     assert isinstance(info.value, TransientError)
 
 
 def test_constraint_names_are_the_documented_ones() -> None:
     with scratch_database() as url:
-        migrate.upgrade(url)
+        migrations.upgrade(url)
         eng = create_engine(url)
         try:
             with eng.connect() as conn:

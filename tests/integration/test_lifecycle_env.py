@@ -18,12 +18,10 @@ from typing import Any
 import pytest
 from sqlalchemy import Engine, select
 
-from core.authority import migrate
+from core import migrations
 from core.authority.admin import create_project, create_tenant, create_user
 from core.authority.db import make_engine
-from core.lifecycle import migrate as lifecycle_migrate
 from core.lifecycle.runtime import Lifecycle
-from core.ltm import migrate as ltm_migrate
 from core.ltm.card import LtmCard
 from core.ltm.ledger import load_cards
 from core.ltm.tables import cards
@@ -41,9 +39,7 @@ NOW = 1_900_000_000.0
 def lifecycle_pg() -> Iterator[str]:
     """One scratch database for the session: authority schema, LTM ledger, lifecycle audit."""
     with scratch_database("memstrata_lc_") as url:
-        migrate.upgrade(url)
-        ltm_migrate.upgrade(url)
-        lifecycle_migrate.upgrade(url)
+        migrations.upgrade(url)
         yield url
 
 

@@ -9,8 +9,8 @@ from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from sqlalchemy import Engine, create_engine, inspect, text
 
+from core import migrations
 from core.errors import NotFound, PayloadTooLarge
-from core.ltm import migrate
 from core.ltm.ledger import Ledger, ProjectionState
 from core.ltm.tables import ltm_metadata
 from tests.integration import ltm_env
@@ -45,15 +45,15 @@ def states(ledger: Ledger, memory_id: str) -> dict[str, tuple[str, int, int]]:
 
 def test_migration_branch_upgrades_beside_the_authority_and_downgrades_cleanly() -> None:
     with scratch_database("memstrata_ltm_mig_") as url:
-        migrate.upgrade(url)
+        migrations.upgrade(url, "ltm@head")
         eng = create_engine(url)
         try:
             tables = set(inspect(eng).get_table_names())
             assert {"ltm_cards", "ltm_projections"} <= tables
             assert "tenants" not in tables  # the authority branch was not dragged along
-            migrate.upgrade(url, "heads")  # both branches together, as the lead wires it
+            migrations.upgrade(url, "heads")  # every branch together, as `migrate` runs it
             assert "tenants" in set(inspect(eng).get_table_names())
-            migrate.downgrade(url)
+            migrations.downgrade(url, "ltm@base")
             tables = set(inspect(eng).get_table_names())
             assert "ltm_cards" not in tables and "tenants" in tables
         finally:

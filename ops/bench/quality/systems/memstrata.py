@@ -212,16 +212,11 @@ class MemstrataSystem:
 
     # ------------------------------------------------------------------ authority
     def _ensure_tenant(self, migrate_db: bool) -> None:
-        from core.authority import migrate
+        from core import migrations
         from core.authority.admin import create_tenant
 
         if migrate_db:
-            from core.lifecycle import migrate as lifecycle_migrate
-            from core.ltm import migrate as ltm_migrate
-
-            migrate.upgrade(self.settings.postgres_url)
-            ltm_migrate.upgrade(self.settings.postgres_url)
-            lifecycle_migrate.upgrade(self.settings.postgres_url)
+            migrations.upgrade(self.settings.postgres_url)
         try:
             with self.res.engine.begin() as conn:
                 create_tenant(db=conn, tenant={"id": TENANT, "name": "quality benchmark"})

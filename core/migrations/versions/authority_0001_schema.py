@@ -1,6 +1,8 @@
 """Authority schema: tenants, users, profiles, preferences, projects, workspaces, roles,
 agent settings and the stable fact ledger.
 
+The root of branch ``authority``.
+
 Revision ID: 0001_authority
 Revises:
 Create Date: 2026-11-30
@@ -14,7 +16,7 @@ from sqlalchemy.dialects.postgresql import JSONB
 
 revision = "0001_authority"
 down_revision = None
-branch_labels = None
+branch_labels = ("authority",)
 depends_on = None
 
 _TS = sa.DateTime(timezone=True)

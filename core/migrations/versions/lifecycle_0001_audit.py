@@ -1,7 +1,7 @@
 """Lifecycle audit trail: lifecycle_audit (append-only).
 
-The first revision of the lifecycle's own stream (version table
-``lifecycle_alembic_version``).
+The root of branch ``lifecycle`` (no parent: it migrates, and downgrades, apart from the
+authority and LTM branches in the same database and version table).
 
 Revision ID: lifecycle_0001
 Revises:
@@ -16,7 +16,7 @@ from sqlalchemy.dialects.postgresql import JSONB
 
 revision = "lifecycle_0001"
 down_revision = None
-branch_labels = None
+branch_labels = ("lifecycle",)
 depends_on = None
 
 

@@ -14,8 +14,7 @@ import sqlalchemy as sa
 from alembic import op
 from sqlalchemy.dialects.postgresql import JSONB
 
-# op.f(): names are final - the authority env's naming convention (which this branch
-# runs under) would otherwise prefix check names a second time
+# op.f(): names are final, whatever naming convention the env's target metadata carries
 
 revision = "ltm_0001"
 down_revision = None

@@ -1,1 +1,0 @@
-"""Alembic revisions of the LTM ledger (branch ``ltm``), run by the authority's env."""

@@ -1,0 +1,1 @@
+"""Alembic revisions, one branch per component: ``authority_*``, ``ltm_*``, ``lifecycle_*``."""
