@@ -22,9 +22,9 @@ from core.api import MemoryClient
 from core.errors import InvalidInput
 from core.ingest.drain import drain_shard
 from core.ingest.pipeline import read_decisions
+from core.keys import UserKeys
 from core.models.candidate import Verdict
 from core.runtime import Runtime
-from core.stm.keys import UserKeys
 from ops.report import decisions_block, items_block
 
 TURN_KEYS = {"task_id", "messages"}

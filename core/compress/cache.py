@@ -8,16 +8,9 @@
   find long sessions that went idle.  Counting is one Lua call per turn and idempotent:
   a message is counted once (``HSETNX`` on its id), so a redelivered turn changes nothing.
 
-Key shapes (kept here until they join ``core/stm/keys.py``).  They sit beside the STM
-keys, not under them (compression state is derived and has its own lifetime); deleting a
-user must also delete ``<ns>:compress:{<scope>}:*``:
-
-``<ns>:compress:{<scope>}:view:<session>:<last message id>:<budget>`` STRING view JSON, TTL
-``<ns>:compress:{<scope>}:ctx:<session>`` HASH tokens, last_message_id, at, compressed_mid
-``<ns>:compress:{<scope>}:ctok:<session>`` HASH message id → tokens (counted at ingest)
-``<ns>:compress:active`` ZSET "<scope>|<session>" → last activity (seconds since the epoch)
-
-``<scope>`` is the STM hash tag: ``<user>``, or ``<tenant>/<user>`` in a tenant.
+Key shapes are built in ``core/keys.py`` (``CompressKeys``, ``GlobalKeys.compress_active``;
+docs/KEYS.md).  They sit beside the STM keys, not under them (compression state is derived
+and has its own lifetime); deleting a user must also delete ``<ns>:compress:{<scope>}:*``.
 """
 
 from __future__ import annotations
@@ -32,8 +25,8 @@ from core.compress.model import CompressedView
 from core.compress.tokens import TokenCounter, message_tokens
 from core.errors import CorruptRecord
 from core.ids import validate_id
+from core.keys import CompressKeys, GlobalKeys, parse_user_scope, scope_member
 from core.models.transcript import TranscriptRecord
-from core.stm.keys import parse_user_scope, user_scope
 from core.stm.store import redis_errors
 
 VIEW_TTL_S = 24 * 3600
@@ -57,41 +50,6 @@ redis.call('EXPIRE', KEYS[1], ARGV[1])
 redis.call('EXPIRE', KEYS[2], ARGV[1])
 return {after - added, after}
 """
-
-
-@dataclass(frozen=True)
-class CompressKeys:
-    """Key builder for one user's compression state (hash-tagged by user, like STM)."""
-
-    namespace: str
-    user_id: str
-    tenant_id: str | None = None
-
-    def __post_init__(self) -> None:
-        validate_id(self.namespace, kind="key namespace")
-
-    @property
-    def scope(self) -> str:
-        return user_scope(self.user_id, self.tenant_id)
-
-    @property
-    def prefix(self) -> str:
-        return f"{self.namespace}:compress:{{{self.scope}}}:"
-
-    def view(self, session_id: str, last_message_id: str, budget: int | None) -> str:
-        validate_id(session_id, kind="session_id")
-        validate_id(last_message_id, kind="message_id")
-        return f"{self.prefix}view:{session_id}:{last_message_id}:{budget or 0}"
-
-    def ctx(self, session_id: str) -> str:
-        return f"{self.prefix}ctx:{validate_id(session_id, kind='session_id')}"
-
-    def ctok(self, session_id: str) -> str:
-        return f"{self.prefix}ctok:{validate_id(session_id, kind='session_id')}"
-
-
-def active_key(namespace: str) -> str:
-    return f"{namespace}:compress:active"
 
 
 class ViewCache:
@@ -150,6 +108,7 @@ class SessionActivity:
         self.r = client
         self.namespace = validate_id(namespace, kind="key namespace")
         self._note: Script = client.register_script(_NOTE_TURN)
+        self._active = GlobalKeys(self.namespace).compress_active
 
     def note_turn(
         self, records: Sequence[TranscriptRecord], counter: TokenCounter
@@ -166,12 +125,12 @@ class SessionActivity:
         args: list[str | int | float] = [ACTIVITY_TTL_S, last.message_id, repr(last.at)]
         for r in records:
             args += [r.message_id, message_tokens(counter, r)]
-        member = f"{keys.scope}|{first.session_id}"  # "|" occurs in neither part
+        member = scope_member(keys.scope, first.session_id)
         with redis_errors():
             pipe = self.r.pipeline(transaction=False)  # the ZSET is global: another slot
             self._note(keys=[keys.ctx(first.session_id), keys.ctok(first.session_id)],
                        args=args, client=pipe)  # fmt: skip
-            pipe.zadd(active_key(self.namespace), {member: last.at}, gt=True)
+            pipe.zadd(self._active, {member: last.at}, gt=True)
             before, after = pipe.execute()[0]
         return int(before), int(after)
 
@@ -211,7 +170,7 @@ class SessionActivity:
         Sessions quiet for more than a week leave the index (their views would expire
         unused anyway).
         """
-        key = active_key(self.namespace)
+        key = self._active
         with redis_errors():
             self.r.zremrangebyscore(key, "-inf", now - ACTIVITY_TTL_S)
             members = self.r.zrangebyscore(key, "-inf", now - idle_s, start=0, num=limit * 4)

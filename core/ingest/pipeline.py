@@ -15,12 +15,12 @@ from dataclasses import dataclass, field, replace
 
 from core.extract.rules import ExtractionContext, Extractor, clip
 from core.ids import validate_id
+from core.keys import user_scope
 from core.models.candidate import Candidate, Verdict, WriteDecision
 from core.models.identity import fingerprint
 from core.models.memory import MemoryItem, MemoryStatus
 from core.models.transcript import TranscriptRecord, TurnPointer
 from core.policy.write import Existing, WritePolicy, judge
-from core.stm.keys import user_scope
 from core.stm.store import StmStore, UpsertResult, redis_errors
 
 DECISION_PREVIEW_CHARS = 160

@@ -21,8 +21,8 @@ from typing import Any
 
 import redis
 
+from core.keys import GlobalKeys
 from core.models.transcript import TurnPointer
-from core.stm.keys import GlobalKeys
 from core.stm.store import redis_errors
 
 GROUP = "ingest"

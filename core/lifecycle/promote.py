@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from core.authority.facts import promote_fact
 from core.authority.schemas import PromotionRecord, UserVersion
 from core.errors import InvalidInput, NotFound
+from core.keys import user_scope
 from core.lifecycle.audit import Action, AuditEvent, record
 from core.lifecycle.batch import BatchEntry
 from core.lifecycle.policy import Decision, ItemView, Route
@@ -23,7 +24,6 @@ from core.lifecycle.states import Event, Record, State, current, next_state
 from core.ltm.card import CardDraft
 from core.ltm.ledger import ledger_errors, write_card
 from core.models.identity import PROMOTED, card_key
-from core.stm.keys import user_scope
 from core.stm.store import redis_errors
 
 log = logging.getLogger(__name__)

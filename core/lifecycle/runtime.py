@@ -17,9 +17,9 @@ from sqlalchemy import Engine
 from core.authority.cache import ProfileCache
 from core.ids import owner_tenant
 from core.ingest.pipeline import IngestPipeline
+from core.keys import LifecycleKeys
 from core.lifecycle.audit import AuditLog
 from core.lifecycle.config import LifecycleSettings
-from core.lifecycle.keys import LifecycleKeys
 from core.ltm.ledger import Ledger
 from core.stm.store import StmStore
 from core.transcript.store import TranscriptStore

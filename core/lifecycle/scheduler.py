@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from core.keys import user_scope
 from core.lifecycle.audit import Action, AuditEvent, record
 from core.lifecycle.batch import BatchEntry, BatchPlan, Merge, plan_batch
 from core.lifecycle.promote import short_hash, topic_tag
@@ -17,7 +18,6 @@ from core.lifecycle.runtime import Lifecycle
 from core.lifecycle.states import Event, Record, State, next_state
 from core.ltm.card import CardDraft
 from core.ltm.ledger import ledger_errors, write_card
-from core.stm.keys import user_scope
 from core.stm.store import redis_errors
 
 

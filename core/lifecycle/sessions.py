@@ -27,8 +27,8 @@ from typing import Protocol, cast
 
 from sqlalchemy import or_, select
 
-from core.compress.cache import active_key
 from core.errors import NotFound
+from core.keys import GlobalKeys, parse_user_scope, scope_member, user_scope
 from core.lifecycle.audit import Action, AuditEvent, record
 from core.lifecycle.generality import assess
 from core.lifecycle.runtime import Lifecycle
@@ -41,7 +41,6 @@ from core.ltm.tables import cards
 from core.models.identity import EPISODE, card_key
 from core.models.memory import MemoryItem, MemorySource, MemoryType
 from core.models.transcript import Role, TranscriptRecord
-from core.stm.keys import parse_user_scope, user_scope
 from core.stm.store import redis_errors
 
 SESSION_SUMMARY = "session_summary"
@@ -298,7 +297,8 @@ def finalise(
     k = lc.stm.keys(user_id, tenant_id)
     with redis_errors():
         ids = [str(m) for m in lc.redis.zrange(k.session(session_id), 0, -1)]
-        last_at = lc.redis.zscore(active_key(lc.stm.namespace), f"{k.scope}|{session_id}")
+        last_at = lc.redis.zscore(GlobalKeys(lc.stm.namespace).compress_active,
+                                  scope_member(k.scope, session_id))  # fmt: skip
     items = [i for i in lc.stm.get_many(user_id, ids, now=now, tenant_id=tenant_id)]
     pol = lc.settings.promotion
     worthy = [i for i in items if _summary_worthy(i, pol.never_subtypes, pol.never_types)]
@@ -334,7 +334,7 @@ def finalise(
     with redis_errors():
         pipe = lc.redis.pipeline(transaction=False)
         pipe.delete(k.session(session_id))
-        pipe.hset(lc.keys.finalised, f"{k.scope}|{session_id}", str(last_at or now))
+        pipe.hset(lc.keys.finalised, scope_member(k.scope, session_id), str(last_at or now))
         pipe.execute()
     return Finalised(session_id, card_id, len(items), deleted, tuple(episodes))
 
@@ -345,7 +345,8 @@ def idle_sessions(
     """(user, tenant, session) quiet for ``idle_s`` seconds and not finalised since."""
     with redis_errors():
         raw = lc.redis.zrangebyscore(
-            active_key(lc.stm.namespace), "-inf", now - idle_s, start=0, num=limit * 4,
+            GlobalKeys(lc.stm.namespace).compress_active, "-inf", now - idle_s, start=0,
+            num=limit * 4,
             withscores=True,
         )  # fmt: skip
         members = cast(list[tuple[str, float]], raw)

@@ -15,10 +15,9 @@ import json
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
-from core.lifecycle.keys import LifecycleKeys
+from core.keys import LifecycleKeys, parse_user_scope
 from core.lifecycle.policy import ItemView
 from core.lifecycle.states import Record
-from core.stm.keys import parse_user_scope
 from core.stm.store import StmStore, redis_errors
 
 FIELDS = (

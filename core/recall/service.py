@@ -283,6 +283,7 @@ class Recaller:
         Its timeout is the Redis client's socket timeout (``MEMSTRATA_REDIS_SOCKET_TIMEOUT_S``).
         """
         entities = extract_entities(req.query, default_lexicon(), extra=known)[:5]
+        k = self.stm.keys(req.user_id, req.tenant_id)
         try:
             return self.stm.read_for_recall(
                 req.user_id,
@@ -292,7 +293,7 @@ class Recaller:
                 entities=entities,
                 limit=self.settings.stm_per_index,
                 now=now,
-                flag_suffix=f"lastrecall:{req.session_id}",
+                flag_suffix=k.suffix(k.last_recall(req.session_id)),
             )
         except MemstrataError as exc:
             degraded["stm"] = f"{type(exc).__name__}: {exc}"
@@ -374,20 +375,17 @@ class Recaller:
         return outcome.decisions, reasons
 
     # ------------------------------------------------------------------ bookkeeping
-    def _last_recall_key(self, req: RecallRequest) -> str:
-        return self.stm.keys(req.user_id, req.tenant_id).prefix + f"lastrecall:{req.session_id}"
-
     def _bookkeeping(
         self, req: RecallRequest, kept: list[PoolCandidate], *, stm_count: int
     ) -> None:
         """Queue access counts and the recall-sufficiency flag (written by a timer thread)."""
-        prefix = self.stm.keys(req.user_id, req.tenant_id).prefix
+        k = self.stm.keys(req.user_id, req.tenant_id)
         enough = stm_count >= self.settings.routing.min_redis_results
         self.access_log.add(
             AccessRecord(
-                flag_key=prefix + f"lastrecall:{req.session_id}",
+                flag_key=k.last_recall(req.session_id),
                 flag="ok" if enough else "insufficient",
-                access_key=prefix + "access",
+                access_key=k.access,
                 members=tuple(f"{c.source_type.value}:{c.memory_id}" for c in kept),
             )
         )

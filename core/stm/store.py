@@ -20,8 +20,8 @@ from redis.commands.core import Script
 
 from core.errors import InvalidInput, PayloadTooLarge, StoreUnavailable
 from core.ids import validate_id
+from core.keys import GlobalKeys, UserKeys, index_suffixes, parse_user_scope
 from core.models.memory import MemoryItem, MemoryStatus
-from core.stm.keys import GlobalKeys, UserKeys, index_suffixes, parse_user_scope
 
 
 def _lua(name: str) -> str:

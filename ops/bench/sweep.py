@@ -17,6 +17,7 @@ from typing import Any
 
 import redis
 
+from core.keys import GlobalKeys
 from core.lifecycle.scan import scan
 from core.models.memory import MemoryItem, MemorySource, MemoryStatus, MemoryType
 from core.runtime import Runtime
@@ -92,7 +93,7 @@ def _timed_sweep(store: StmStore, now: float) -> tuple[int, float]:
 
 
 def _count_keys(client: redis.Redis, namespace: str) -> int:
-    return sum(1 for _ in client.scan_iter(match=f"{namespace}:user:*", count=5000))
+    return sum(1 for _ in client.scan_iter(match=GlobalKeys(namespace).user_glob, count=5000))
 
 
 def run(quick: bool) -> dict[str, Any]:

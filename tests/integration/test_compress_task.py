@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 from celery import Celery
 
-from core.compress.cache import CompressKeys, SessionActivity, ViewCache
+from core.compress.cache import SessionActivity, ViewCache
+from core.keys import CompressKeys
 from core.models.transcript import MessageIn, Role
 from core.runtime import Runtime
 from ops.bench.compress import ingest, scripted_session
