@@ -36,6 +36,7 @@ from typing import Any
 
 import redis
 
+from core.keys import GlobalKeys, UserKeys
 from ops.bench.common import (
     WorkerGroup,
     busy_share,
@@ -162,7 +163,7 @@ def _watch_child(env: dict[str, str], users: list[str], stop: Any, results: Any)
     """
     client = redis.Redis.from_url(env["MEMSTRATA_REDIS_URL"], decode_responses=True)
     ns = env["MEMSTRATA_KEY_NAMESPACE"]
-    keys = [f"{ns}:user:{{{u}}}:recent" for u in users]
+    keys = [UserKeys(ns, u).recent for u in users]
     last = [0.0] * len(keys)
     hist: dict[str, list[tuple[float, float]]] = {u: [] for u in users}
     polls = 0
@@ -232,7 +233,7 @@ def _redis_cpu(client: redis.Redis) -> float:
 def _backlog(client: redis.Redis, ns: str, shards: int) -> int:
     pipe = client.pipeline(transaction=False)
     for s in range(shards):
-        pipe.xlen(f"{ns}:ingest:{{s{s}}}:stream")
+        pipe.xlen(GlobalKeys(ns).ingest_stream(s))
     return int(sum(pipe.execute()))
 
 
@@ -329,7 +330,7 @@ def task_overhead(
     w0, r0, t0 = group.cpu_seconds(), _redis_cpu(client), time.perf_counter()
     for _ in range(tasks):
         app.send_task(DRAIN, args=[0])
-    while client.llen(f"{ns}:celery:ingest") > 0:
+    while client.llen(GlobalKeys(ns).celery_prefix + "ingest") > 0:  # the Celery queue
         time.sleep(0.01)
     time.sleep(0.3)  # the last ones finish
     wall = time.perf_counter() - t0
