@@ -295,8 +295,8 @@ def finalise(
     """End a session: last promotion pass, summary card, STM cleaned (idempotent)."""
     scan_user(lc, user_id, tenant_id=tenant_id, now=now)
     k = lc.stm.keys(user_id, tenant_id)
+    ids = lc.stm.session_members(user_id, session_id, tenant_id=tenant_id)
     with redis_errors():
-        ids = [str(m) for m in lc.redis.zrange(k.session(session_id), 0, -1)]
         last_at = lc.redis.zscore(GlobalKeys(lc.stm.namespace).compress_active,
                                   scope_member(k.scope, session_id))  # fmt: skip
     items = [i for i in lc.stm.get_many(user_id, ids, now=now, tenant_id=tenant_id)]
@@ -331,11 +331,9 @@ def finalise(
              and set(i.seen_sessions) <= {session_id}]  # fmt: skip
     expired_or_gone = sorted(set(ids) - {i.id for i in items})
     deleted = lc.stm.delete(user_id, local + expired_or_gone, tenant_id=tenant_id)
+    lc.stm.drop_session(user_id, session_id, tenant_id=tenant_id)
     with redis_errors():
-        pipe = lc.redis.pipeline(transaction=False)
-        pipe.delete(k.session(session_id))
-        pipe.hset(lc.keys.finalised, scope_member(k.scope, session_id), str(last_at or now))
-        pipe.execute()
+        lc.redis.hset(lc.keys.finalised, scope_member(k.scope, session_id), str(last_at or now))
     return Finalised(session_id, card_id, len(items), deleted, tuple(episodes))
 
 

@@ -115,8 +115,7 @@ def parse_view(row: Sequence[object]) -> ItemView:
 
 def user_scopes(store: StmStore, *, after: str = "", page: int = 1000) -> Iterator[str]:
     """Every user scope that holds STM items (the sweep's ``sweep:users`` set), sorted."""
-    with redis_errors():
-        scopes = sorted(str(s) for s in store.r.zrange(store.gkeys.sweep_users, 0, -1))
+    scopes = sorted(store.user_scopes())
     start = 0
     if after:
         start = next((i for i, s in enumerate(scopes) if s > after), len(scopes))

@@ -41,7 +41,7 @@ from core.errors import MemstrataError
 from core.extract.entities import extract_entities
 from core.extract.lexicon import default_lexicon
 from core.ids import DEFAULT_TENANT, SafeId
-from core.recall.access import AccessLog, AccessRecord
+from core.recall.access import AccessLog
 from core.recall.pool import (
     PoolCandidate,
     PoolPolicy,
@@ -55,7 +55,7 @@ from core.recall.profile import QueryProfile, RuntimeState, build_query_profile
 from core.recall.render import Lang, RenderedMemory, language_for, render
 from core.recall.route import LtmMode, Route, RoutingPolicy, decide_route, with_ltm_fallback
 from core.recall.text import coverage, terms
-from core.stm.store import RecallRead, StmHit, StmStore
+from core.stm.store import RecallMark, RecallRead, StmHit, StmStore
 
 log = logging.getLogger(__name__)
 
@@ -167,7 +167,7 @@ class Recaller:
         self.settings = settings or RecallSettings()
         self.pool = executor or ThreadPoolExecutor(max_workers=4, thread_name_prefix="recall")
         self.clock = clock
-        self.access_log = AccessLog(stm.r)
+        self.access_log = AccessLog(stm)
 
     def close(self) -> None:
         """Flush pending bookkeeping and stop the helper threads."""
@@ -283,7 +283,6 @@ class Recaller:
         Its timeout is the Redis client's socket timeout (``MEMSTRATA_REDIS_SOCKET_TIMEOUT_S``).
         """
         entities = extract_entities(req.query, default_lexicon(), extra=known)[:5]
-        k = self.stm.keys(req.user_id, req.tenant_id)
         try:
             return self.stm.read_for_recall(
                 req.user_id,
@@ -293,7 +292,7 @@ class Recaller:
                 entities=entities,
                 limit=self.settings.stm_per_index,
                 now=now,
-                flag_suffix=k.suffix(k.last_recall(req.session_id)),
+                with_flag=True,
             )
         except MemstrataError as exc:
             degraded["stm"] = f"{type(exc).__name__}: {exc}"
@@ -379,13 +378,13 @@ class Recaller:
         self, req: RecallRequest, kept: list[PoolCandidate], *, stm_count: int
     ) -> None:
         """Queue access counts and the recall-sufficiency flag (written by a timer thread)."""
-        k = self.stm.keys(req.user_id, req.tenant_id)
         enough = stm_count >= self.settings.routing.min_redis_results
         self.access_log.add(
-            AccessRecord(
-                flag_key=k.last_recall(req.session_id),
+            RecallMark(
+                user_id=req.user_id,
+                tenant_id=req.tenant_id,
+                session_id=req.session_id,
                 flag="ok" if enough else "insufficient",
-                access_key=k.access,
                 members=tuple(f"{c.source_type.value}:{c.memory_id}" for c in kept),
             )
         )
