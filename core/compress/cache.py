@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import cast
 
 import redis
 from redis.commands.core import Script
@@ -161,6 +162,24 @@ class SessionActivity:
             float(data.get("at", "0")),
             data.get("compressed_mid"),
         )
+
+    def last_activity(
+        self, user_id: str, session_id: str, *, tenant_id: str | None = None
+    ) -> float | None:
+        """When the session was last active (its newest turn), ``None`` if not tracked."""
+        member = scope_member(CompressKeys(self.namespace, user_id, tenant_id).scope, session_id)
+        with redis_errors():
+            at = self.r.zscore(self._active, member)
+        return None if at is None else float(at)
+
+    def quiet_since(self, cutoff: float, *, limit: int) -> list[tuple[str, float]]:
+        """Up to ``limit`` ``(<scope>|<session>, last activity)`` quiet since ``cutoff``,
+        oldest first (read only: sessions quiet for a week leave in :meth:`idle`)."""
+        with redis_errors():
+            raw = self.r.zrangebyscore(
+                self._active, "-inf", cutoff, start=0, num=limit, withscores=True
+            )
+        return [(str(m), float(s)) for m, s in cast(list[tuple[str, float]], raw)]
 
     def idle(
         self, *, now: float, idle_s: float, min_tokens: int, limit: int = 100

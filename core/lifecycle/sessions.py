@@ -23,12 +23,13 @@ import re
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol, cast
+from typing import Protocol
 
 from sqlalchemy import or_, select
 
+from core.compress.cache import SessionActivity
 from core.errors import NotFound
-from core.keys import GlobalKeys, parse_user_scope, scope_member, user_scope
+from core.keys import parse_user_scope, user_scope
 from core.lifecycle.audit import Action, AuditEvent, record
 from core.lifecycle.generality import assess
 from core.lifecycle.runtime import Lifecycle
@@ -41,7 +42,6 @@ from core.ltm.tables import cards
 from core.models.identity import EPISODE, card_key
 from core.models.memory import MemoryItem, MemorySource, MemoryType
 from core.models.transcript import Role, TranscriptRecord
-from core.stm.store import redis_errors
 
 SESSION_SUMMARY = "session_summary"
 _TERMS = re.compile(r"[\w\-]{2,}|[\u4e00-\u9fff]{2,}")
@@ -294,11 +294,8 @@ def finalise(
 ) -> Finalised:  # fmt: skip
     """End a session: last promotion pass, summary card, STM cleaned (idempotent)."""
     scan_user(lc, user_id, tenant_id=tenant_id, now=now)
-    k = lc.stm.keys(user_id, tenant_id)
     ids = lc.stm.session_members(user_id, session_id, tenant_id=tenant_id)
-    with redis_errors():
-        last_at = lc.redis.zscore(GlobalKeys(lc.stm.namespace).compress_active,
-                                  scope_member(k.scope, session_id))  # fmt: skip
+    last_at = _activity(lc).last_activity(user_id, session_id, tenant_id=tenant_id)
     items = [i for i in lc.stm.get_many(user_id, ids, now=now, tenant_id=tenant_id)]
     pol = lc.settings.promotion
     worthy = [i for i in items if _summary_worthy(i, pol.never_subtypes, pol.never_types)]
@@ -332,28 +329,27 @@ def finalise(
     expired_or_gone = sorted(set(ids) - {i.id for i in items})
     deleted = lc.stm.delete(user_id, local + expired_or_gone, tenant_id=tenant_id)
     lc.stm.drop_session(user_id, session_id, tenant_id=tenant_id)
-    with redis_errors():
-        lc.redis.hset(lc.keys.finalised, scope_member(k.scope, session_id), str(last_at or now))
+    activity_at = str(last_at or now)
+    lc.store.mark_finalised(user_id, session_id, tenant_id=tenant_id, activity_at=activity_at)
     return Finalised(session_id, card_id, len(items), deleted, tuple(episodes))
+
+
+def _activity(lc: Lifecycle) -> SessionActivity:
+    """The compression layer's session activity (when each session was last active)."""
+    return SessionActivity(lc.redis, namespace=lc.stm.namespace)
 
 
 def idle_sessions(
     lc: Lifecycle, *, now: float, idle_s: float, limit: int
 ) -> list[tuple[str, str | None, str]]:
     """(user, tenant, session) quiet for ``idle_s`` seconds and not finalised since."""
-    with redis_errors():
-        raw = lc.redis.zrangebyscore(
-            GlobalKeys(lc.stm.namespace).compress_active, "-inf", now - idle_s, start=0,
-            num=limit * 4,
-            withscores=True,
-        )  # fmt: skip
-        members = cast(list[tuple[str, float]], raw)
-        done = lc.redis.hmget(lc.keys.finalised, [str(m) for m, _ in members]) if members else []
+    members = _activity(lc).quiet_since(now - idle_s, limit=limit * 4)
+    done = lc.store.finalised([m for m, _ in members])
     out: list[tuple[str, str | None, str]] = []
     for (member, at), fin in zip(members, done, strict=True):
         if fin is not None and float(fin) >= float(at):
             continue
-        scope, _, session_id = str(member).rpartition("|")
+        scope, _, session_id = member.rpartition("|")
         user_id, tenant_id = parse_user_scope(scope)
         out.append((user_id, tenant_id, session_id))
         if len(out) >= limit:

@@ -79,7 +79,8 @@ class StmStore:
     Every write to an owner's STM keys goes through a method of this class (items,
     indexes and expiry through one Lua script each; write decisions, session cleanup
     and recall bookkeeping through the methods below), so no caller can write an index
-    without its item.
+    without its item.  The lifecycle layer's own hashes are written by
+    :class:`core.stm.lifecycle.LifecycleStore`.
     """
 
     def __init__(
