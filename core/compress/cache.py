@@ -57,7 +57,7 @@ class ViewCache:
     """Compressed views by (session, last message id, budget); entries expire after a day."""
 
     def __init__(self, client: redis.Redis, *, namespace: str, ttl_s: int = VIEW_TTL_S) -> None:
-        self.r = client
+        self._r = client
         self.namespace = validate_id(namespace, kind="key namespace")
         self.ttl_s = ttl_s
 
@@ -73,7 +73,7 @@ class ViewCache:
         keys = CompressKeys(self.namespace, user_id, tenant_id)
         key = keys.view(session_id, last_message_id, budget)
         with redis_errors():
-            raw = self.r.get(key)
+            raw = self._r.get(key)
         if raw is None:
             return None
         try:
@@ -85,7 +85,7 @@ class ViewCache:
         keys = CompressKeys(self.namespace, view.user_id, view.tenant_id)
         key = keys.view(view.session_id, view.last_message_id, view.budget_tokens)
         with redis_errors():
-            pipe = self.r.pipeline(transaction=True)  # one hash tag: also a Cluster MULTI
+            pipe = self._r.pipeline(transaction=True)  # one hash tag: also a Cluster MULTI
             pipe.set(key, view.model_dump_json(), ex=self.ttl_s)
             pipe.hset(keys.ctx(view.session_id), "compressed_mid", view.last_message_id)
             pipe.execute()
@@ -106,7 +106,7 @@ class SessionActivity:
     """Running raw-context size of each session, and which sessions went idle."""
 
     def __init__(self, client: redis.Redis, *, namespace: str) -> None:
-        self.r = client
+        self._r = client
         self.namespace = validate_id(namespace, kind="key namespace")
         self._note: Script = client.register_script(_NOTE_TURN)
         self._active = GlobalKeys(self.namespace).compress_active
@@ -128,7 +128,7 @@ class SessionActivity:
             args += [r.message_id, message_tokens(counter, r)]
         member = scope_member(keys.scope, first.session_id)
         with redis_errors():
-            pipe = self.r.pipeline(transaction=False)  # the ZSET is global: another slot
+            pipe = self._r.pipeline(transaction=False)  # the ZSET is global: another slot
             self._note(keys=[keys.ctx(first.session_id), keys.ctok(first.session_id)],
                        args=args, client=pipe)  # fmt: skip
             pipe.zadd(self._active, {member: last.at}, gt=True)
@@ -141,7 +141,7 @@ class SessionActivity:
         """Tokens of each message counted at ingest, so compression need not count again."""
         keys = CompressKeys(self.namespace, user_id, tenant_id)
         with redis_errors():
-            row = self.r.hgetall(keys.ctok(session_id))
+            row = self._r.hgetall(keys.ctok(session_id))
         return {str(k): int(v) for k, v in row.items()}
 
     def get(
@@ -149,7 +149,7 @@ class SessionActivity:
     ) -> SessionContext | None:
         keys = CompressKeys(self.namespace, user_id, tenant_id)
         with redis_errors():
-            row = self.r.hgetall(keys.ctx(session_id))
+            row = self._r.hgetall(keys.ctx(session_id))
         if not row:
             return None
         data = {str(k): str(v) for k, v in row.items()}  # the client decodes; be explicit
@@ -169,14 +169,14 @@ class SessionActivity:
         """When the session was last active (its newest turn), ``None`` if not tracked."""
         member = scope_member(CompressKeys(self.namespace, user_id, tenant_id).scope, session_id)
         with redis_errors():
-            at = self.r.zscore(self._active, member)
+            at = self._r.zscore(self._active, member)
         return None if at is None else float(at)
 
     def quiet_since(self, cutoff: float, *, limit: int) -> list[tuple[str, float]]:
         """Up to ``limit`` ``(<scope>|<session>, last activity)`` quiet since ``cutoff``,
         oldest first (read only: sessions quiet for a week leave in :meth:`idle`)."""
         with redis_errors():
-            raw = self.r.zrangebyscore(
+            raw = self._r.zrangebyscore(
                 self._active, "-inf", cutoff, start=0, num=limit, withscores=True
             )
         return [(str(m), float(s)) for m, s in cast(list[tuple[str, float]], raw)]
@@ -191,8 +191,8 @@ class SessionActivity:
         """
         key = self._active
         with redis_errors():
-            self.r.zremrangebyscore(key, "-inf", now - ACTIVITY_TTL_S)
-            members = self.r.zrangebyscore(key, "-inf", now - idle_s, start=0, num=limit * 4)
+            self._r.zremrangebyscore(key, "-inf", now - ACTIVITY_TTL_S)
+            members = self._r.zrangebyscore(key, "-inf", now - idle_s, start=0, num=limit * 4)
         out = []
         for member in members:
             scope, _, session_id = str(member).rpartition("|")

@@ -78,9 +78,9 @@ class StmStore:
 
     Every write to an owner's STM keys goes through a method of this class (items,
     indexes and expiry through one Lua script each; write decisions, session cleanup
-    and recall bookkeeping through the methods below), so no caller can write an index
-    without its item.  The lifecycle layer's own hashes are written by
-    :class:`core.stm.lifecycle.LifecycleStore`.
+    and recall bookkeeping through the methods below); the client stays private, so no
+    caller can write an index without its item.  The lifecycle layer's own hashes are
+    written by :class:`core.stm.lifecycle.LifecycleStore`.
     """
 
     def __init__(
@@ -93,7 +93,7 @@ class StmStore:
         max_summary_chars: int = 400,
         max_detail_chars: int = 4000,
     ) -> None:
-        self.r = client
+        self._r = client
         self.namespace = validate_id(namespace, kind="key namespace")
         self.session_cap = session_cap
         self.history_cap = history_cap
@@ -144,7 +144,7 @@ class StmStore:
             return []
 
         def send() -> list[Any]:
-            pipe = self.r.pipeline(transaction=False)
+            pipe = self._r.pipeline(transaction=False)
             for k, payload in payloads:
                 # plain EVALSHA: redis-py's Script object adds a SCRIPT EXISTS per pipeline
                 pipe.evalsha(self._upsert.sha, 1, k.prefix, payload, self.session_cap,
@@ -157,7 +157,7 @@ class StmStore:
             try:
                 raw = send()
             except redis.exceptions.NoScriptError:  # a restarted or flushed Redis
-                self.r.script_load(self._upsert.script)
+                self._r.script_load(self._upsert.script)
                 raw = send()
         out = []
         for res in raw[: len(items)]:
@@ -181,7 +181,7 @@ class StmStore:
         """Every memory id in the session's index (expired or gone ones included)."""
         key = self.keys(user_id, tenant_id).session(session_id)
         with redis_errors():
-            return [str(m) for m in self.r.zrange(key, 0, -1)]
+            return [str(m) for m in self._r.zrange(key, 0, -1)]
 
     def drop_session(
         self,
@@ -200,7 +200,7 @@ class StmStore:
         k = self.keys(user_id, tenant_id)
         doomed = [k.session(session_id)] + ([k.decisions(session_id)] if decisions else [])
         with redis_errors():
-            self.r.delete(*doomed)
+            self._r.delete(*doomed)
 
     # ------------------------------------------------------------------ write decisions
     def record_decisions(self, rows: Sequence[DecisionRow], *, ttl_s: int) -> None:
@@ -212,7 +212,7 @@ class StmStore:
         if not rows:
             return
         with redis_errors():
-            pipe = self.r.pipeline(transaction=False)
+            pipe = self._r.pipeline(transaction=False)
             touched: dict[str, None] = {}
             for user_id, tenant_id, session_id, decision in rows:
                 key = self.keys(user_id, tenant_id).decisions(session_id)
@@ -228,7 +228,7 @@ class StmStore:
         """Every recorded write decision of a session, in turn order."""
         validate_id(session_id, kind="session_id")
         with redis_errors():
-            raw = self.r.hgetall(self.keys(user_id, tenant_id).decisions(session_id))
+            raw = self._r.hgetall(self.keys(user_id, tenant_id).decisions(session_id))
         out = [WriteDecision.model_validate(json.loads(v)) for v in raw.values()]
         out.sort(key=lambda d: (d.at, d.decision_id))
         return out
@@ -242,12 +242,12 @@ class StmStore:
             return []
         k = self.keys(user_id, tenant_id)
         with redis_errors():
-            pipe = self.r.pipeline(transaction=False)
+            pipe = self._r.pipeline(transaction=False)
             pipe.hmget(k.canon, [c for c, _ in pairs])
             pipe.hmget(k.fp, [f for _, f in pairs])
             canon_ids, fp_ids = pipe.execute()
             wanted = {m for m in list(canon_ids) + list(fp_ids) if m}
-            pipe = self.r.pipeline(transaction=False)
+            pipe = self._r.pipeline(transaction=False)
             order = sorted(wanted)
             for mid in order:
                 pipe.hmget(k.item(mid), ["fingerprint", "source", "history", "mention_count"])
@@ -287,7 +287,7 @@ class StmStore:
         if not ids:
             return []
         with redis_errors():
-            pipe = self.r.pipeline(transaction=False)
+            pipe = self._r.pipeline(transaction=False)
             for mid in ids:
                 pipe.hgetall(k.item(mid))
             rows = pipe.execute()
@@ -307,7 +307,7 @@ class StmStore:
         if not 1 <= limit <= 1000:
             raise InvalidInput("limit must be within 1..1000")
         with redis_errors():
-            ids = [str(m) for m in self.r.zrevrange(key, 0, limit - 1)]
+            ids = [str(m) for m in self._r.zrevrange(key, 0, limit - 1)]
         return self.get_many(user_id, ids, now=now, tenant_id=tenant_id)
 
     def recent(
@@ -436,7 +436,7 @@ class StmStore:
         if not marks:
             return
         with redis_errors():
-            pipe = self.r.pipeline(transaction=False)
+            pipe = self._r.pipeline(transaction=False)
             for m in marks:
                 k = self.keys(m.user_id, m.tenant_id)
                 pipe.set(k.last_recall(m.session_id), m.flag, ex=flag_ttl_s)
@@ -449,7 +449,7 @@ class StmStore:
     def user_scopes(self) -> list[str]:
         """Every user scope that holds STM items (the ``sweep:users`` hint), unsorted."""
         with redis_errors():
-            return [str(s) for s in self.r.zrange(self.gkeys.sweep_users, 0, -1)]
+            return [str(s) for s in self._r.zrange(self.gkeys.sweep_users, 0, -1)]
 
     def sweep_user(
         self, user_id: str, *, now: float, limit: int, tenant_id: str | None = None
@@ -472,7 +472,7 @@ class StmStore:
         gk = self.gkeys.sweep_users
         while removed < max_items:
             with redis_errors():
-                due = [str(s) for s in self.r.zrangebyscore(gk, "-inf", now, start=0, num=256)]
+                due = [str(s) for s in self._r.zrangebyscore(gk, "-inf", now, start=0, num=256)]
             if not due:
                 break
             budgets: list[tuple[str, int]] = []
@@ -484,7 +484,7 @@ class StmStore:
                 budgets.append((scope, budget))
                 left -= budget
             with redis_errors():
-                pipe = self.r.pipeline(transaction=False)
+                pipe = self._r.pipeline(transaction=False)
                 for scope, budget in budgets:
                     user_id, tenant_id = parse_user_scope(scope)
                     self._sweep(
@@ -493,7 +493,7 @@ class StmStore:
                 replies = pipe.execute()
             progressed = False
             with redis_errors():
-                pipe = self.r.pipeline(transaction=False)
+                pipe = self._r.pipeline(transaction=False)
                 for (scope, budget), (n_raw, nxt_raw) in zip(budgets, replies, strict=True):
                     n = int(n_raw)
                     removed += n
