@@ -604,7 +604,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     b.add_argument(
         "--format",
-        choices=["locomo", "memdaily", "madial"],
+        choices=["locomo", "memdaily", "madial", "beam"],
         help="quality: dataset format (default: detected from the file)",
     )
     b.set_defaults(func=_bench)

@@ -27,6 +27,7 @@ DEFAULT_DATASET = Path(__file__).resolve().parents[4] / "shared/bench/locomo/loc
 TOKENS_AT = 10  # tokens injected per query = the memories that fill a 10-turn budget
 ATTRIBUTION_K = 10
 QUICK_SESSIONS = 6
+QUICK_CHATS = 1  # BEAM --quick: the first chat (about 190 messages, 18 questions with gold)
 
 
 def _pct(values: Sequence[float], q: float) -> float:
@@ -101,6 +102,8 @@ def load_dataset(
     if fmt == "memdaily":
         n = distractors if distractors is not None else (10 if quick else 50)
         return load(path, fmt, distractors=n, per_file=1 if quick else 10)
+    if fmt == "beam" and quick:
+        return load(path, fmt, limit_chats=QUICK_CHATS)
     return load(path, fmt)
 
 

@@ -95,7 +95,7 @@ class Mem0System:
             self.embedder.passages([t.text])
             t0 = time.perf_counter()
             self.memory.add(
-                [{"role": "user", "content": t.text}],
+                [{"role": t.role, "content": t.text}],
                 user_id=user,
                 metadata={"turn_id": t.id, "session": t.session},
                 infer=False,

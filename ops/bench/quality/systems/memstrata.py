@@ -194,7 +194,7 @@ class MemstrataSystem:
         from core.models.transcript import Role, TranscriptRecord
 
         rec = TranscriptRecord(message_id=mid, turn_id="t-" + mid, user_id=user,
-                               tenant_id=TENANT, session_id=session, role=Role.USER,
+                               tenant_id=TENANT, session_id=session, role=Role(t.role),
                                content=t.text, name=t.speaker[:256] or None, at=t.at)  # fmt: skip
         self._activity.note_turn([rec], self._counter)
 
@@ -282,7 +282,7 @@ class MemstrataSystem:
                 tenant_id=TENANT,
                 session_id=session,
                 turn_id="t-" + mid,
-                messages=[{"role": "user", "content": t.text, "message_id": mid,
+                messages=[{"role": t.role, "content": t.text, "message_id": mid,
                            "name": t.speaker[:256]}],
                 at=t.at,
             )  # fmt: skip
