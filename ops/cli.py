@@ -84,7 +84,8 @@ def _bench(args: argparse.Namespace) -> int:
             print(json.dumps(results))
         else:
             print("docs/BENCHMARKS.md and docs/benchmarks.json regenerated", file=sys.stderr)
-        return 0 if not any("error" in f for f in results.values()) else 1
+        failed = _quality_failed(results.get("quality") or {})
+        return 0 if not any("error" in f for f in results.values()) and not failed else 1
     names = [args.name]
     unknown = [n for n in names if n not in BENCHES]
     if unknown:
@@ -104,7 +105,19 @@ def _bench(args: argparse.Namespace) -> int:
             print(module.markdown(results[name]))
     if args.json:
         print(json.dumps(results[names[0]] if len(names) == 1 else results))
-    return 0
+    return 1 if "quality" in results and _quality_failed(results["quality"]) else 0
+
+
+def _quality_failed(figures: dict[str, Any]) -> bool:
+    """Print a quality run's errors (its results are written all the same); True if any."""
+    from ops.bench.quality import failures
+
+    lines = failures(figures)
+    if lines:
+        print(f"memstrata bench quality: {len(lines)} error(s) in this run:", file=sys.stderr)
+        for line in lines:
+            print(f"  {line}", file=sys.stderr)
+    return bool(lines)
 
 
 # ---------------------------------------------------------------------- Celery roles

@@ -8,6 +8,8 @@ from typing import Any
 from ops.bench.quality.metrics import KS
 from ops.bench.quality.stageloss import STAGES
 
+ERRORS_SHOWN = 5  # per system, in the markdown (results.json keeps up to MAX_ERRORS)
+
 
 def _f(v: Any) -> str:
     return f"{v:.3f}" if isinstance(v, float) else str(v)
@@ -15,6 +17,7 @@ def _f(v: Any) -> str:
 
 def markdown(figures: dict[str, Any]) -> str:
     lines = _systems_table(figures)
+    lines += _errors(figures)
     lines += _diagnostics_table(figures)
     lines += _category_table(figures)
     lines += _stage_table(figures)
@@ -37,19 +40,43 @@ def _systems_table(figures: dict[str, Any]) -> list[str]:
         "expanded into source turns, de-duplicated, cut at k.",
         "",
         "| system | " + " | ".join(f"R@{k}" for k in KS) + " | hit@10 | all@10 | nDCG@10 | MRR "
-        "| stored items | turns in | tokens/query | add p50 ms | search p50 ms |",
-        "|---" * (len(KS) + 10) + "|",
+        "| stored items | turns in | tokens/query | add p50 ms | search p50 ms | errors |",
+        "|---" * (len(KS) + 11) + "|",
     ]
-    for name, s in figures.get("systems", {}).items():
+    systems = figures.get("systems", {})
+    for name, s in systems.items():
         cells = [_f(s.get(f"recall@{k}", 0.0)) for k in KS]
         cells += [_f(s.get("hit@10", 0.0)), _f(s.get("recall_all@10", 0.0)),
                   _f(s.get("ndcg@10", 0.0)), _f(s.get("mrr", 0.0))]  # fmt: skip
         cells += [str(s.get("stored_items")), str(s.get("ingested_turns")),
-                  _f(s.get("tokens_per_query")), _f(s["add_ms"]["p50"]),
-                  _f(s["search_ms"]["p50"])]  # fmt: skip
+                  _f(s.get("tokens_per_query")), _f(s.get("add_ms", {}).get("p50")),
+                  _f(s.get("search_ms", {}).get("p50")),
+                  f"**{n}**" if (n := s.get("error_count", 0)) else "0"]  # fmt: skip
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
-    for name, err in figures.get("errors", {}).items():
-        lines.append(f"| {name} | did not run: {err} |")
+    for name, records in figures.get("errors", {}).items():
+        if name not in systems and name not in figures.get("diagnostics", {}):
+            first = records[0]["error"] if records else "?"
+            lines.append(f"| {name} | did not run: {first} |")
+    return lines
+
+
+def _errors(figures: dict[str, Any]) -> list[str]:
+    """The failures of the run, loudly: the run exits non-zero when there are any."""
+    errors = figures.get("errors") or {}
+    if not errors:
+        return []
+    ran = {**figures.get("systems", {}), **figures.get("diagnostics", {})}
+    lines = ["", "**This run had errors** (failed parts are scored as misses; the command "
+             "exits non-zero):", ""]  # fmt: skip
+    for name, records in errors.items():
+        total = ran.get(name, {}).get("error_count", len(records))
+        for r in records[:ERRORS_SHOWN]:
+            where = " ".join(x for x in (r.get("space"), r.get("item")) if x)
+            lines.append(f"- {name}, {r.get('stage')}{' ' + where if where else ''}: "
+                         f"`{r.get('error')}`")  # fmt: skip
+        if total > min(len(records), ERRORS_SHOWN):
+            lines.append(f"- {name}: {total} errors in all (results.json lists the first "
+                         f"{len(records)})")  # fmt: skip
     return lines
 
 

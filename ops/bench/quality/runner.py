@@ -8,6 +8,7 @@ import platform
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from statistics import median
 from typing import Any
@@ -121,16 +122,29 @@ def _tokens(hits: list[Hit], k: int) -> int:
 def run_system(
     system: System, ds: Dataset, *, on_question: Callable[[Space, Question, list[Hit]], None]
 ) -> dict[str, Any]:
+    """Ingest every space, ask every question with gold.  A part that raises (a space's
+    ingest, one search) is recorded in ``system.stats`` and scored as a miss; the run
+    goes on, and the caller fails at the end."""
     t0 = time.perf_counter()
+    broken: set[str] = set()
     for space in ds.spaces:
-        system.ingest(space)
+        try:
+            system.ingest(space)
+        except Exception as exc:
+            system.stats.error("ingest", space.id, "", exc)
+            broken.add(space.id)
     t_ingest = time.perf_counter() - t0
     tokens: list[int] = []
     for space in ds.spaces:
         for q in space.questions:
             if not q.gold:
                 continue
-            hits = system.search(space, q, max(KS))
+            hits: list[Hit] = []
+            if space.id not in broken:  # a space that never went in: its questions miss
+                try:
+                    hits = system.search(space, q, max(KS))
+                except Exception as exc:
+                    system.stats.error("search", space.id, q.id, exc)
             tokens.append(_tokens(hits, TOKENS_AT))
             on_question(space, q, hits)
     st = system.stats
@@ -154,7 +168,13 @@ def evaluate(
     system_kw: dict[str, dict[str, Any]] | None = None,
     attribution_k: int = ATTRIBUTION_K,
 ) -> dict[str, Any]:
-    """Every system on every space of ``ds``; the figures as one JSON-able dict."""
+    """Every system on every space of ``ds``; the figures as one JSON-able dict.
+
+    Nothing is dropped quietly: a system that does not start, or fails on any part of the
+    data, has its errors in ``errors`` (per system: the records of the first failures,
+    and ``error_count``); the systems that ran keep their figures, the failed parts
+    scored as misses.  :func:`ops.bench.quality.failures` lists them for the exit code.
+    """
     out: dict[str, Any] = {"systems": {}, "per_category": {}, "diagnostics": {}, "errors": {}}
     per_question: dict[str, dict[str, dict[str, float]]] = {}
     stage: dict[str, Any] = {}  # memstrata (and variants) stage-loss attribution
@@ -162,9 +182,9 @@ def evaluate(
     for name in systems:
         try:
             system = make_system(name, **(system_kw or {}).get(name, {}))
-        except Exception as exc:  # a peer that cannot start is reported, not fatal
+        except Exception as exc:  # recorded, the other systems still run
             log.exception("system %s did not start", name)
-            out["errors"][name] = f"{type(exc).__name__}: {exc}"
+            out["errors"][name] = [_record("start", exc)]
             continue
         rows: dict[str, dict[str, float]] = {}
 
@@ -175,12 +195,16 @@ def evaluate(
             info = run_system(system, ds, on_question=record)
             if name.startswith("memstrata"):
                 stage.setdefault("variants", {})[name] = attribute_losses(system, ds, attribution_k)
-        except Exception as exc:
+        except Exception as exc:  # the harness itself broke: no figures to show
             log.exception("system %s failed", name)
-            out["errors"][name] = f"{type(exc).__name__}: {exc}"
+            out["errors"][name] = [*system.stats.errors, _record("run", exc)]
+            _close(system)
             continue
-        finally:
-            system.close()
+        _close(system)
+        info["errors"] = list(system.stats.errors)
+        info["error_count"] = system.stats.error_count
+        if system.stats.error_count:
+            out["errors"][name] = info["errors"]
         per_question[name] = rows
         if name in SYSTEMS:
             out["systems"][name] = {**_headline(ds, rows), **info}
@@ -203,6 +227,18 @@ def evaluate(
     return out
 
 
+def _record(stage: str, exc: BaseException) -> dict[str, str]:
+    return {"stage": stage, "space": "", "item": "", "error": f"{type(exc).__name__}: {exc}"}
+
+
+def _close(system: System) -> None:
+    try:
+        system.close()
+    except Exception as exc:
+        log.exception("system %s did not close", system.name)
+        system.stats.error("close", "", "", exc)
+
+
 def _questions(ds: Dataset) -> list[Question]:
     return [q for s in ds.spaces for q in s.questions if q.gold]
 
@@ -221,49 +257,79 @@ def _by_category(ds: Dataset, rows: dict[str, dict[str, float]]) -> dict[str, An
     return {c: {**average(r), "questions": len(r)} for c, r in sorted(cats.items())}
 
 
+@dataclass
+class _Losses:
+    """Stage-loss counts, summed over the spaces attributed so far."""
+
+    totals: Counter[str] = field(default_factory=Counter)
+    by_cat: dict[str, Counter[str]] = field(default_factory=dict)
+    refusals: Counter[str] = field(default_factory=Counter)
+    funnel: Counter[str] = field(default_factory=Counter)
+    rules: Counter[str] = field(default_factory=Counter)
+    questions: list[dict[str, Any]] = field(default_factory=list)
+
+    def add(self, other: _Losses) -> None:
+        self.totals.update(other.totals)
+        for c, n in other.by_cat.items():
+            self.by_cat.setdefault(c, Counter()).update(n)
+        self.refusals.update(other.refusals)
+        self.funnel.update(other.funnel)
+        self.rules.update(other.rules)
+        self.questions += other.questions
+
+
+def _space_losses(system: Any, space: Space, k: int) -> _Losses:
+    out = _Losses()
+    ledger = stageloss.build_ledger(system, space.id)
+    seen: set[str] = set()
+    for ds_ in ledger.decisions.values():
+        for d in ds_:
+            if d.decision_id not in seen:
+                seen.add(d.decision_id)
+                out.rules[f"{d.rule} {d.verdict.value}"] += 1
+    for t in space.turns:
+        out.funnel[stageloss.write_stage(t.id, ledger)] += 1
+    for q in space.questions:
+        if not q.gold:
+            continue
+        fates = stageloss.attribute(system, space.id, ledger, q, k)
+        for f in fates:
+            out.totals[f.stage] += 1
+            out.by_cat.setdefault(q.category, Counter())[f.stage] += 1
+            if f.stage == "refused":
+                out.refusals[f.detail] += 1
+        out.questions.append(
+            {"id": q.id, "category": q.category, "question": q.text,
+             "fates": [f.as_dict() for f in fates]}
+        )  # fmt: skip
+    return out
+
+
 def attribute_losses(system: Any, ds: Dataset, k: int) -> dict[str, Any]:
-    """Stage-loss attribution of every gold turn (all questions) plus the write funnel."""
-    totals: Counter[str] = Counter()
-    by_cat: dict[str, Counter[str]] = {}
-    refusals: Counter[str] = Counter()
-    funnel: Counter[str] = Counter()
-    rules: Counter[str] = Counter()
-    questions = []
+    """Stage-loss attribution of every gold turn (all questions) plus the write funnel.
+
+    A space that never went in, or whose attribution raises, is left out (its error is
+    recorded in ``system.stats``)."""
+    losses = _Losses()
     for space in ds.spaces:
-        ledger = stageloss.build_ledger(system, space.id)
-        seen: set[str] = set()
-        for ds_ in ledger.decisions.values():
-            for d in ds_:
-                if d.decision_id not in seen:
-                    seen.add(d.decision_id)
-                    rules[f"{d.rule} {d.verdict.value}"] += 1
-        for t in space.turns:
-            funnel[stageloss.write_stage(t.id, ledger)] += 1
-        for q in space.questions:
-            if not q.gold:
-                continue
-            fates = stageloss.attribute(system, space.id, ledger, q, k)
-            for f in fates:
-                totals[f.stage] += 1
-                by_cat.setdefault(q.category, Counter())[f.stage] += 1
-                if f.stage == "refused":
-                    refusals[f.detail] += 1
-            questions.append(
-                {"id": q.id, "category": q.category, "question": q.text,
-                 "fates": [f.as_dict() for f in fates]}
-            )  # fmt: skip
+        if space.id not in system.spaces:
+            continue  # its ingest failed: recorded by run_system
+        try:
+            losses.add(_space_losses(system, space, k))
+        except Exception as exc:
+            system.stats.error("attribution", space.id, "", exc)
     return {
         "k": k,
         "system": system.name,
-        "gold_turns": sum(totals.values()),
-        "totals": {s: totals.get(s, 0) for s in stageloss.STAGES},
+        "gold_turns": sum(losses.totals.values()),
+        "totals": {s: losses.totals.get(s, 0) for s in stageloss.STAGES},
         "by_category": {
-            c: {s: n.get(s, 0) for s in stageloss.STAGES} for c, n in sorted(by_cat.items())
+            c: {s: n.get(s, 0) for s in stageloss.STAGES} for c, n in sorted(losses.by_cat.items())
         },
-        "refusal_reasons": dict(refusals.most_common(10)),
-        "write_funnel": dict(funnel.most_common()),
-        "decisions_by_rule": dict(rules.most_common()),
-        "questions": questions,
+        "refusal_reasons": dict(losses.refusals.most_common(10)),
+        "write_funnel": dict(losses.funnel.most_common()),
+        "decisions_by_rule": dict(losses.rules.most_common()),
+        "questions": losses.questions,
     }
 
 

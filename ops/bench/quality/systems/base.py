@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import re
 from collections import Counter
 from collections.abc import Iterator
@@ -10,6 +11,10 @@ from functools import cache
 from typing import Protocol
 
 from ops.bench.quality.datasets import Question, Space
+
+log = logging.getLogger(__name__)
+
+MAX_ERRORS = 50  # error records kept per system (all are counted)
 
 
 @dataclass(frozen=True)
@@ -28,6 +33,16 @@ class SystemStats:
     search_seconds: list[float] = field(default_factory=list)  # per query
     notes: list[str] = field(default_factory=list)
     degraded: Counter[str] = field(default_factory=Counter)  # answers a layer was missing from
+    errors: list[dict[str, str]] = field(default_factory=list)  # the first MAX_ERRORS
+    error_count: int = 0
+
+    def error(self, stage: str, space: str, item: str, exc: BaseException) -> None:
+        """Record a failure of one part of the run (the run goes on, and fails at the end)."""
+        self.error_count += 1
+        log.warning("%s failed on %s %s: %s: %s", stage, space, item, type(exc).__name__, exc)
+        if len(self.errors) < MAX_ERRORS:
+            self.errors.append({"stage": stage, "space": space, "item": item,
+                                "error": f"{type(exc).__name__}: {exc}"[:500]})  # fmt: skip
 
 
 class System(Protocol):

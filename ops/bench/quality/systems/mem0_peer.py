@@ -94,12 +94,16 @@ class Mem0System:
             # the embedding is computed first so the measured time is mem0's own
             self.embedder.passages([t.text])
             t0 = time.perf_counter()
-            self.memory.add(
-                [{"role": t.role, "content": t.text}],
-                user_id=user,
-                metadata={"turn_id": t.id, "session": t.session},
-                infer=False,
-            )
+            try:
+                self.memory.add(
+                    [{"role": t.role, "content": t.text}],
+                    user_id=user,
+                    metadata={"turn_id": t.id, "session": t.session},
+                    infer=False,
+                )
+            except Exception as exc:  # one refused turn must not lose the rest of the space
+                self.stats.error("ingest", space.id, t.id, exc)
+                continue
             self.stats.add_seconds.append(time.perf_counter() - t0)
         self.stats.ingested_turns += len(space.turns)
         got = self.memory.get_all(filters={"user_id": user}, top_k=100_000)

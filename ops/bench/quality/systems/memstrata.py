@@ -89,6 +89,7 @@ class SpaceState:
     turn_of: dict[str, str]  # message id → dataset turn id
     query_now: float
     evicted: set[str] = field(default_factory=set)
+    failed: dict[str, str] = field(default_factory=dict)  # message id → why record_turn failed
     explained: dict[str, list[Candidate]] = field(default_factory=dict)  # question id →
 
 
@@ -250,6 +251,20 @@ class MemstrataSystem:
                 self._kicked.add(shard)
             self._last_outcomes.extend(report.outcomes)
 
+    def _record(self, user: str, session: str, mid: str, t: Turn) -> None:
+        """One turn through the write path: L0 + stream, the drain, the session activity."""
+        self.client.record_turn(
+            user_id=user,
+            tenant_id=TENANT,
+            session_id=session,
+            turn_id="t-" + mid,
+            messages=[{"role": t.role, "content": t.text, "message_id": mid,
+                       "name": t.speaker[:256]}],
+            at=t.at,
+        )  # fmt: skip
+        self._drain()
+        self._note_activity(user, session, mid, t)
+
     def ingest(self, space: Space) -> None:
         user = message_id(space.id)[:100]
         self._ensure_user(user)
@@ -277,17 +292,13 @@ class MemstrataSystem:
             mid = message_id(t.id)
             state.turn_of[mid] = t.id
             t0 = time.perf_counter()
-            self.client.record_turn(
-                user_id=user,
-                tenant_id=TENANT,
-                session_id=session,
-                turn_id="t-" + mid,
-                messages=[{"role": t.role, "content": t.text, "message_id": mid,
-                           "name": t.speaker[:256]}],
-                at=t.at,
-            )  # fmt: skip
-            self._drain()
-            self._note_activity(user, session, mid, t)
+            try:
+                self._record(user, session, mid, t)
+            except Exception as exc:  # recorded, and the run fails at the end; the rest
+                # of the space still goes in (one refused message must not lose a run)
+                state.failed[mid] = f"{type(exc).__name__}: {exc}"[:300]
+                self.stats.error("ingest", space.id, t.id, exc)
+                continue
             self.stats.add_seconds.append(time.perf_counter() - t0)
             last_at = t.at
         for outcome in self._last_outcomes:
