@@ -1,5 +1,6 @@
 """memstrata in the quality harness, on a tiny synthetic chat (real Redis, PostgreSQL, L0):
-a message ``record_turn()`` refuses is an error of the run, the rest is still measured."""
+a message ``record_turn()`` refuses is an error of the run, the rest is still measured,
+and the token-budget and stored-token figures come from what recall renders and holds."""
 
 from __future__ import annotations
 
@@ -67,5 +68,20 @@ def test_a_refused_message_is_an_error_and_the_rest_is_measured(
     assert fates["c:x:0"][0]["stage"] == "not_recorded"
     assert figures["stage_loss"]["write_funnel"]["not_recorded"] == 1
     assert figures["per_question"]["memstrata"]["c:ie:0"]["recall@25"] == 1.0
+    # what recall renders within a token budget: the sprint's memory, with its answer
+    row = figures["per_question_budget"]["memstrata"]["c:ie:0"]
+    assert row["evidence@128"] == 1.0 and row["containment@128"] == 1.0
+    assert 0 < row["tokens@128"] <= 128
+    assert figures["per_question_budget"]["memstrata"]["c:x:0"]["containment@128"] is None
+    budget = mem["budget"]
+    assert set(budget) == {"128", "256", "512", "1024"}
+    assert budget["128"]["answer_questions"] == 2  # c:x:0 has no answer to look for
+    # what memstrata holds: STM items and LTM cards, fewer tokens than the transcript
+    layers = mem["stored_tokens_by_layer"]
+    assert layers["ltm cards"] > 0 and layers["raw_history"] == 0
+    assert mem["stored_tokens"] == layers["stm"] + layers["pg facts"] + layers["ltm cards"]
+    assert mem["memory_ratio"] == round(figures["transcript_tokens"] / mem["stored_tokens"], 3)
     # the baseline was not affected
-    assert figures["systems"]["bm25_raw"]["errors"] == []
+    raw = figures["systems"]["bm25_raw"]
+    assert raw["errors"] == [] and raw["memory_ratio"] == 1.0
+    assert raw["stored_tokens"] == figures["transcript_tokens"]

@@ -14,17 +14,17 @@ from ops.bench import quality
 from ops.bench.quality import runner
 from ops.bench.quality.datasets import Dataset, Question, Space, Turn
 from ops.bench.quality.report import markdown
-from ops.bench.quality.systems.base import Hit, SystemStats
+from ops.bench.quality.systems.base import Hit, Injection, SystemStats
 
 
 class Flaky:
     """A system that recalls every turn, and fails where it is told to."""
 
     def __init__(self, name: str, *, bad_space: str = "", bad_question: str = "",
-                 max_chars: int = 10_000) -> None:  # fmt: skip
+                 bad_budget: int = 0, max_chars: int = 10_000) -> None:  # fmt: skip
         self.name = name
         self.stats = SystemStats()
-        self.bad_space, self.bad_question = bad_space, bad_question
+        self.bad_space, self.bad_question, self.bad_budget = bad_space, bad_question, bad_budget
         self.max_chars = max_chars
         self.turns: dict[str, list[Turn]] = {}
 
@@ -40,11 +40,18 @@ class Flaky:
         self.turns[space.id] = kept
         self.stats.ingested_turns += len(space.turns)
         self.stats.stored_items += len(kept)
+        self.stats.stored_layers["raw turns"] += sum(len(t.text) for t in kept)
 
     def search(self, space: Space, question: Question, depth: int) -> list[Hit]:
         if question.id == self.bad_question:
             raise TimeoutError("search timed out")
         return [Hit(t.text, (t.id,)) for t in self.turns[space.id]][:depth]
+
+    def inject(self, space: Space, question: Question, budget: int) -> Injection:
+        if question.id == self.bad_question and budget == self.bad_budget:
+            raise OSError("inject failed")
+        kept = self.turns[space.id]
+        return Injection(" ".join(t.text for t in kept), tuple(t.id for t in kept))
 
     def close(self) -> None:
         pass
@@ -79,28 +86,31 @@ def systems(monkeypatch: pytest.MonkeyPatch) -> dict[str, dict[str, Any]]:
 def test_a_system_failing_on_parts_keeps_its_figures_and_records_every_error(
     systems: dict[str, dict[str, Any]],
 ) -> None:
-    # Given a system that breaks on one space and one search
-    systems["flaky"] = {"bad_space": "bad", "bad_question": "good:q2"}
+    # Given a system that breaks on one space, one search and one injection
+    systems["flaky"] = {"bad_space": "bad", "bad_question": "good:q2", "bad_budget": 256}
     # When the harness runs it beside a steady one
     figures = runner.evaluate(_dataset(), ("flaky", "steady"))
     # Then it is still reported, its failed parts scored as misses
     flaky = figures["systems"]["flaky"]
-    assert flaky["error_count"] == 2
+    assert flaky["error_count"] == 3
     stages = [(e["stage"], e["space"], e["item"]) for e in flaky["errors"]]
-    assert stages == [("ingest", "bad", ""), ("search", "good", "good:q2")]
+    assert stages == [("ingest", "bad", ""), ("search", "good", "good:q2"),
+                      ("inject@256", "good", "good:q2")]  # fmt: skip
     assert "RuntimeError: this space breaks the system" in flaky["errors"][0]["error"]
     assert figures["errors"] == {"flaky": flaky["errors"]}
     rows = figures["per_question"]["flaky"]
     assert rows["good:q1"]["recall@1"] == 1.0
     assert rows["good:q2"]["recall@25"] == 0.0 and rows["bad:q1"]["recall@25"] == 0.0
     assert flaky["questions"] == 4 and flaky["recall@25"] == 0.25
+    assert figures["per_question_budget"]["flaky"]["good:q2"]["evidence@256"] == 0.0
+    assert figures["per_question_budget"]["flaky"]["good:q2"]["evidence@512"] == 1.0
     # and the steady system is untouched
     assert figures["systems"]["steady"]["errors"] == []
     assert figures["systems"]["steady"]["recall@25"] == 1.0
     # the failures are listed for the exit code and shown in the tables
-    assert len(quality.failures(figures)) == 2
+    assert len(quality.failures(figures)) == 3
     text = markdown(figures)
-    assert "This run had errors" in text and "| **2** |" in text
+    assert "This run had errors" in text and "| **3** |" in text
     assert "- flaky, search good good:q2: `TimeoutError: search timed out`" in text
 
 
@@ -111,6 +121,21 @@ def test_a_system_that_does_not_start_is_an_error(systems: dict[str, dict[str, A
     assert figures["errors"]["broken"][0]["stage"] == "start"
     assert quality.failures(figures) == ["broken: start: ImportError: peer not installed"]
     assert "| broken | did not run: ImportError: peer not installed |" in markdown(figures)
+
+
+def test_budget_figures_and_memory_ratio_per_system(systems: dict[str, dict[str, Any]]) -> None:
+    figures = runner.evaluate(_dataset(), ("steady",))
+    steady = figures["systems"]["steady"]
+    assert figures["transcript_tokens"] > 0
+    assert steady["stored_tokens"] == sum(len(t.text) for s in _dataset().spaces for t in s.turns)
+    assert steady["memory_ratio"] == round(
+        figures["transcript_tokens"] / steady["stored_tokens"], 3
+    )
+    assert set(steady["budget"]) == {"128", "256", "512", "1024"}
+    row = steady["budget"]["128"]
+    assert row["evidence_recall"] == 1.0
+    assert row["answer_containment"] == 1.0 and row["answer_questions"] == 2  # q2: no answer
+    assert steady["errors"] == [] and not quality.failures(figures)
 
 
 def _locomo_file(tmp_path: Path) -> Path:

@@ -2,11 +2,12 @@
 
 ``run(quick, dataset, fmt)`` loads a LoCoMo / MemDaily / MADial-Bench / BEAM dataset
 (read in place), runs every system on it in the same process with the same embedder,
-scores the turn-budget metrics, attributes memstrata's lost gold turns to the stage that
-lost them, and writes ``results.json``, ``results.md`` and PNG plots to ``out_dir``
-(default ``var/bench-quality/<dataset>[-quick]``).  The returned dict holds
+scores the turn-budget metrics and what each system injects within token budgets,
+attributes memstrata's lost gold turns to the stage that lost them, and writes
+``results.json``, ``results.md`` and PNG plots to ``out_dir`` (default
+``var/bench-quality/<dataset>[-quick]``).  The returned dict holds
 ``{"systems": {<name>: {"recall@1", "recall@5", "recall@10", "recall@25",
-"stored_items", "ingested_turns", "tokens_per_query", "errors", ...}},
+"stored_items", "stored_tokens", "memory_ratio", "budget", "errors", ...}},
 "per_category": {...}, "errors": {...}}``.  A run with errors still writes its results;
 :func:`failures` lists them, and the CLI exits non-zero.  See docs/QUALITY.md.
 """
@@ -62,6 +63,7 @@ def run(
     save(figures, target)  # the file keeps the per-question scores and stage losses
     if not keep_questions:
         figures.pop("per_question", None)
+        figures.pop("per_question_budget", None)
         losses = [figures.get("stage_loss") or {}]
         losses += list(figures.get("stage_loss_variants", {}).values())
         for sl in losses:

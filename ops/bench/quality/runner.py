@@ -17,8 +17,16 @@ from core.recall.pool import estimate_tokens
 from ops.bench.quality import stageloss
 from ops.bench.quality.datasets import Dataset, Format, Question, Space, load
 from ops.bench.quality.embed import shared_embedder
-from ops.bench.quality.metrics import KS, average, score_question, turn_budget
-from ops.bench.quality.systems.base import Hit, System
+from ops.bench.quality.metrics import (
+    KS,
+    TOKEN_BUDGETS,
+    average,
+    average_budgets,
+    score_budgets,
+    score_question,
+    turn_budget,
+)
+from ops.bench.quality.systems.base import Hit, Injection, System, cl100k, count_tokens
 
 log = logging.getLogger(__name__)
 
@@ -119,12 +127,30 @@ def _tokens(hits: list[Hit], k: int) -> int:
     return sum(estimate_tokens(h.text) for h in used)
 
 
+OnQuestion = Callable[[Space, Question, list[Hit], dict[int, Injection]], None]
+
+
+def _injections(system: System, space: Space, q: Question) -> dict[int, Injection]:
+    out: dict[int, Injection] = {}
+    for b in TOKEN_BUDGETS:
+        try:
+            out[b] = system.inject(space, q, b)
+        except Exception as exc:
+            system.stats.error(f"inject@{b}", space.id, q.id, exc)
+            out[b] = Injection("", ())
+    return out
+
+
 def run_system(
-    system: System, ds: Dataset, *, on_question: Callable[[Space, Question, list[Hit]], None]
+    system: System,
+    ds: Dataset,
+    *,
+    on_question: OnQuestion,
+    transcript_tokens: int | None = None,
 ) -> dict[str, Any]:
     """Ingest every space, ask every question with gold.  A part that raises (a space's
-    ingest, one search) is recorded in ``system.stats`` and scored as a miss; the run
-    goes on, and the caller fails at the end."""
+    ingest, one search, one injection) is recorded in ``system.stats`` and scored as a
+    miss; the run goes on, and the caller fails at the end."""
     t0 = time.perf_counter()
     broken: set[str] = set()
     for space in ds.spaces:
@@ -140,16 +166,24 @@ def run_system(
             if not q.gold:
                 continue
             hits: list[Hit] = []
+            injected = {b: Injection("", ()) for b in TOKEN_BUDGETS}
             if space.id not in broken:  # a space that never went in: its questions miss
                 try:
                     hits = system.search(space, q, max(KS))
                 except Exception as exc:
                     system.stats.error("search", space.id, q.id, exc)
+                injected = _injections(system, space, q)
             tokens.append(_tokens(hits, TOKENS_AT))
-            on_question(space, q, hits)
+            on_question(space, q, hits, injected)
     st = system.stats
+    if transcript_tokens is None:
+        transcript_tokens = count_tokens(t.text for s in ds.spaces for t in s.turns)
     return {
         "stored_items": st.stored_items,
+        "stored_tokens": st.stored_tokens,
+        "stored_tokens_by_layer": dict(st.stored_layers),
+        "memory_ratio": round(transcript_tokens / st.stored_tokens, 3) if st.stored_tokens
+        else None,
         "ingested_turns": st.ingested_turns,
         "tokens_per_query": round(sum(tokens) / len(tokens), 1) if tokens else 0.0,
         "add_ms": _ms(st.add_seconds),
@@ -158,7 +192,16 @@ def run_system(
         "total_s": round(time.perf_counter() - t0, 2),
         "notes": list(st.notes),
         "degraded": dict(st.degraded.most_common()),
-    }
+    }  # fmt: skip
+
+
+def _budget_row(q: Question, injected: dict[int, Injection]) -> dict[str, float | None]:
+    counter = cl100k()
+    return score_budgets(
+        {b: (i.text, i.turns, counter.count(i.text)) for b, i in injected.items()},
+        q.gold,
+        q.answers,
+    )
 
 
 def evaluate(
@@ -177,7 +220,10 @@ def evaluate(
     """
     out: dict[str, Any] = {"systems": {}, "per_category": {}, "diagnostics": {}, "errors": {}}
     per_question: dict[str, dict[str, dict[str, float]]] = {}
+    per_budget: dict[str, dict[str, dict[str, float | None]]] = {}
     stage: dict[str, Any] = {}  # memstrata (and variants) stage-loss attribution
+    transcript = count_tokens(t.text for s in ds.spaces for t in s.turns)
+    out["transcript_tokens"] = transcript
     emb = None
     for name in systems:
         try:
@@ -187,12 +233,21 @@ def evaluate(
             out["errors"][name] = [_record("start", exc)]
             continue
         rows: dict[str, dict[str, float]] = {}
+        brows: dict[str, dict[str, float | None]] = {}
 
-        def record(space: Space, q: Question, hits: list[Hit], rows: dict[str, Any] = rows) -> None:
+        def record(
+            space: Space,
+            q: Question,
+            hits: list[Hit],
+            injected: dict[int, Injection],
+            rows: dict[str, Any] = rows,
+            brows: dict[str, Any] = brows,
+        ) -> None:
             rows[q.id] = score_question([h.turns for h in hits], q.gold)
+            brows[q.id] = _budget_row(q, injected)
 
         try:
-            info = run_system(system, ds, on_question=record)
+            info = run_system(system, ds, on_question=record, transcript_tokens=transcript)
             if name.startswith("memstrata"):
                 stage.setdefault("variants", {})[name] = attribute_losses(system, ds, attribution_k)
         except Exception as exc:  # the harness itself broke: no figures to show
@@ -206,15 +261,13 @@ def evaluate(
         if system.stats.error_count:
             out["errors"][name] = info["errors"]
         per_question[name] = rows
+        per_budget[name] = brows
+        figures = {**_headline(ds, rows), **info, "budget": _budget(ds, brows)}
         if name in SYSTEMS:
-            out["systems"][name] = {**_headline(ds, rows), **info}
-            out["per_category"][name] = _by_category(ds, rows)
+            out["systems"][name] = figures
+            out["per_category"][name] = _by_category(ds, rows, brows)
         else:  # a diagnostic variant: same figures, kept out of the systems table
-            out["diagnostics"][name] = {
-                **_headline(ds, rows),
-                **info,
-                "per_category": _by_category(ds, rows),
-            }
+            out["diagnostics"][name] = {**figures, "per_category": _by_category(ds, rows, brows)}
     if any(s.startswith(("dense", "hybrid", "mem0")) for s in systems):
         emb = shared_embedder()
         emb.save()
@@ -224,6 +277,7 @@ def evaluate(
     out["stage_loss"] = variants.get("memstrata") or next(iter(variants.values()), {})
     out["stage_loss_variants"] = {k: v for k, v in variants.items() if k != "memstrata"}
     out["per_question"] = per_question
+    out["per_question_budget"] = per_budget
     return out
 
 
@@ -249,12 +303,27 @@ def _headline(ds: Dataset, rows: dict[str, dict[str, float]]) -> dict[str, Any]:
     return {**avg, "questions": len(head)}
 
 
-def _by_category(ds: Dataset, rows: dict[str, dict[str, float]]) -> dict[str, Any]:
-    cats: dict[str, list[dict[str, float]]] = {}
+def _budget(ds: Dataset, brows: dict[str, dict[str, float | None]]) -> dict[str, Any]:
+    """The headline questions' figures per token budget (keys "128" … "1024")."""
+    head = [brows[q.id] for q in _questions(ds) if q.category in ds.headline and q.id in brows]
+    return average_budgets(head)
+
+
+def _by_category(
+    ds: Dataset,
+    rows: dict[str, dict[str, float]],
+    brows: dict[str, dict[str, float | None]] | None = None,
+) -> dict[str, Any]:
+    cats: dict[str, list[Question]] = {}
     for q in _questions(ds):
         if q.id in rows:
-            cats.setdefault(q.category, []).append(rows[q.id])
-    return {c: {**average(r), "questions": len(r)} for c, r in sorted(cats.items())}
+            cats.setdefault(q.category, []).append(q)
+    out: dict[str, Any] = {}
+    for c, qs in sorted(cats.items()):
+        out[c] = {**average([rows[q.id] for q in qs]), "questions": len(qs)}
+        if brows:
+            out[c]["budget"] = average_budgets([brows[q.id] for q in qs if q.id in brows])
+    return out
 
 
 @dataclass
