@@ -308,7 +308,7 @@ class MemstrataSystem:
         self.spaces[space.id] = state
         self.stats.ingested_turns += len(space.turns)
         held = self.inventory(space.id)
-        self.stats.stored_items += sum(len(v) for k, v in held.items() if k != RAW_HISTORY)
+        self.stats.stored_items += self.stored(held)
         for layer, texts in held.items():
             self.stats.stored_layers[layer] += count_tokens(texts)
 
@@ -319,9 +319,10 @@ class MemstrataSystem:
         ids = [str(m) for m in self.res.redis.zrange(keys.recent, 0, -1)]
         return self.res.stm.get_many(st.user_id, ids, now=st.query_now, tenant_id=TENANT)
 
-    def stored(self, space_id: str) -> int:
-        """Distinct curated memories held at query time (see :meth:`inventory`)."""
-        return sum(len(v) for k, v in self.inventory(space_id).items() if k != RAW_HISTORY)
+    @staticmethod
+    def stored(inventory: dict[str, list[str]]) -> int:
+        """Distinct curated memories of an :meth:`inventory` (raw history not counted)."""
+        return sum(len(v) for k, v in inventory.items() if k != RAW_HISTORY)
 
     def inventory(self, space_id: str) -> dict[str, list[str]]:
         """The text of every distinct memory held at query time, by layer: active LTM cards
