@@ -6,7 +6,7 @@
     memstrata inspect | explain        what is in STM, and why each candidate was (not) stored
     memstrata sweep [--dry-run]        run the expire sweep once
     memstrata migrate                  bring every PostgreSQL table up to date (Alembic)
-    memstrata replay [...]             replay public agent sessions (ops/replay.py)
+    memstrata replay [...]             replay public agent sessions (ops/replay/)
     memstrata bench <name>             benchmarks (ops/bench)
     memstrata ltm status|reindex|requeue  LTM projections: counts, rebuild, dead letters
     memstrata milvus [DB_FILE] [ADDR]  the local milvus-lite server in the foreground
@@ -52,7 +52,7 @@ def build_parser() -> argparse.ArgumentParser:
     memory.add_sweep(sub)
     roles.add_migrate(sub)
     # listed for --help only: main() hands `replay ...` to ops.replay before parsing
-    sub.add_parser("replay", help="replay public agent sessions (ops/replay.py; --help there)")
+    sub.add_parser("replay", help="replay public agent sessions (ops/replay/; --help there)")
     memory.add_recall(sub)
     memory.add_compress(sub)
     ltm.add_ltm(sub)
