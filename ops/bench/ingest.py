@@ -36,23 +36,12 @@ from typing import Any
 
 import redis
 
-from ops.bench.common import (
-    WorkerGroup,
-    busy_share,
-    celery_follow_env,
-    children_cpu_seconds,
-    cpu_seconds,
-    machine,
-    machine_busy,
-    new_namespace,
-    patched_env,
-    percentile,
-    purge,
-    r3,
-    redis_url,
-    scratch_dir,
-    turn_messages,
-)
+from ops.bench.common.cpu import busy_share, children_cpu_seconds, cpu_seconds, machine_busy
+from ops.bench.common.env import new_namespace, patched_env, purge, redis_url, scratch_dir
+from ops.bench.common.fixtures import turn_messages
+from ops.bench.common.machine import machine
+from ops.bench.common.stats import percentile, r3
+from ops.bench.common.workers import WorkerGroup, celery_follow_env
 
 TARGET_E2E_P95_MS = 50.0
 TARGET_RATE = 200.0

@@ -28,7 +28,9 @@ from core.ltm.runtime import LtmRuntime
 from core.ltm.search import SearchMode, SearchPolicy
 from core.runtime import Runtime
 from core.settings import load_settings
-from ops.bench.common import load_average, percentile, r3, scratch_postgres
+from ops.bench.common.db import scratch_postgres
+from ops.bench.common.machine import load_average
+from ops.bench.common.stats import percentile, r3
 from ops.bench.ltm_data import (
     DEFAULT_MADIAL,
     load_madial,

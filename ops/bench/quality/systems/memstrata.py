@@ -48,7 +48,7 @@ from core.policy.write import TtlPolicy
 from core.recall.service import RecallRequest, RecallSettings
 from core.runtime import Runtime
 from core.settings import Settings, load_settings
-from ops.bench.common import scratch_postgres
+from ops.bench.common.db import scratch_postgres
 from ops.bench.quality.datasets import Question, Space, Turn
 from ops.bench.quality.embed import SharedEmbedder, Vector, shared_embedder
 from ops.bench.quality.systems.base import Hit, SystemStats
