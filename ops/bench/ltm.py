@@ -33,7 +33,7 @@ from ops.bench.common.machine import load_average
 from ops.bench.common.stats import percentile, r3
 from ops.bench.ltm_data import (
     DEFAULT_MADIAL,
-    load_madial,
+    madial_cases,
     memory_draft,
     metrics,
     synthetic_draft,
@@ -69,7 +69,7 @@ def _quality(rt: LtmRuntime, root: Path) -> dict[str, Any]:
     out: dict[str, Any] = {}
     policy = SearchPolicy(candidates=20, top_k=10)
     for lang in ("en", "zh"):
-        memories, queries = load_madial(lang, root)
+        memories, queries = madial_cases(lang, root)
         tenant = f"madial-{lang}"
         written = rt.ledger.write_many([memory_draft(m, tenant) for m in memories])
         ids = {w.memory_id: m.key for w, m in zip(written, memories, strict=True)}

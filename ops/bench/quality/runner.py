@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import logging
-import platform
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -261,16 +260,6 @@ def attribute_losses(system: Any, ds: Dataset, k: int) -> dict[str, Any]:
         "write_funnel": dict(funnel.most_common()),
         "decisions_by_rule": dict(rules.most_common()),
         "questions": questions,
-    }
-
-
-def machine() -> dict[str, Any]:
-    import os
-
-    return {
-        "python": platform.python_version(),
-        "platform": platform.platform(),
-        "cpus": os.cpu_count(),
     }
 
 
