@@ -15,6 +15,7 @@ from typing import Any
 
 import redis
 
+from core.stm.keys import UserKeys
 from ops.bench.common.cpu import cpu_seconds
 from ops.bench.common.fixtures import turn_messages
 
@@ -118,7 +119,7 @@ def _watch_child(env: dict[str, str], users: list[str], stop: Any, results: Any)
     """
     client = redis.Redis.from_url(env["MEMSTRATA_REDIS_URL"], decode_responses=True)
     ns = env["MEMSTRATA_KEY_NAMESPACE"]
-    keys = [f"{ns}:user:{{{u}}}:recent" for u in users]
+    keys = [UserKeys(ns, u).recent for u in users]  # the product's key builder, not a copy
     last = [0.0] * len(keys)
     hist: dict[str, list[tuple[float, float]]] = {u: [] for u in users}
     polls = 0
