@@ -34,9 +34,7 @@ from core.lifecycle.generality import assess
 from core.lifecycle.runtime import Lifecycle
 from core.lifecycle.scan import scan_user
 from core.ltm.card import CardDraft, CardStatus, LtmCard
-from core.ltm.filters import CardFilter
 from core.ltm.ledger import ledger_errors, load_cards, write_card
-from core.ltm.search import LtmSearch
 from core.ltm.tables import cards
 from core.models.identity import EPISODE, card_key
 from core.models.memory import MemoryItem, MemorySource, MemoryType
@@ -64,8 +62,8 @@ class CardFinder(Protocol):
 
 
 class LedgerFinder:
-    """Term overlap on the ledger's ``bm25_text`` (no index needed; the LTM search adapter
-    is the better finder when Milvus is up)."""
+    """Term overlap on the ledger's ``bm25_text``: needs no index, so preload works while
+    Milvus is down (any other :class:`CardFinder` can be passed to :func:`preload`)."""
 
     def __init__(self, lc: Lifecycle) -> None:
         self.lc = lc
@@ -90,24 +88,6 @@ class LedgerFinder:
             ids = [r.memory_id for r in ranked[:limit]]
             found = load_cards(conn, ids)
         return [found[i] for i in ids if i in found]
-
-
-class SearchFinder:
-    """The LTM hybrid search (BM25 + vectors) as a finder; cards are then read from the
-    ledger, the source of truth, so a stale index entry cannot preload a retracted card."""
-
-    def __init__(self, lc: Lifecycle, search: LtmSearch) -> None:
-        self.lc = lc
-        self.search = search
-
-    def related(self, *, tenant_id: str, user_id: str, query: str, limit: int) -> list[LtmCard]:
-        if limit <= 0 or not query.strip():
-            return []
-        flt = CardFilter(tenant_id=tenant_id, user_id=user_id)
-        ids = [r.memory_id for r in self.search.search(query, flt)][: limit * 2]
-        found = self.lc.ledger.cards(ids)
-        live = [found[i] for i in ids if i in found and found[i].status is CardStatus.ACTIVE]
-        return live[:limit]
 
 
 def last_session_summary(lc: Lifecycle, *, tenant_id: str, user_id: str) -> LtmCard | None:

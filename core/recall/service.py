@@ -374,9 +374,6 @@ class Recaller:
         return outcome.decisions, reasons
 
     # ------------------------------------------------------------------ bookkeeping
-    def _last_recall_key(self, req: RecallRequest) -> str:
-        return self.stm.keys(req.user_id, req.tenant_id).prefix + f"lastrecall:{req.session_id}"
-
     def _bookkeeping(
         self, req: RecallRequest, kept: list[PoolCandidate], *, stm_count: int
     ) -> None:
