@@ -3,18 +3,32 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from typing import Any
 
 from core.errors import StoreUnavailable
 from core.ingest.drain import drain_shard
 from core.ingest.queue import consumer_name
+from core.models.transcript import TranscriptRecord, TurnPointer
 from core.runtime import get_runtime
 from tasks.app import app
 from tasks.compress import track_turns
+from tasks.ltm import INDEX_HISTORY, MAX_IDS
 
 log = logging.getLogger(__name__)
 
 DRAIN = "memstrata.ingest.drain"
+
+
+def after_batch(turns: Sequence[tuple[TurnPointer, Sequence[TranscriptRecord]]]) -> None:
+    """What follows an acknowledged batch: the compression trigger and the raw-history index
+    (on the ``ltm`` queue: embedding is that queue's work, never the ingest worker's)."""
+    track_turns(turns)
+    ltm = get_runtime().settings.ltm
+    if turns and ltm.enabled and ltm.history_enabled:
+        pointers = [pointer.model_dump(mode="json") for pointer, _records in turns]
+        for i in range(0, len(pointers), MAX_IDS):
+            app.send_task(INDEX_HISTORY, args=[pointers[i : i + MAX_IDS]], queue="ltm")
 
 
 @app.task(
@@ -42,7 +56,7 @@ def drain(self: Any, shard: int) -> dict[str, int]:
         batch=res.settings.ingest_batch,
         max_run_s=res.settings.ingest_max_run_s,
         linger_ms=res.settings.ingest_linger_ms,
-        on_batch=track_turns,
+        on_batch=after_batch,
     )
     if report.continued:
         self.apply_async(args=[shard])

@@ -14,12 +14,16 @@ import logging
 import time
 from typing import Any
 
+from pydantic import ValidationError
+
 from core.errors import InvalidInput, StoreUnavailable
 from core.ids import validate_id
 from core.ltm.errors import IndexUnavailable
+from core.ltm.history import project_turns
 from core.ltm.indexer import ProjectReport, plan_reconcile, reconcile
 from core.ltm.runtime import LtmRuntime
 from core.maintenance import run_locked
+from core.models.transcript import TurnPointer
 from core.runtime import get_runtime
 from tasks.app import app
 
@@ -28,6 +32,7 @@ log = logging.getLogger(__name__)
 INDEX = "memstrata.ltm.index"
 DELETE = "memstrata.ltm.delete"
 RECONCILE = "memstrata.ltm.reconcile"
+INDEX_HISTORY = "memstrata.ltm.index_history"
 MAX_IDS = 500
 
 _RETRY: dict[str, Any] = {
@@ -73,6 +78,25 @@ def index_cards(self: Any, memory_ids: list[str]) -> dict[str, int]:
     report = _runtime().projector.project(_ids(memory_ids))
     _raise_if_transient(report)
     return _summary(report)
+
+
+def _pointers(pointers: Any) -> list[TurnPointer]:
+    if not isinstance(pointers, list) or not 1 <= len(pointers) <= MAX_IDS:
+        raise InvalidInput(f"pointers must be a list of 1-{MAX_IDS} turn pointers")
+    try:
+        return [TurnPointer.model_validate(p) for p in pointers]
+    except ValidationError as exc:
+        raise InvalidInput(f"bad turn pointer: {exc.errors()[0]['msg']}") from exc
+
+
+@app.task(name=INDEX_HISTORY, **_RETRY)
+def index_history(self: Any, pointers: list[dict[str, Any]]) -> dict[str, int]:
+    """Index the messages of drained turns in the raw-history fallback (idempotent)."""
+    rt = get_runtime()
+    history = rt.ltm.history
+    if history is None:
+        return {"indexed": 0}
+    return {"indexed": project_turns(history, rt.transcript, _pointers(pointers))}
 
 
 @app.task(name=DELETE, **_RETRY)
