@@ -9,8 +9,8 @@ from __future__ import annotations
 from alembic import command, context
 from alembic.config import Config
 from sqlalchemy import Connection, MetaData, create_engine
-from sqlalchemy.exc import OperationalError
 
+from core.adapters.pg import PgErrorMap
 from core.errors import StoreUnavailable
 
 
@@ -19,20 +19,20 @@ def run_alembic(
 ) -> None:
     """``upgrade`` or ``downgrade`` to ``revision`` on one connection, committed at the end.
 
-    A server that does not answer raises ``unavailable`` (a transient error).
+    Database errors go through the one PostgreSQL map (:mod:`core.adapters.pg`): a server
+    that does not answer raises ``unavailable`` (a transient error).
     """
+    translated = PgErrorMap(unavailable=unavailable)
+    what = f"cannot migrate ({cfg.get_main_option('script_location')})"
     engine = create_engine(url, pool_size=1, max_overflow=0)
     try:
-        with engine.connect() as conn:
+        with translated(what), engine.connect() as conn:
             cfg.attributes["connection"] = conn
             if step == "upgrade":
                 command.upgrade(cfg, revision)
             else:
                 command.downgrade(cfg, revision)
             conn.commit()
-    except OperationalError as exc:
-        raise unavailable(f"cannot migrate ({cfg.get_main_option('script_location')}): "
-                          f"{exc.orig}") from exc  # fmt: skip
     finally:
         engine.dispose()
 

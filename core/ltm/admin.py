@@ -8,9 +8,10 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from core.adapters.pg import pg_errors
 from core.ltm.config import ltm_settings
 from core.ltm.indexer import rebuild
-from core.ltm.ledger import ledger_errors, requeue_failed
+from core.ltm.ledger import requeue_failed
 from core.ltm.runtime import build_runtime
 
 
@@ -42,7 +43,7 @@ def requeue(settings: Any) -> int:
     """Dead letters (``failed``) back to ``pending``; the reconciler picks them up."""
     rt = build_runtime(ltm_settings(settings), postgres_url=settings.postgres_url)
     try:
-        with ledger_errors("requeue"), rt.engine.begin() as conn:
+        with pg_errors("requeue"), rt.engine.begin() as conn:
             return requeue_failed(conn, now=time.time())
     finally:
         rt.close()

@@ -6,13 +6,14 @@ StoreUnavailable
 PermanentError
 ├── MilvusServerError         the local server could not be started or is taken
 ├── EmbeddingDimensionMismatch  model and collection disagree: fix config, not retry
-├── IndexRejected             the index refused a request as malformed
 └── IllegalTransition         a projection state change the state machine forbids
+StoreRejected
+└── IndexRejected             the index refused a request as malformed
 """
 
 from __future__ import annotations
 
-from core.errors import PermanentError, StoreUnavailable
+from core.errors import PermanentError, StoreRejected, StoreUnavailable
 
 
 class IndexUnavailable(StoreUnavailable):
@@ -31,7 +32,7 @@ class EmbeddingDimensionMismatch(PermanentError):
     """The embedder's dimension differs from the collection's: re-index or change model."""
 
 
-class IndexRejected(PermanentError):
+class IndexRejected(StoreRejected):
     """The index answered, but refused the request (schema mismatch, bad expression)."""
 
 
