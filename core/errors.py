@@ -14,8 +14,9 @@
         │   └── Conflict          a constraint refused the write (unique, foreign key, check)
         ├── NotFound
         ├── CorruptRecord         stored data that no longer parses
-        └── StoreRejected         the store answered and refused the command itself (bad SQL,
-                                  a Redis command on the wrong type, a failing script): a bug
+        ├── StoreRejected         the store answered and refused the command itself (bad SQL,
+        │                         a Redis command on the wrong type, a failing script): a bug
+        └── IllegalTransition     a state change that a state machine forbids
 
 Adapters translate vendor exceptions into these (``raise ... from exc``, so ``__cause__``
 is the vendor error) with one table per vendor, most specific rule first:
@@ -83,3 +84,7 @@ class CorruptRecord(PermanentError):
 
 class StoreRejected(PermanentError):
     """The store answered but refused the request as malformed: fix the code or the schema."""
+
+
+class IllegalTransition(PermanentError):
+    """A state change that a state machine (card projection, promotion lifecycle) forbids."""

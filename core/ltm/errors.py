@@ -5,10 +5,12 @@ StoreUnavailable
 └── EmbeddingUnavailable      the embedding service did not answer (retry)
 PermanentError
 ├── MilvusServerError         the local server could not be started or is taken
-├── EmbeddingDimensionMismatch  model and collection disagree: fix config, not retry
-└── IllegalTransition         a projection state change the state machine forbids
+└── EmbeddingDimensionMismatch  model and collection disagree: fix config, not retry
 StoreRejected
 └── IndexRejected             the index refused a request as malformed
+
+A forbidden projection state change raises :class:`core.errors.IllegalTransition`, the
+one class both state machines (card projections, promotion lifecycle) use.
 """
 
 from __future__ import annotations
@@ -34,7 +36,3 @@ class EmbeddingDimensionMismatch(PermanentError):
 
 class IndexRejected(StoreRejected):
     """The index answered, but refused the request (schema mismatch, bad expression)."""
-
-
-class IllegalTransition(PermanentError):
-    """A card projection state change that the state machine does not allow."""

@@ -25,10 +25,9 @@ from sqlalchemy import Connection, Engine, and_, bindparam, func, or_, select, t
 from sqlalchemy.dialects.postgresql import insert
 
 from core.adapters.pg import pg_errors
-from core.errors import CorruptRecord, NotFound, PayloadTooLarge
+from core.errors import CorruptRecord, IllegalTransition, NotFound, PayloadTooLarge
 from core.ids import validate_id
 from core.ltm.card import CardDraft, CardStatus, LtmCard
-from core.ltm.errors import IllegalTransition
 from core.ltm.tables import INDEX_NAMES, cards, projections
 
 
