@@ -15,8 +15,8 @@ import threading
 
 from core.api import MemoryClient
 from core.resources import get_resources
+from tasks._options import DRAIN
 from tasks.app import app
-from tasks.ingest import DRAIN
 
 log = logging.getLogger(__name__)
 

@@ -11,9 +11,16 @@ from __future__ import annotations
 import os
 from typing import Any
 
-import tasks.lifecycle as lifecycle_tasks
+import tasks.lifecycle  # noqa: F401  (registers the lifecycle tasks on the app)
 from core.lifecycle.config import LifecycleSettings, lifecycle_settings
 from core.settings import load_settings
+from tasks._options import (
+    LIFECYCLE_BATCH,
+    LIFECYCLE_FORGET,
+    LIFECYCLE_IDLE,
+    LIFECYCLE_SCAN,
+    LIFECYCLE_SUMMARISE,
+)
 from tasks.app import app
 
 __all__ = ["app", "lifecycle_entries"]
@@ -27,11 +34,11 @@ def lifecycle_entries(cfg: LifecycleSettings) -> dict[str, dict[str, Any]]:
                 "options": {"queue": "maintenance", "expires": every * 0.9}}  # fmt: skip
 
     return {
-        "lifecycle-promotion-scan": entry(lifecycle_tasks.SCAN, cfg.scan_interval_s),
-        "lifecycle-batch-queue": entry(lifecycle_tasks.BATCH, cfg.batch_interval_s),
-        "lifecycle-idle-sessions": entry(lifecycle_tasks.IDLE, cfg.idle_check_s),
-        "lifecycle-ltm-summarise": entry(lifecycle_tasks.SUMMARISE, cfg.maintain_interval_s),
-        "lifecycle-ltm-forget": entry(lifecycle_tasks.FORGET, cfg.forget_interval_s),
+        "lifecycle-promotion-scan": entry(LIFECYCLE_SCAN, cfg.scan_interval_s),
+        "lifecycle-batch-queue": entry(LIFECYCLE_BATCH, cfg.batch_interval_s),
+        "lifecycle-idle-sessions": entry(LIFECYCLE_IDLE, cfg.idle_check_s),
+        "lifecycle-ltm-summarise": entry(LIFECYCLE_SUMMARISE, cfg.maintain_interval_s),
+        "lifecycle-ltm-forget": entry(LIFECYCLE_FORGET, cfg.forget_interval_s),
     }
 
 
