@@ -71,7 +71,8 @@ def _raise_if_transient(report: ProjectReport) -> None:
 @app.task(name=LTM_INDEX, bind=True, **LTM)
 def index_cards(self: Any, memory_ids: list[str]) -> dict[str, int]:
     """Embed and project cards into both indexes (seed 2: one LTM write, p95 <= 50 ms)."""
-    report = _runtime().projector.project(_ids(memory_ids))
+    ids = _ids(memory_ids)  # before the runtime: bad input never touches the stores
+    report = _runtime().projector.project(ids)
     _raise_if_transient(report)
     return _summary(report)
 
@@ -79,8 +80,8 @@ def index_cards(self: Any, memory_ids: list[str]) -> dict[str, int]:
 @app.task(name=LTM_DELETE, bind=True, **LTM)
 def delete_cards(self: Any, memory_ids: list[str]) -> dict[str, int]:
     """Tombstone cards in the ledger and remove them from both indexes."""
-    rt = _runtime()
     ids = _ids(memory_ids)
+    rt = _runtime()
     for memory_id in ids:
         rt.ledger.delete(memory_id)
     report = rt.projector.project(ids)
