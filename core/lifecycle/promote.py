@@ -107,7 +107,7 @@ def promote_to_pg(lc: Lifecycle, view: ItemView, d: Decision, now: float) -> Use
         session_ids=tuple(sorted(set(view.seen_sessions) | {view.session_id}))[:64],
         note=d.reason[:1000],
     )
-    with lc.engine.begin() as conn:
+    with pg_errors("promote fact"), lc.engine.begin() as conn:
         result = promote_fact(
             db=conn, tenant_id=tenant, user_id=view.user_id, canonical_fact_key=key,
             domain=key.split(".", 1)[0], value=value, source_memory_ids=[view.memory_id],

@@ -63,7 +63,7 @@ def retract_pg_fact(
 ) -> Retraction:
     """End the current value of ``fact_key``; the history row stays (who, when, why)."""
     ids = _sources(lc, fact_key)
-    with lc.engine.begin() as conn:
+    with pg_errors("retract fact"), lc.engine.begin() as conn:
         version = retract_fact(db=conn, tenant_id=tenant_id, user_id=user_id,
                                canonical_fact_key=fact_key)  # fmt: skip
         record(conn, [AuditEvent(Action.RETRACT, tenant_id, user_id, fact_key, reason, now,
