@@ -123,13 +123,12 @@ def promotion_scan(max_items: int | None = None, dry_run: bool = False) -> dict[
 @app.task(name=LIFECYCLE_BATCH, **BEAT)
 def batch_queue(dry_run: bool = False) -> dict[str, int]:
     """Seed 2's 5-minute job: merge >= 3 per topic into a card, decay or drop the rest."""
-    req = payload(DryRun, dry_run=dry_run)
+    dry = payload(DryRun, dry_run=dry_run).dry_run
     lc = _lc()
     cfg = lc.settings
 
     def work() -> dict[str, int]:
-        return run_batch(lc, now=time.time(), limit=cfg.batch_max_entries,
-                         dry_run=req.dry_run)[1]  # fmt: skip
+        return run_batch(lc, now=time.time(), limit=cfg.batch_max_entries, dry_run=dry)[1]
 
     out = _locked(lc, "batch", cfg.batch_interval_s, work)
     log.info("lifecycle batch %s", out)
@@ -188,8 +187,9 @@ def ltm_forget(apply: bool | None = None) -> dict[str, int]:
 def retract(kind: str, target: str, tenant_id: str | None = None, user_id: str | None = None,
             reason: str = "retracted") -> dict[str, Any]:  # fmt: skip
     """Undo a promotion: ``kind`` is ``fact`` (tenant, user, fact key) or ``card`` (card id)."""
-    req = payload(RetractInput, kind=kind, target=target, tenant_id=tenant_id,
-                  user_id=user_id, reason=reason)  # fmt: skip
+    req = payload(
+        RetractInput, kind=kind, target=target, tenant_id=tenant_id, user_id=user_id, reason=reason
+    )
     lc = _lc()
     now = time.time()
     if req.kind == "card":
@@ -215,8 +215,9 @@ def finalise_session(user_id: str, session_id: str, tenant_id: str | None = None
 def preload_session(user_id: str, session_id: str, query: str,
                     tenant_id: str | None = None) -> dict[str, Any]:  # fmt: skip
     """Warm a new session's STM with related LTM cards (seed 2 initializeSession)."""
-    req = payload(PreloadInput, user_id=user_id, session_id=session_id, query=query,
-                  tenant_id=tenant_id)  # fmt: skip
+    req = payload(
+        PreloadInput, user_id=user_id, session_id=session_id, query=query, tenant_id=tenant_id
+    )
     lc = _lc()
     ids = preload(lc, user_id=req.user_id, session_id=req.session_id, query=req.query[:2000],
                   tenant_id=req.tenant_id, now=time.time())  # fmt: skip

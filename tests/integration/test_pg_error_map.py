@@ -38,16 +38,21 @@ from tests.integration.authority_db import PG_HOST, PG_USER, scratch_database
 pytestmark = pytest.mark.integration
 
 
+THINGS = """
+CREATE TABLE things (
+    id int CONSTRAINT pk_things PRIMARY KEY,
+    n int NOT NULL CONSTRAINT ck_things_n CHECK (n >= 0),
+    parent int CONSTRAINT fk_things_parent_things REFERENCES things (id)
+)
+"""
+
+
 @pytest.fixture(scope="module")
 def pg_url() -> Iterator[str]:
     with scratch_database("memstrata_pgerr_") as url:
         eng = create_engine(url)
         with eng.begin() as conn:
-            conn.execute(text(
-                "CREATE TABLE things (id int CONSTRAINT pk_things PRIMARY KEY,"
-                " n int NOT NULL CONSTRAINT ck_things_n CHECK (n >= 0),"
-                " parent int CONSTRAINT fk_things_parent_things REFERENCES things (id))"
-            ))  # fmt: skip
+            conn.execute(text(THINGS))
         eng.dispose()
         yield url
 
@@ -145,8 +150,8 @@ def test_a_component_gives_its_own_constraints_a_meaning(engine: Engine) -> None
     assert_mapped(err, NotFound, sa.IntegrityError)
     assert str(err) == "test: no parent fk_things_parent_things"
     # a constraint it does not name still gets the generic row
-    assert_mapped(mapped(run(engine, "INSERT INTO things VALUES (1, 1)"), errors), Conflict,
-                  sa.IntegrityError)  # fmt: skip
+    other = mapped(run(engine, "INSERT INTO things VALUES (1, 1)"), errors)
+    assert_mapped(other, Conflict, sa.IntegrityError)
 
 
 def test_a_value_the_column_refuses_is_invalid_input(engine: Engine) -> None:
@@ -257,8 +262,8 @@ def test_the_authority_map_raises_the_authority_leaves(engine: Engine) -> None:
     with engine.connect().execution_options(isolation_level="REPEATABLE READ") as late:
         late.execute(text("SELECT n FROM things WHERE id = 1"))
         run(engine, "UPDATE things SET n = 10 WHERE id = 1")()
-        raced = mapped(lambda: late.execute(text("UPDATE things SET n = 20 WHERE id = 1")),
-                       translated)  # fmt: skip
+        update = text("UPDATE things SET n = 20 WHERE id = 1")
+        raced = mapped(lambda: late.execute(update), translated)
         late.rollback()
     assert_mapped(raced, ConcurrentFactWrite, sa.OperationalError)
     assert isinstance(raced, ConcurrentWrite)
