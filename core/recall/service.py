@@ -25,7 +25,7 @@ from sqlalchemy import Engine
 
 from core.authority.blocks import AuthorityBlocks, build_blocks
 from core.authority.cache import CacheLookup, CacheStatus, ProfileCache
-from core.authority.db import autocommit_reader
+from core.authority.db import autocommit_reader, translated
 from core.authority.domain import AUTHORITATIVE_DOMAINS, domain_of_key
 from core.authority.domain_authority import (
     Action,
@@ -278,7 +278,7 @@ class Recaller:
         lookup = self.cache.get(req.tenant_id, req.user_id)
         if lookup.status is CacheStatus.HIT and lookup.snapshot is not None:
             return lookup.snapshot, lookup
-        with self.engine.connect() as conn:
+        with translated("read snapshot"), self.engine.connect() as conn:
             snapshot = read_snapshot(db=conn, tenant_id=req.tenant_id, user_id=req.user_id)
         self.cache.put(snapshot)
         return snapshot, lookup
@@ -286,7 +286,7 @@ class Recaller:
     def _exact_snapshot(self, req: RecallRequest, snapshot: AuthoritySnapshot) -> AuthoritySnapshot:
         """For exact metadata, check the cached version against PG itself."""
         who = {"tenant_id": req.tenant_id, "user_id": req.user_id}
-        with self.engine.connect() as conn:
+        with translated("read version"), self.engine.connect() as conn:
             if read_version(db=conn, **who) <= snapshot.version:
                 return snapshot
             fresh = read_snapshot(db=conn, **who)  # an invalidation never reached Redis

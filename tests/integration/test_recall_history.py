@@ -62,7 +62,7 @@ def say(rt: Runtime, turn: list[tuple[str, str]], at: float) -> list[str]:
     """A turn through L0, the ingest pipeline and the raw-history projection."""
     t = rt.transcript.append_turn(
         user_id="u1", tenant_id=rt.settings.key_namespace, session_id="s1", at=at,
-        messages=[MessageIn(role=role, content=text) for role, text in turn],  # type: ignore[arg-type]
+        messages=[MessageIn(role=role, content=text) for role, text in turn],
     )  # fmt: skip
     rt.pipeline.process([(t.pointer, list(t.records))])
     history = rt.ltm.history

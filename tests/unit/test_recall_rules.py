@@ -183,8 +183,14 @@ def test_fingerprint_dedup_catches_the_same_text_under_another_key() -> None:
 
 def test_pool_keeps_top_k_within_the_token_budget_and_explains_the_rest() -> None:
     cands = [
-        cand(f"m{i}", SourceType.REDIS_STM, f"k{i}", f"f{i}", importance=i / 10,
-             summary=f"{i}" + "x" * 39)  # fmt: skip
+        cand(
+            f"m{i}",
+            SourceType.REDIS_STM,
+            f"k{i}",
+            f"f{i}",
+            importance=i / 10,
+            summary=f"{i}{'x' * 39}",
+        )
         for i in range(6)
     ]
     cands.append(cand("ltm_9", SourceType.LTM, "k1", "g1"))
