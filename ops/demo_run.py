@@ -244,6 +244,7 @@ def recall_report(res: Runtime, session: DemoSession) -> str:
 
     lang = session.name.split("_", 1)[0]
     task_id = next((t.get("task_id") for t in reversed(session.turns) if t.get("task_id")), None)
+    res.warm_ltm()
     recaller = res.recaller()
     lines = ["", f"--- recall() for {session.name} ---"]
     try:

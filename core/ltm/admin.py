@@ -9,8 +9,9 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from core.adapters.pg import pg_errors
 from core.ltm.indexer import rebuild
-from core.ltm.ledger import ledger_errors, requeue_failed
+from core.ltm.ledger import requeue_failed
 from core.ltm.runtime import LtmRuntime
 
 
@@ -32,5 +33,5 @@ def reindex(ltm: LtmRuntime, *, drop: bool = True) -> dict[str, int]:
 
 def requeue(ltm: LtmRuntime) -> int:
     """Dead letters (``failed``) back to ``pending``; the reconciler picks them up."""
-    with ledger_errors("requeue"), ltm.engine.begin() as conn:
+    with pg_errors("requeue"), ltm.engine.begin() as conn:
         return requeue_failed(conn, now=time.time())

@@ -57,6 +57,10 @@ class LtmSettings(BaseSettings):
     reconcile_interval_s: float = Field(60.0, gt=0)
 
     search: SearchPolicy = SearchPolicy()
+    # the raw-history index (core/ltm/history.py): every user / assistant message of L0,
+    # recall's lowest-priority source; its own collections, rebuilt from L0 on demand
+    history_enabled: bool = True
+    history_max_chars: int = Field(2000, ge=100, le=100_000)
 
     def embedder_options(self) -> dict[str, Any]:
         if self.embedding_provider != "openai":

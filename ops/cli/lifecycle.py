@@ -17,10 +17,11 @@ def _lifecycle() -> Lifecycle:
 
 
 def _index_cards(ids: Sequence[str]) -> None:
+    from tasks._options import LTM_INDEX, MAX_IDS
     from tasks.app import app
 
-    for i in range(0, len(ids), 500):
-        app.send_task("memstrata.ltm.index", args=[list(ids[i : i + 500])], queue="ltm")
+    for i in range(0, len(ids), MAX_IDS):
+        app.send_task(LTM_INDEX, args=[list(ids[i : i + MAX_IDS])], queue="ltm")
 
 
 def _retract(args: argparse.Namespace) -> int:

@@ -100,6 +100,7 @@ def _recall(args: argparse.Namespace) -> int:
         task_id=args.task, project_id=args.project, workspace_id=args.workspace,
         top_k=args.top_k, token_budget=args.budget, explain=args.explain,
     )  # fmt: skip
+    res.warm_ltm()  # a one-shot process: load LTM before the recall's time budget starts
     recaller = res.recaller()
     try:
         out = recaller.recall(request)

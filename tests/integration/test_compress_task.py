@@ -14,7 +14,7 @@ from core.compress.cache import CompressKeys, SessionActivity, ViewCache
 from core.models.transcript import MessageIn, Role
 from core.runtime import Runtime
 from ops.bench.compress import ingest, scripted_session
-from tasks.compress import COMPRESS, COMPRESS_IDLE
+from tasks._options import COMPRESS, COMPRESS_IDLE
 from tests.integration.conftest import CeleryProcess, start_celery, wait_until
 
 pytestmark = pytest.mark.integration

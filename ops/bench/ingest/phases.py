@@ -131,8 +131,8 @@ def task_overhead(
     Idle workers also cost CPU (broker polling), so the idle rate is measured first and
     subtracted.
     """
+    from tasks._options import DRAIN
     from tasks.app import app
-    from tasks.ingest import DRAIN
 
     ns = env["MEMSTRATA_KEY_NAMESPACE"]
     w0, r0, t0 = group.cpu_seconds(), _redis_cpu(client), time.perf_counter()
