@@ -77,7 +77,23 @@ def _migrate(args: argparse.Namespace) -> int:
     after = migrations.current(url)
     for branch in migrations.BRANCHES:
         print(f"{branch}: {before.get(branch, 'empty')} → {after.get(branch, 'empty')}")
+    _adopt_owner_layout()
     return 0
+
+
+def _adopt_owner_layout() -> None:
+    """Data written before one owner identity moves into the default tenant (once)."""
+    from core.owner_layout import adopt_redis, adopt_transcripts
+    from core.runtime import get_runtime
+
+    runtime = get_runtime()
+    keys = adopt_redis(runtime.redis, runtime.settings.key_namespace)
+    files = adopt_transcripts(runtime.settings.transcript_dir)
+    if keys.keys or keys.members or files.files:
+        print(f"owner layout: {keys.keys} keys, {keys.members} index members and "
+              f"{files.files} transcript files moved into tenant 'default'")  # fmt: skip
+    for name in keys.conflicts + files.conflicts:
+        print(f"owner layout: left in place (the new layout holds it too): {name}")
 
 
 def add_up(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
