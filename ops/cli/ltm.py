@@ -1,4 +1,4 @@
-"""Long-term memory: ``ltm status|reindex|requeue`` and ``milvus`` (the local server)."""
+"""Long-term memory: ``ltm status|reindex|reindex-history|requeue`` and ``milvus``."""
 
 from __future__ import annotations
 
@@ -12,11 +12,14 @@ from core.runtime import get_runtime
 def _ltm(args: argparse.Namespace) -> int:
     from core.ltm import admin
 
-    ltm = get_runtime().ltm
+    runtime = get_runtime()
+    ltm = runtime.ltm
     if args.action == "status":
         out: object = admin.status(ltm)
     elif args.action == "reindex":
         out = admin.reindex(ltm, drop=not args.no_drop)
+    elif args.action == "reindex-history":
+        out = admin.reindex_history(ltm, runtime.transcript, drop=not args.no_drop)
     else:
         out = {"requeued": admin.requeue(ltm)}
     print(json.dumps(out, indent=2))
@@ -32,8 +35,10 @@ def _milvus(args: argparse.Namespace) -> int:
 
 
 def add_ltm(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    t = sub.add_parser("ltm", help="long-term memory: status | reindex | requeue")
-    t.add_argument("action", choices=["status", "reindex", "requeue"])
+    t = sub.add_parser(
+        "ltm", help="long-term memory: status | reindex | reindex-history | requeue"
+    )
+    t.add_argument("action", choices=["status", "reindex", "reindex-history", "requeue"])
     t.add_argument("--no-drop", action="store_true", help="reindex without dropping first")
     t.set_defaults(func=_ltm)
     v = sub.add_parser("milvus", help="serve the local milvus-lite server in the foreground")
