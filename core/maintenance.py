@@ -8,7 +8,7 @@ from typing import TypeVar
 
 import redis
 
-from core.stm.store import redis_errors
+from core.adapters.redis import redis_errors
 
 T = TypeVar("T")
 

@@ -13,6 +13,7 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
+from core.adapters.redis import redis_errors
 from core.extract.rules import ExtractionContext, Extractor, clip
 from core.ids import validate_id
 from core.models.candidate import Candidate, Verdict, WriteDecision
@@ -21,7 +22,7 @@ from core.models.memory import MemoryItem, MemoryStatus
 from core.models.transcript import TranscriptRecord, TurnPointer
 from core.policy.write import Existing, WritePolicy, judge
 from core.stm.keys import user_scope
-from core.stm.store import StmStore, UpsertResult, redis_errors
+from core.stm.store import StmStore, UpsertResult
 
 DECISION_PREVIEW_CHARS = 160
 

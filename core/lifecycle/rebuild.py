@@ -12,11 +12,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from itertools import groupby
 
+from core.adapters.redis import redis_errors
 from core.errors import InvalidInput
 from core.lifecycle.audit import Action, AuditEvent
 from core.lifecycle.runtime import Lifecycle
 from core.models.transcript import TurnPointer
-from core.stm.store import redis_errors
 
 REPLAY_TURNS = 200
 

@@ -14,12 +14,12 @@ from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
+from core.adapters.redis import redis_errors
 from core.lifecycle.policy import Decision, ItemView, decide
 from core.lifecycle.promote import apply, is_open
 from core.lifecycle.runtime import Lifecycle
 from core.lifecycle.states import Record
 from core.lifecycle.views import UserBatch, fetch_users, parse_users, read_users, user_scopes
-from core.stm.store import redis_errors
 
 USERS_PER_ROUND = 200
 

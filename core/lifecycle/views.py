@@ -15,11 +15,12 @@ import json
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
+from core.adapters.redis import redis_errors
 from core.lifecycle.keys import LifecycleKeys
 from core.lifecycle.policy import ItemView
 from core.lifecycle.states import Record
 from core.stm.keys import parse_user_scope
-from core.stm.store import StmStore, redis_errors
+from core.stm.store import StmStore
 
 FIELDS = (
     "id", "user_id", "tenant_id", "session_id", "memory_type", "subtype", "summary",

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 
 import redis
 
+from core.adapters.redis import redis_errors
 from core.errors import MemstrataError
-from core.stm.store import redis_errors
 
 log = logging.getLogger(__name__)
 

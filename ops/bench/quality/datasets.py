@@ -16,6 +16,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
+from ops.bench.common.madial import read_madial
+
 Format = Literal["locomo", "memdaily", "madial", "beam"]
 FORMATS: tuple[Format, ...] = ("locomo", "memdaily", "madial", "beam")
 
@@ -252,22 +254,6 @@ def load_memdaily(
 _SPEAKER_LINE = re.compile(r"^<([^>]+)>:\s*(.*)$", re.DOTALL)
 
 
-def _jsonl(path: Path) -> list[dict[str, Any]]:
-    text = path.read_text("utf-8").strip()
-    if text.startswith("["):
-        data: list[dict[str, Any]] = json.loads(text)
-        return data
-    return [json.loads(line) for line in text.splitlines() if line.strip()]
-
-
-def _madial_memory(path: Path) -> dict[str, dict[str, Any]]:
-    out: dict[str, dict[str, Any]] = {}
-    for row in _jsonl(path):
-        for key, value in row.items():
-            out[str(key)] = value
-    return out
-
-
 def madial_query(dialogue: Sequence[str], test_turns: Sequence[int]) -> str:
     """The dialogue text before the first test turn (``<BOD>``/``<EOD>`` dropped)."""
     first = min(test_turns) if test_turns else len(dialogue)
@@ -283,50 +269,29 @@ def madial_query(dialogue: Sequence[str], test_turns: Sequence[int]) -> str:
     return "\n".join(lines)
 
 
-def _madial_owner(
-    memory: dict[str, dict[str, Any]], sibling: dict[str, dict[str, Any]]
-) -> dict[str, str]:
-    owners: dict[str, str] = {}
-    for key, value in memory.items():
-        uid = value.get("user-id", sibling.get(key, {}).get("user-id"))
-        owners[key] = "" if uid is None else str(uid)
-    return owners
-
-
 def load_madial(path: Path, *, dialogue_file: str | None = None) -> Dataset:
     """``path`` is a language folder (``en`` / ``zh``) holding ``*-memory.json`` and
     ``*-dialogue.json``.  Memories without a ``user-id`` take it from the sibling
     language's archive (same ids); if none is known they are candidates for every user."""
-    mem_file = next(iter(sorted(path.glob("*memory.json"))))
-    dlg_file = (
-        path / dialogue_file
-        if dialogue_file
-        else min(path.glob("*dialogue*.json"), key=lambda p: len(p.name))
-    )
-    memory = _madial_memory(mem_file)
-    sibling: dict[str, dict[str, Any]] = {}
-    for other in path.parent.glob("*/*memory.json"):
-        if other != mem_file:
-            sibling.update(_madial_memory(other))
-    owners = _madial_owner(memory, sibling)
-    dialogues = _jsonl(dlg_file)
-    users = sorted({str(d.get("user-id", "")) for d in dialogues})
+    folder = read_madial(path, dialogue_file=dialogue_file)
+    dlg_file = folder.dialogue_file
+    users = sorted({d.user for d in folder.dialogues})
     spaces: list[Space] = []
     for uid in users:
         turns = []
-        for key, value in memory.items():
-            if owners[key] not in ("", uid):
+        for entry in folder.archive:
+            if entry.owner not in ("", uid):
                 continue
-            when = datetime.strptime(str(value["time"]), "%Y-%m-%d").replace(tzinfo=UTC)
-            turns.append(Turn(key, "archive", str(value["event"]), when.timestamp(), "1"))
+            when = datetime.strptime(entry.time, "%Y-%m-%d").replace(tzinfo=UTC)
+            turns.append(Turn(entry.key, "archive", entry.event, when.timestamp(), "1"))
         turns.sort(key=lambda t: (t.at, t.id))
         known = {t.id for t in turns}
         qs = []
-        for n, d in enumerate(dialogues):
-            if str(d.get("user-id", "")) != uid:
+        for n, d in enumerate(folder.dialogues):
+            if d.user != uid:
                 continue
-            gold = tuple(str(g) for g in d.get("relevant-id", []) if str(g) in known)
-            query = madial_query(d["dialogue"], d.get("test-turn", []))
+            gold = tuple(g for g in d.relevant if g in known)
+            query = madial_query(d.lines, d.test_turns)
             qs.append(Question(f"{dlg_file.stem}:{n}", query, gold, f"user {uid}"))
         spaces.append(Space(f"madial-{path.name}-u{uid}", turns, qs))
     return Dataset(

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import logging
-import platform
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -399,16 +398,6 @@ def attribute_losses(system: Any, ds: Dataset, k: int) -> dict[str, Any]:
         "write_funnel": dict(losses.funnel.most_common()),
         "decisions_by_rule": dict(losses.rules.most_common()),
         "questions": losses.questions,
-    }
-
-
-def machine() -> dict[str, Any]:
-    import os
-
-    return {
-        "python": platform.python_version(),
-        "platform": platform.platform(),
-        "cpus": os.cpu_count(),
     }
 
 

@@ -44,11 +44,12 @@ from core.ingest.drain import drain_shard
 from core.ingest.pipeline import TurnOutcome
 from core.models.candidate import WriteDecision
 from core.models.memory import MemoryItem
+from core.models.transcript import TranscriptRecord
 from core.policy.write import TtlPolicy
 from core.recall.service import RecallRequest, RecallSettings
 from core.runtime import Runtime
 from core.settings import Settings, load_settings
-from ops.bench.common import scratch_postgres
+from ops.bench.common.db import scratch_postgres
 from ops.bench.quality.datasets import Question, Space, Turn
 from ops.bench.quality.embed import SharedEmbedder, Vector, shared_embedder
 from ops.bench.quality.systems.base import RAW_HISTORY, Hit, Injection, SystemStats, count_tokens
@@ -208,6 +209,12 @@ class MemstrataSystem:
         while finalise_idle(self.lifecycle, now=now, limit=100, max_s=600.0):
             pass
 
+    def _index_history(self, turns: Sequence[tuple[object, Sequence[TranscriptRecord]]]) -> None:
+        """What ``memstrata.ltm.index_history`` does after a drain, in this process."""
+        history = self.ltm_runtime.history if self.ltm_runtime is not None else None
+        if history is not None:
+            history.project([rec for _pointer, records in turns for rec in records])
+
     def _kick(self, shard: int) -> None:
         self._kicked.add(shard)  # drained right after the turn, in this process
 
@@ -246,6 +253,7 @@ class MemstrataSystem:
                 batch=self.settings.ingest_batch,
                 max_run_s=self.settings.ingest_max_run_s,
                 keep_outcomes=True,
+                on_batch=self._index_history,
             )
             if report.continued:
                 self._kicked.add(shard)
