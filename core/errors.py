@@ -1,17 +1,30 @@
 """One exception tree for memstrata.
 
     MemstrataError
-    ├── TransientError            retry with backoff (store unreachable, timeout)
-    │   └── StoreUnavailable
+    ├── TransientError            retry with backoff: the same call may succeed later
+    │   ├── StoreUnavailable      a store did not answer, timed out, is loading or failing over
+    │   │   ├── StoreFull         Redis at ``maxmemory`` refused a write (OOM)
+    │   │   └── StoreReadOnly     the client reached a read-only replica (failover in progress)
+    │   └── ConcurrentWrite       another transaction won a race (serialization failure,
+    │                             deadlock, a WATCHed key changed): retry the transaction
     └── PermanentError            retrying cannot help; record the reason and stop
-        ├── InvalidInput          bad ids, oversized text, malformed payloads
+        ├── InvalidInput          bad ids, oversized text, malformed payloads (task input too)
         │   ├── InvalidId
-        │   └── PayloadTooLarge
+        │   ├── PayloadTooLarge
+        │   └── Conflict          a constraint refused the write (unique, foreign key, check)
         ├── NotFound
-        └── CorruptRecord         stored data that no longer parses
+        ├── CorruptRecord         stored data that no longer parses
+        ├── StoreRejected         the store answered and refused the command itself (bad SQL,
+        │                         a Redis command on the wrong type, a failing script): a bug
+        └── IllegalTransition     a state change that a state machine forbids
 
-Adapters translate vendor exceptions into these (``raise ... from exc``) so that tasks
-decide retry-or-fail on our types only.
+Adapters translate vendor exceptions into these (``raise ... from exc``, so ``__cause__``
+is the vendor error) with one table per vendor, most specific rule first:
+:mod:`core.adapters.redis` and :mod:`core.adapters.pg`; the LTM indexes map Milvus and
+Elasticsearch errors in :mod:`core.ltm.milvus` and :mod:`core.ltm.lexical_es`.  Tasks
+retry on :class:`TransientError` and on nothing else, so a permanent error fails a task
+once and is never retried.  Layers add their own leaves (``core.authority.errors``,
+``core.ltm.errors``) under these classes, never beside them.
 """
 
 from __future__ import annotations
@@ -27,6 +40,18 @@ class TransientError(MemstrataError):
 
 class StoreUnavailable(TransientError):
     """A backing store (Redis, PostgreSQL, Milvus, ...) did not answer in time."""
+
+
+class StoreFull(StoreUnavailable):
+    """A store at its memory limit refused a write; it passes once room is freed."""
+
+
+class StoreReadOnly(StoreUnavailable):
+    """The store reached is a read-only replica; it passes when the failover completes."""
+
+
+class ConcurrentWrite(TransientError):
+    """Another writer won a race for the same rows or keys; retrying the whole unit succeeds."""
 
 
 class PermanentError(MemstrataError):
@@ -45,9 +70,21 @@ class PayloadTooLarge(InvalidInput):
     """A text or record over its configured size limit."""
 
 
+class Conflict(InvalidInput):
+    """A write that a database constraint refused (it exists already, or names a missing row)."""
+
+
 class NotFound(PermanentError, LookupError):
     """The thing asked for does not exist (or no longer exists)."""
 
 
 class CorruptRecord(PermanentError):
     """Stored data could not be parsed back."""
+
+
+class StoreRejected(PermanentError):
+    """The store answered but refused the request as malformed: fix the code or the schema."""
+
+
+class IllegalTransition(PermanentError):
+    """A state change that a state machine (card projection, promotion lifecycle) forbids."""

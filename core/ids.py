@@ -20,6 +20,11 @@ _ID_RE = re.compile(r"[A-Za-z0-9_.\-]{1,128}")
 _ENTITY_SAFE_RE = re.compile(r"[\w.\-/]{1,64}")
 
 
+def is_valid_id(value: object) -> bool:
+    """Whether ``value`` is a safe id (what :func:`validate_id` accepts)."""
+    return isinstance(value, str) and bool(_ID_RE.fullmatch(value)) and value not in {".", ".."}
+
+
 def validate_id(value: str, *, kind: str = "id") -> str:
     """Return ``value`` if it is a safe id, else raise :class:`InvalidId` naming ``kind``."""
     if not isinstance(value, str) or not _ID_RE.fullmatch(value) or value in {".", ".."}:

@@ -8,8 +8,8 @@ from typing import TypeVar
 
 import redis
 
+from core.adapters.redis import redis_errors
 from core.keys import GlobalKeys
-from core.stm.store import redis_errors
 
 T = TypeVar("T")
 

@@ -34,13 +34,14 @@ from sqlalchemy import Engine
 from core.authority.cache import ProfileCache
 from core.authority.db import make_engine
 from core.authority.filters import RetrievalFilters
-from core.errors import StoreUnavailable
+from core.errors import MemstrataError, StoreUnavailable
 from core.extract.rules import Extractor, RuleExtractor
 from core.ingest.pipeline import IngestPipeline
 from core.ingest.queue import IngestQueue
 from core.lifecycle.runtime import Lifecycle
 from core.ltm.config import LtmSettings
 from core.ltm.embedding import CachedEmbedder, make_embedder
+from core.ltm.history import HistoryIndex
 from core.ltm.indexer import Projector
 from core.ltm.ledger import Ledger
 from core.ltm.lexical_es import ElasticsearchLexicalIndex
@@ -52,7 +53,7 @@ from core.ltm.runtime import LtmRuntime
 from core.ltm.search import LtmSearch
 from core.ltm.vector import MilvusVectorIndex
 from core.policy.write import WritePolicy
-from core.recall.ltm_adapter import LedgerBackedSearcher
+from core.recall.ltm_adapter import HistoryBackedSearcher, LedgerBackedSearcher
 from core.recall.pool import PoolCandidate
 from core.recall.route import LtmMode
 from core.recall.service import Recaller, RecallSettings
@@ -112,20 +113,38 @@ def build_ltm(
         timeout_s=settings.milvus_timeout_s,
     )
     es: Any | None = None
-    lexical: LexicalIndex
     if settings.lexical_backend == "elasticsearch":
         if not settings.es_url:
             raise ValueError("MEMSTRATA_LTM__ES_URL is required for the elasticsearch backend")
         key = settings.es_api_key.get_secret_value() if settings.es_api_key else None
         es = es_connect(settings.es_url, timeout_s=settings.es_timeout_s, api_key=key)
-        lexical = ElasticsearchLexicalIndex(
-            es, index=settings.es_index, timeout_s=settings.es_timeout_s
-        )
-    else:
-        lexical = MilvusLexicalIndex(
+
+    def lexical_index(name: str) -> LexicalIndex:
+        if es is not None:
+            suffix = "" if name == "ltm_lexical" else "-" + name.replace("_", "-")
+            return ElasticsearchLexicalIndex(
+                es, index=settings.es_index + suffix, timeout_s=settings.es_timeout_s
+            )
+        return MilvusLexicalIndex(
             milvus,
-            collection=collection_name(settings.collection_prefix, "ltm_lexical"),
+            collection=collection_name(settings.collection_prefix, name),
             timeout_s=settings.milvus_timeout_s,
+        )
+
+    lexical = lexical_index("ltm_lexical")
+    history = None
+    if settings.history_enabled:
+        history = HistoryIndex(
+            lexical=lexical_index("raw_lexical"),
+            vector=MilvusVectorIndex(
+                milvus,
+                collection=collection_name(settings.collection_prefix, "raw_vectors"),
+                dim=embedder.dim,
+                index_type=settings.milvus_index_type,
+                timeout_s=settings.milvus_timeout_s,
+            ),
+            embedder=embedder,
+            max_chars=settings.history_max_chars,
         )
     projector = Projector(
         ledger=ledger,
@@ -147,6 +166,7 @@ def build_ltm(
         projector=projector,
         search=search,
         pid=os.getpid(),
+        history=history,
     )
 
 
@@ -169,6 +189,26 @@ class _RuntimeLtm:
             raise StoreUnavailable(f"long-term memory unavailable: {exc}") from exc
         return LedgerBackedSearcher(ltm.search, ltm.ledger).search(
             query=query, mode=mode, filters=filters, k=k
+        )
+
+
+class _RuntimeHistory:
+    """Recall's raw-history port over the runtime (built with LTM, degraded like it)."""
+
+    def __init__(self, runtime: Runtime) -> None:
+        self._runtime = runtime
+
+    def search(
+        self, *, query: str, tenant_id: str, user_id: str, k: int, now: float
+    ) -> list[PoolCandidate]:
+        try:
+            index = self._runtime.ltm.history
+        except (OSError, ValueError) as exc:
+            raise StoreUnavailable(f"long-term memory unavailable: {exc}") from exc
+        if index is None:
+            return []
+        return HistoryBackedSearcher(index).search(
+            query=query, tenant_id=tenant_id, user_id=user_id, k=k, now=now
         )
 
 
@@ -239,17 +279,33 @@ class Runtime:
     def ltm_started(self) -> bool:
         return "ltm" in self.__dict__
 
+    def warm_ltm(self) -> str | None:
+        """Build LTM now, outside any recall's time budget; the reason if it cannot be.
+
+        A one-shot process (the CLI) would otherwise spend its first recall's LTM budget
+        loading the embedder and checking four collections, and report LTM as degraded.
+        """
+        if not self.settings.ltm.enabled:
+            return None
+        try:
+            self.ltm  # noqa: B018 - built for its side effect
+        except (MemstrataError, OSError, ValueError) as exc:
+            log.warning("long-term memory unavailable: %s", exc)
+            return f"{type(exc).__name__}: {exc}"
+        return None
+
     def recaller(self, *, settings: RecallSettings | None = None, ltm: bool = True) -> Recaller:
         """A :class:`Recaller` on this runtime's stores; LTM unless ``ltm=False`` or disabled.
 
         It owns a thread pool: build it after fork and ``close()`` it when done.
         """
-        searcher = _RuntimeLtm(self) if ltm and self.settings.ltm.enabled else None
+        on = ltm and self.settings.ltm.enabled
         return Recaller(
             stm=self.stm,
             profile_cache=self.profile_cache,
             engine=self.engine,
-            ltm=searcher,
+            ltm=_RuntimeLtm(self) if on else None,
+            history=_RuntimeHistory(self) if on and self.settings.ltm.history_enabled else None,
             settings=settings,
         )
 

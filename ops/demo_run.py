@@ -244,6 +244,7 @@ def recall_report(res: Runtime, session: DemoSession) -> str:
 
     lang = session.name.split("_", 1)[0]
     task_id = next((t.get("task_id") for t in reversed(session.turns) if t.get("task_id")), None)
+    res.warm_ltm()
     recaller = res.recaller()
     lines = ["", f"--- recall() for {session.name} ---"]
     try:
@@ -265,3 +266,56 @@ def recall_report(res: Runtime, session: DemoSession) -> str:
     finally:
         recaller.close()
     return "\n".join(lines)
+
+
+def run_demo(
+    res: Runtime,
+    names: Sequence[str] | None,
+    *,
+    inline: bool,
+    timeout_s: float,
+    keep: bool = False,
+    verbose: bool = False,
+    alive: Callable[[], bool] | None = None,
+) -> int:
+    """Feed the bundled sessions, wait for the workers, print the report; 0 when complete.
+
+    ``memstrata demo`` and ``memstrata up`` both run this; ``inline`` drains the queue in
+    this process instead of waiting for the workers.
+    """
+    sessions = load_sessions(names)
+    ensure_demo_authority(res, sessions)
+    if not keep:
+        for s in sessions:
+            reset_user(res, s.user_id)
+    if inline:
+        client = MemoryClient(transcript=res.transcript, queue=res.queue, kicker=lambda _s: None)
+    else:
+        from tasks.app import app
+        from tasks.client import connect
+
+        client = connect()
+        with app.producer_or_acquire() as producer:  # connect now, not inside the first turn
+            producer.connection.ensure_connection(max_retries=3)
+    print(f"Feeding {len(sessions)} demo session(s) through record_turn() …", flush=True)
+    fed = [feed(client, s) for s in sessions]
+    shards = set().union(*(f.shards for f in fed))
+    t0 = time.monotonic()
+    if inline:
+        drain_inline(res, shards)
+        done = True
+    else:
+        done = wait_until_drained(res, shards, timeout_s=timeout_s, alive=alive)
+    waited = time.monotonic() - t0
+    where = "in this process" if inline else "by the workers"
+    state = "processed" if done else "NOT fully processed"
+    print(f"All turns {state} {where} after {waited * 1000:.0f} ms.", flush=True)
+    for f in fed:
+        print(session_report(res, f, verbose=verbose), flush=True)
+        print(recall_report(res, f.session), flush=True)
+    dead = dead_letters(res, {t for f in fed for t in f.turn_ids})
+    if dead:
+        print(f"\nDead-lettered turns ({len(dead)}):")
+        for turn_id, reason in dead:
+            print(f"  {turn_id}: {reason}")
+    return 0 if done and not dead else 1

@@ -15,8 +15,8 @@ import threading
 
 from core.api import MemoryClient
 from core.runtime import get_runtime
+from tasks._options import DRAIN
 from tasks.app import app
-from tasks.ingest import DRAIN
 
 log = logging.getLogger(__name__)
 

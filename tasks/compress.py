@@ -15,49 +15,41 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from core.compress.cache import SessionActivity, ViewCache, due_for_compression
 from core.compress.errors import BudgetTooSmall
 from core.compress.service import compress_cached
 from core.compress.tokens import EstimateCounter
-from core.errors import NotFound, StoreUnavailable
+from core.errors import NotFound
 from core.ids import SafeId
 from core.maintenance import run_locked
 from core.models.transcript import TranscriptRecord, TurnPointer
 from core.runtime import get_runtime
+from tasks._options import BEAT, COMPRESS, COMPRESS_IDLE, ON_DEMAND, TaskInput, payload
 from tasks.app import app
 
 log = logging.getLogger(__name__)
 
-COMPRESS = "memstrata.maintenance.compress_session"
-COMPRESS_IDLE = "memstrata.maintenance.compress_idle"
 
-
-class CompressRequest(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
+class CompressRequest(TaskInput):
     user_id: SafeId
     session_id: SafeId
     budget_tokens: int | None = Field(None, ge=1, le=10_000_000)
     tenant_id: SafeId | None = None
 
 
-@app.task(
-    name=COMPRESS,
-    acks_late=True,
-    reject_on_worker_lost=True,
-    autoretry_for=(StoreUnavailable,),
-    retry_backoff=True,
-    retry_jitter=True,
-    max_retries=5,
-)
+@app.task(name=COMPRESS, **ON_DEMAND)
 def compress_session(
     user_id: str, session_id: str, budget_tokens: int | None = None, tenant_id: str | None = None
 ) -> dict[str, Any]:
     """Compress one session; a missing session or a too-small budget is reported, not retried."""
-    req = CompressRequest(
-        user_id=user_id, session_id=session_id, budget_tokens=budget_tokens, tenant_id=tenant_id
+    req = payload(
+        CompressRequest,
+        user_id=user_id,
+        session_id=session_id,
+        budget_tokens=budget_tokens,
+        tenant_id=tenant_id,
     )
     res = get_runtime()
     budget = req.budget_tokens or res.settings.compress_budget_tokens
@@ -103,7 +95,7 @@ def compress_session(
     }
 
 
-@app.task(name=COMPRESS_IDLE, acks_late=True, autoretry_for=(StoreUnavailable,), max_retries=3)
+@app.task(name=COMPRESS_IDLE, **BEAT)
 def compress_idle() -> dict[str, int]:
     """Enqueue compression for long sessions idle since their last compression."""
     res = get_runtime()

@@ -3,36 +3,50 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from typing import Any
 
-from core.errors import StoreUnavailable
+from pydantic import ValidationInfo, field_validator
+
 from core.ingest.drain import drain_shard
 from core.ingest.queue import consumer_name
+from core.models.transcript import TranscriptRecord, TurnPointer
 from core.runtime import get_runtime
+from tasks._options import DRAIN, INGEST, LTM_INDEX_HISTORY, MAX_IDS, TaskInput, payload
 from tasks.app import app
 from tasks.compress import track_turns
 
 log = logging.getLogger(__name__)
 
-DRAIN = "memstrata.ingest.drain"
+
+class DrainInput(TaskInput):
+    shard: int
+
+    @field_validator("shard", mode="before")
+    @classmethod
+    def _configured(cls, shard: Any, info: ValidationInfo) -> Any:
+        shards = int((info.context or {})["shards"])
+        if not isinstance(shard, int) or not 0 <= shard < shards:
+            raise ValueError(f"shard must be an int in [0, {shards})")
+        return shard
 
 
-@app.task(
-    name=DRAIN,
-    bind=True,
-    acks_late=True,
-    reject_on_worker_lost=True,
-    autoretry_for=(StoreUnavailable,),
-    retry_backoff=1,
-    retry_backoff_max=60,
-    retry_jitter=True,
-    max_retries=20,
-)
+def after_batch(turns: Sequence[tuple[TurnPointer, Sequence[TranscriptRecord]]]) -> None:
+    """What follows an acknowledged batch: the compression trigger and the raw-history index
+    (on the ``ltm`` queue: embedding is that queue's work, never the ingest worker's)."""
+    track_turns(turns)
+    ltm = get_runtime().settings.ltm
+    if turns and ltm.enabled and ltm.history_enabled:
+        pointers = [pointer.model_dump(mode="json") for pointer, _records in turns]
+        for i in range(0, len(pointers), MAX_IDS):
+            app.send_task(LTM_INDEX_HISTORY, args=[pointers[i : i + MAX_IDS]], queue="ltm")
+
+
+@app.task(name=DRAIN, bind=True, **INGEST)
 def drain(self: Any, shard: int) -> dict[str, int]:
     """Process every queued turn of ``shard``; idempotent (upserts by natural key)."""
     res = get_runtime()
-    if not isinstance(shard, int) or not 0 <= shard < res.settings.ingest_shards:
-        raise ValueError(f"shard must be an int in [0, {res.settings.ingest_shards})")
+    shard = payload(DrainInput, context={"shards": res.settings.ingest_shards}, shard=shard).shard
     report = drain_shard(
         shard,
         queue=res.queue,
@@ -42,7 +56,7 @@ def drain(self: Any, shard: int) -> dict[str, int]:
         batch=res.settings.ingest_batch,
         max_run_s=res.settings.ingest_max_run_s,
         linger_ms=res.settings.ingest_linger_ms,
-        on_batch=track_turns,
+        on_batch=after_batch,
     )
     if report.continued:
         self.apply_async(args=[shard])

@@ -12,10 +12,11 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
-from core.errors import StoreUnavailable
-from core.ids import validate_id
+from pydantic import model_validator
+
+from core.ids import SafeId
 from core.lifecycle.maintenance import forget, summarise, sync_access
 from core.lifecycle.rebuild import rebuild_session
 from core.lifecycle.retract import retract_card, retract_pg_fact
@@ -25,31 +26,65 @@ from core.lifecycle.scheduler import run_batch
 from core.lifecycle.sessions import finalise, finalise_idle, preload
 from core.maintenance import run_locked
 from core.runtime import get_runtime
+from tasks._options import (
+    BEAT,
+    LIFECYCLE_BATCH,
+    LIFECYCLE_FINALISE,
+    LIFECYCLE_FORGET,
+    LIFECYCLE_IDLE,
+    LIFECYCLE_PRELOAD,
+    LIFECYCLE_REBUILD,
+    LIFECYCLE_RETRACT,
+    LIFECYCLE_SCAN,
+    LIFECYCLE_SUMMARISE,
+    LTM_INDEX,
+    MAX_IDS,
+    ON_DEMAND,
+    BatchLimit,
+    TaskInput,
+    payload,
+)
 from tasks.app import app
 
 log = logging.getLogger(__name__)
 
-SCAN = "memstrata.maintenance.lifecycle_scan"
-BATCH = "memstrata.maintenance.lifecycle_batch"
-IDLE = "memstrata.maintenance.lifecycle_idle_sessions"
-SUMMARISE = "memstrata.maintenance.lifecycle_summarise"
-FORGET = "memstrata.maintenance.lifecycle_forget"
-RETRACT = "memstrata.maintenance.lifecycle_retract"
-FINALISE = "memstrata.maintenance.lifecycle_finalise"
-PRELOAD = "memstrata.maintenance.lifecycle_preload"
-REBUILD = "memstrata.maintenance.lifecycle_rebuild"
-LTM_INDEX = "memstrata.ltm.index"
-MAX_IDS = 500
-
-_OPTS: dict[str, Any] = {
-    "acks_late": True,
-    "reject_on_worker_lost": True,
-    "autoretry_for": (StoreUnavailable,),
-    "retry_backoff": True,
-    "retry_jitter": True,
-    "max_retries": 3,
-}
 T = TypeVar("T")
+
+
+class ScanInput(BatchLimit):
+    dry_run: bool = False
+
+
+class DryRun(TaskInput):
+    dry_run: bool = False
+
+
+class ForgetInput(TaskInput):
+    apply: bool | None = None  # None: the configured ``forget_apply``
+
+
+class RetractInput(TaskInput):
+    kind: Literal["card", "fact"]
+    target: str
+    tenant_id: SafeId | None = None
+    user_id: SafeId | None = None
+    reason: str = "retracted"
+
+    @model_validator(mode="after")
+    def _fact_names_its_owner(self) -> RetractInput:
+        if self.kind == "fact" and not (self.tenant_id and self.user_id):
+            raise ValueError("kind must be 'card', or 'fact' with tenant_id and user_id")
+        return self
+
+
+class SessionInput(TaskInput):
+    user_id: SafeId
+    session_id: SafeId
+    tenant_id: SafeId | None = None
+
+
+class PreloadInput(SessionInput):
+    query: str
 
 
 def _index(ids: Sequence[str]) -> None:
@@ -66,37 +101,39 @@ def _locked(lc: Lifecycle, name: str, interval_s: float, work: Callable[[], T]) 
     return run_locked(lc.redis, lc.stm.namespace, f"lifecycle-{name}", ttl_s=ttl, work=work)
 
 
-@app.task(name=SCAN, **_OPTS)
+@app.task(name=LIFECYCLE_SCAN, **BEAT)
 def promotion_scan(max_items: int | None = None, dry_run: bool = False) -> dict[str, int]:
     """Seed 十四 promotion scan over live STM items (bounded; resumes where it stopped)."""
+    req = payload(ScanInput, limit=max_items, dry_run=dry_run)
     lc = _lc()
     cfg = lc.settings
-    limit = int(max_items or cfg.scan_max_items)
+    limit = req.limit or cfg.scan_max_items
 
     def work() -> dict[str, int]:
         return scan(lc, now=time.time(), max_items=limit, max_s=cfg.max_run_s,
-                    dry_run=dry_run).summary()  # fmt: skip
+                    dry_run=req.dry_run).summary()  # fmt: skip
 
     out = _locked(lc, "scan", cfg.scan_interval_s, work)
     log.info("lifecycle scan %s", out)
     return out or {"skipped": 1}
 
 
-@app.task(name=BATCH, **_OPTS)
+@app.task(name=LIFECYCLE_BATCH, **BEAT)
 def batch_queue(dry_run: bool = False) -> dict[str, int]:
     """Seed 2's 5-minute job: merge >= 3 per topic into a card, decay or drop the rest."""
+    dry = payload(DryRun, dry_run=dry_run).dry_run
     lc = _lc()
     cfg = lc.settings
 
     def work() -> dict[str, int]:
-        return run_batch(lc, now=time.time(), limit=cfg.batch_max_entries, dry_run=dry_run)[1]
+        return run_batch(lc, now=time.time(), limit=cfg.batch_max_entries, dry_run=dry)[1]
 
     out = _locked(lc, "batch", cfg.batch_interval_s, work)
     log.info("lifecycle batch %s", out)
     return out or {"skipped": 1}
 
 
-@app.task(name=IDLE, **_OPTS)
+@app.task(name=LIFECYCLE_IDLE, **BEAT)
 def idle_sessions() -> dict[str, int]:
     """Finalise sessions idle past ``session_idle_s`` (seed 2 四 finalizeSession)."""
     lc = _lc()
@@ -110,7 +147,7 @@ def idle_sessions() -> dict[str, int]:
     return out or {"skipped": 1}
 
 
-@app.task(name=SUMMARISE, **_OPTS)
+@app.task(name=LIFECYCLE_SUMMARISE, **BEAT)
 def ltm_summarise() -> dict[str, int]:
     """Recall counts into the ledger, then > N cards on one topic → one summary card."""
     lc = _lc()
@@ -126,12 +163,13 @@ def ltm_summarise() -> dict[str, int]:
     return out or {"skipped": 1}
 
 
-@app.task(name=FORGET, **_OPTS)
+@app.task(name=LIFECYCLE_FORGET, **BEAT)
 def ltm_forget(apply: bool | None = None) -> dict[str, int]:
     """Forgetting of long-inactive low-importance cards; a dry run unless ``apply``."""
+    req = payload(ForgetInput, apply=apply)
     lc = _lc()
     cfg = lc.settings
-    really = cfg.forget_apply if apply is None else bool(apply)
+    really = cfg.forget_apply if req.apply is None else req.apply
 
     def work() -> dict[str, int]:
         plan = forget(lc, now=time.time(), apply=really)
@@ -143,45 +181,51 @@ def ltm_forget(apply: bool | None = None) -> dict[str, int]:
     return out or {"skipped": 1}
 
 
-@app.task(name=RETRACT, **_OPTS)
+@app.task(name=LIFECYCLE_RETRACT, **ON_DEMAND)
 def retract(kind: str, target: str, tenant_id: str | None = None, user_id: str | None = None,
             reason: str = "retracted") -> dict[str, Any]:  # fmt: skip
     """Undo a promotion: ``kind`` is ``fact`` (tenant, user, fact key) or ``card`` (card id)."""
+    req = payload(
+        RetractInput, kind=kind, target=target, tenant_id=tenant_id, user_id=user_id, reason=reason
+    )
     lc = _lc()
     now = time.time()
-    if kind == "card":
-        out = retract_card(lc, card_id=target, now=now, reason=reason[:500])
-    elif kind == "fact" and tenant_id and user_id:
-        out = retract_pg_fact(lc, tenant_id=validate_id(tenant_id, kind="tenant_id"),
-                              user_id=validate_id(user_id, kind="user_id"), fact_key=target,
-                              now=now, reason=reason[:500])  # fmt: skip
+    if req.kind == "card":
+        out = retract_card(lc, card_id=req.target, now=now, reason=req.reason[:500])
     else:
-        return {"error": "kind must be 'card', or 'fact' with tenant_id and user_id"}
+        assert req.tenant_id is not None and req.user_id is not None  # the model checked
+        out = retract_pg_fact(lc, tenant_id=req.tenant_id, user_id=req.user_id,
+                              fact_key=req.target, now=now, reason=req.reason[:500])  # fmt: skip
     return {"target": out.target, "changed": out.changed, "memory_ids": list(out.memory_ids)}
 
 
-@app.task(name=FINALISE, **_OPTS)
+@app.task(name=LIFECYCLE_FINALISE, **ON_DEMAND)
 def finalise_session(user_id: str, session_id: str, tenant_id: str | None = None) -> dict[str, Any]:
     """End a session explicitly: summary card to LTM, session STM cleaned."""
+    req = payload(SessionInput, user_id=user_id, session_id=session_id, tenant_id=tenant_id)
     lc = _lc()
-    out = finalise(lc, user_id=user_id, session_id=session_id, tenant_id=tenant_id,
+    out = finalise(lc, user_id=req.user_id, session_id=req.session_id, tenant_id=req.tenant_id,
                    now=time.time(), reason="ended")  # fmt: skip
     return {"card_id": out.card_id, "items": out.items, "deleted": out.deleted}
 
 
-@app.task(name=PRELOAD, **_OPTS)
+@app.task(name=LIFECYCLE_PRELOAD, **ON_DEMAND)
 def preload_session(user_id: str, session_id: str, query: str,
                     tenant_id: str | None = None) -> dict[str, Any]:  # fmt: skip
     """Warm a new session's STM with related LTM cards (seed 2 initializeSession)."""
+    req = payload(
+        PreloadInput, user_id=user_id, session_id=session_id, query=query, tenant_id=tenant_id
+    )
     lc = _lc()
-    ids = preload(lc, user_id=user_id, session_id=session_id, query=query[:2000],
-                  tenant_id=tenant_id, now=time.time())  # fmt: skip
+    ids = preload(lc, user_id=req.user_id, session_id=req.session_id, query=req.query[:2000],
+                  tenant_id=req.tenant_id, now=time.time())  # fmt: skip
     return {"preloaded": len(ids)}
 
 
-@app.task(name=REBUILD, **_OPTS)
+@app.task(name=LIFECYCLE_REBUILD, **ON_DEMAND)
 def rebuild(user_id: str, session_id: str, tenant_id: str | None = None) -> dict[str, int]:
     """Re-derive a session's STM from its L0 transcript."""
-    out = rebuild_session(_lc(), user_id=user_id, session_id=session_id, tenant_id=tenant_id,
-                          now=time.time())  # fmt: skip
+    req = payload(SessionInput, user_id=user_id, session_id=session_id, tenant_id=tenant_id)
+    out = rebuild_session(_lc(), user_id=req.user_id, session_id=req.session_id,
+                          tenant_id=req.tenant_id, now=time.time())  # fmt: skip
     return {"deleted": out.deleted, "turns": out.turns, "written": out.written}

@@ -14,32 +14,39 @@ import logging
 import time
 from typing import Any
 
-from core.errors import InvalidInput, StoreUnavailable
-from core.ids import validate_id
+from pydantic import Field
+
+from core.ids import SafeId
 from core.ltm.errors import IndexUnavailable
+from core.ltm.history import project_turns
 from core.ltm.indexer import ProjectReport, plan_reconcile, reconcile
 from core.ltm.runtime import LtmRuntime
 from core.maintenance import run_locked
+from core.models.transcript import TurnPointer
 from core.runtime import get_runtime
+from tasks._options import (
+    BEAT,
+    LTM,
+    LTM_DELETE,
+    LTM_INDEX,
+    LTM_INDEX_HISTORY,
+    LTM_RECONCILE,
+    MAX_IDS,
+    BatchLimit,
+    TaskInput,
+    payload,
+)
 from tasks.app import app
 
 log = logging.getLogger(__name__)
 
-INDEX = "memstrata.ltm.index"
-DELETE = "memstrata.ltm.delete"
-RECONCILE = "memstrata.ltm.reconcile"
-MAX_IDS = 500
 
-_RETRY: dict[str, Any] = {
-    "bind": True,
-    "acks_late": True,
-    "reject_on_worker_lost": True,
-    "autoretry_for": (StoreUnavailable,),
-    "retry_backoff": 1,
-    "retry_backoff_max": 120,
-    "retry_jitter": True,
-    "max_retries": 8,
-}
+class CardIds(TaskInput):
+    memory_ids: list[SafeId] = Field(min_length=1, max_length=MAX_IDS)
+
+
+class TurnPointers(TaskInput):
+    pointers: list[TurnPointer] = Field(min_length=1, max_length=MAX_IDS)
 
 
 def _runtime() -> LtmRuntime:
@@ -47,9 +54,7 @@ def _runtime() -> LtmRuntime:
 
 
 def _ids(memory_ids: Any) -> list[str]:
-    if not isinstance(memory_ids, list) or not 1 <= len(memory_ids) <= MAX_IDS:
-        raise InvalidInput(f"memory_ids must be a list of 1-{MAX_IDS} ids")
-    return [validate_id(m, kind="memory_id") for m in memory_ids]
+    return payload(CardIds, memory_ids=memory_ids).memory_ids
 
 
 def _summary(report: ProjectReport) -> dict[str, int]:
@@ -67,19 +72,31 @@ def _raise_if_transient(report: ProjectReport) -> None:
         raise IndexUnavailable(f"{len(report.transient)} projections pending after an outage")
 
 
-@app.task(name=INDEX, **_RETRY)
+@app.task(name=LTM_INDEX, bind=True, **LTM)
 def index_cards(self: Any, memory_ids: list[str]) -> dict[str, int]:
     """Embed and project cards into both indexes (seed 2: one LTM write, p95 <= 50 ms)."""
-    report = _runtime().projector.project(_ids(memory_ids))
+    ids = _ids(memory_ids)  # before the runtime: bad input never touches the stores
+    report = _runtime().projector.project(ids)
     _raise_if_transient(report)
     return _summary(report)
 
 
-@app.task(name=DELETE, **_RETRY)
+@app.task(name=LTM_INDEX_HISTORY, bind=True, **LTM)
+def index_history(self: Any, pointers: list[dict[str, Any]]) -> dict[str, int]:
+    """Index the messages of drained turns in the raw-history fallback (idempotent)."""
+    parsed = payload(TurnPointers, pointers=pointers).pointers
+    rt = get_runtime()
+    history = rt.ltm.history
+    if history is None:
+        return {"indexed": 0}
+    return {"indexed": project_turns(history, rt.transcript, parsed)}
+
+
+@app.task(name=LTM_DELETE, bind=True, **LTM)
 def delete_cards(self: Any, memory_ids: list[str]) -> dict[str, int]:
     """Tombstone cards in the ledger and remove them from both indexes."""
-    rt = _runtime()
     ids = _ids(memory_ids)
+    rt = _runtime()
     for memory_id in ids:
         rt.ledger.delete(memory_id)
     report = rt.projector.project(ids)
@@ -87,9 +104,10 @@ def delete_cards(self: Any, memory_ids: list[str]) -> dict[str, int]:
     return _summary(report)
 
 
-@app.task(name=RECONCILE, acks_late=True, autoretry_for=(StoreUnavailable,), max_retries=2)
+@app.task(name=LTM_RECONCILE, **BEAT)
 def reconcile_ltm(limit: int | None = None) -> dict[str, int]:
     """Re-drive pending and failed projections (Beat); one run at a time per namespace."""
+    limit = payload(BatchLimit, limit=limit).limit
     res = get_runtime()
     rt = _runtime()
     cfg = rt.settings

@@ -5,30 +5,19 @@ from __future__ import annotations
 import logging
 import time
 
-from core.errors import StoreUnavailable
 from core.maintenance import run_locked
 from core.runtime import get_runtime
+from tasks._options import BEAT, RECLAIM, SWEEP, BatchLimit, payload
 from tasks.app import app
 
 log = logging.getLogger(__name__)
 
-SWEEP = "memstrata.maintenance.sweep_expired"
-RECLAIM = "memstrata.maintenance.ingest_reclaim"
 
-
-@app.task(
-    name=SWEEP,
-    acks_late=True,
-    reject_on_worker_lost=True,
-    autoretry_for=(StoreUnavailable,),
-    retry_backoff=True,
-    retry_jitter=True,
-    max_retries=3,
-)
+@app.task(name=SWEEP, **BEAT)
 def sweep_expired(max_items: int | None = None) -> dict[str, int]:
     """Remove expired STM items from every index (seed 十七.3); bounded, one at a time."""
     res = get_runtime()
-    limit = int(max_items or res.settings.sweep_batch)
+    limit = payload(BatchLimit, limit=max_items).limit or res.settings.sweep_batch
 
     def work() -> dict[str, int]:
         report = res.stm.sweep(now=time.time(), max_items=limit)
@@ -39,7 +28,7 @@ def sweep_expired(max_items: int | None = None) -> dict[str, int]:
     return out or {"removed": 0, "users": 0, "skipped": 1}
 
 
-@app.task(name=RECLAIM, acks_late=True, autoretry_for=(StoreUnavailable,), max_retries=3)
+@app.task(name=RECLAIM, **BEAT)
 def ingest_reclaim() -> dict[str, int]:
     """Kick a drain for any shard that holds turns but has no drain queued or running."""
     from tasks.ingest import drain

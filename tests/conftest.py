@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 import redis
 
+from core.ltm.config import LtmSettings
 from core.runtime import Runtime
 from core.settings import Settings, load_settings
 
@@ -38,6 +39,8 @@ def settings(namespace: str, tmp_path: Path) -> Settings:
         key_namespace=namespace,
         transcript_dir=tmp_path / "transcripts",
         ingest_claim_idle_ms=1000,
+        # no Milvus unless a test starts one: drains must not queue raw-history indexing
+        ltm=LtmSettings(history_enabled=False),
     )
 
 

@@ -26,11 +26,11 @@ from enum import StrEnum
 import redis
 from pydantic import ValidationError
 
+from core.adapters.redis import redis_errors
 from core.authority.db import Db
 from core.authority.read import read_snapshot, read_version
 from core.authority.schemas import UserVersion
 from core.authority.snapshot import AuthoritySnapshot
-from core.errors import StoreUnavailable
 from core.ids import validate_id
 from core.keys import AuthorityKeys
 
@@ -111,10 +111,8 @@ class ProfileCache:
     def get(self, tenant_id: str, user_id: str) -> CacheLookup:
         """One ``MGET``: the entry and the newest version known for the user."""
         k = self.keys(tenant_id, user_id)
-        try:
+        with redis_errors("profile cache"):
             raw, known = self._r.mget([k.snapshot, k.version])
-        except redis.RedisError as exc:
-            raise StoreUnavailable(f"profile cache: {exc}") from exc
         if raw is None:
             return CacheLookup(CacheStatus.MISSING)
         try:
@@ -128,7 +126,7 @@ class ProfileCache:
     def put(self, snapshot: AuthoritySnapshot) -> bool:
         """Store a snapshot read from PG; False when a newer version was already announced."""
         k = self.keys(snapshot.tenant_id, snapshot.user_id)
-        try:
+        with redis_errors("profile cache"):
             done = self._fill(
                 keys=[k.snapshot, k.version],
                 args=[
@@ -138,8 +136,6 @@ class ProfileCache:
                     self._version_ms,
                 ],
             )
-        except redis.RedisError as exc:
-            raise StoreUnavailable(f"profile cache: {exc}") from exc
         return bool(done)
 
     def invalidate(self, change: UserVersion, *, drop: bool = False) -> None:
@@ -149,13 +145,11 @@ class ProfileCache:
         caller that tolerates it); ``drop=True`` also deletes it (the user was deleted).
         """
         k = self.keys(change.tenant_id, change.user_id)
-        try:
+        with redis_errors("profile cache"):
             self._invalidate(
                 keys=[k.snapshot, k.version],
                 args=[change.version, self._version_ms, "1" if drop else "0"],
             )
-        except redis.RedisError as exc:
-            raise StoreUnavailable(f"profile cache: {exc}") from exc
 
     def invalidate_all(self, changes: Iterable[UserVersion]) -> None:
         for change in changes:

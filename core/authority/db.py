@@ -3,18 +3,16 @@
 Repository functions take ``db=`` as either a SQLAlchemy/SQLModel ``Session`` or a Core
 ``Connection`` and run Core statements on its connection, inside the caller's
 transaction (MEASURED.md: Core upserts are 3.7x faster than ORM ones).  psycopg and
-SQLAlchemy errors are translated into :mod:`core.authority.errors` at this boundary.
+SQLAlchemy errors are translated at this boundary by :data:`translated`, the one PostgreSQL
+error map with the authority's leaves (:mod:`core.authority.errors`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
-
 from sqlalchemy import Connection, Engine, create_engine
-from sqlalchemy.exc import DBAPIError, IntegrityError, InterfaceError, OperationalError
 from sqlalchemy.orm import Session
 
+from core.adapters.pg import ConstraintRule, PgErrorMap
 from core.authority.errors import (
     AuthorityUnavailable,
     ConcurrentFactWrite,
@@ -22,21 +20,22 @@ from core.authority.errors import (
     UnknownTenant,
     UnknownUser,
 )
-from core.errors import InvalidInput
 
 Db = Session | Connection
 
-_FK_ERRORS: dict[str, type[Exception]] = {
-    "fk_users_tenant_id_tenants": UnknownTenant,
-    "fk_projects_tenant_id_tenants": UnknownTenant,
-    "fk_agent_settings_tenant_id_tenants": UnknownTenant,
-    "fk_workspaces_tenant_id_project_id_projects": UnknownProject,
-    "fk_user_project_roles_tenant_id_project_id_projects": UnknownProject,
-}
+_REFUSED = "{name} refused the row"
+_RACED = "another writer made this key current"
 
-
-# serialization_failure, deadlock_detected: another transaction won; retrying succeeds
-_RETRYABLE_STATES = frozenset({"40001", "40P01"})
+CONSTRAINTS: tuple[ConstraintRule, ...] = (
+    ConstraintRule("uq_stable_memory_facts_current", ConcurrentFactWrite, _RACED),
+    ConstraintRule("fk_users_tenant_id_tenants", UnknownTenant, _REFUSED),
+    ConstraintRule("fk_projects_tenant_id_tenants", UnknownTenant, _REFUSED),
+    ConstraintRule("fk_agent_settings_tenant_id_tenants", UnknownTenant, _REFUSED),
+    ConstraintRule("fk_workspaces_tenant_id_project_id_projects", UnknownProject, _REFUSED),
+    ConstraintRule("fk_user_project_roles_tenant_id_project_id_projects", UnknownProject, _REFUSED),
+    ConstraintRule("*user_id_users*", UnknownUser, "no such user"),
+)
+"""Authority constraints with a meaning of their own; any other one raises ``Conflict``."""
 
 
 def connection_of(db: Db) -> Connection:
@@ -72,28 +71,8 @@ def autocommit_reader(engine: Engine) -> Engine:
     return engine.execution_options(isolation_level="AUTOCOMMIT")
 
 
-def _constraint(exc: DBAPIError) -> str:
-    diag = getattr(exc.orig, "diag", None)
-    return str(getattr(diag, "constraint_name", "") or "")
-
-
-@contextmanager
-def translated(what: str) -> Iterator[None]:
-    """Map database errors raised inside the block onto the authority error tree."""
-    try:
-        yield
-    except IntegrityError as exc:
-        name = _constraint(exc)
-        if name == "uq_stable_memory_facts_current":
-            raise ConcurrentFactWrite(f"{what}: another writer made this key current") from exc
-        if name in _FK_ERRORS:
-            raise _FK_ERRORS[name](f"{what}: {name} refused the row") from exc
-        if "user_id_users" in name:
-            raise UnknownUser(f"{what}: no such user") from exc
-        if name.startswith("pk_"):
-            raise InvalidInput(f"{what}: it already exists ({name})") from exc
-        raise InvalidInput(f"{what}: refused by {name or 'a constraint'}") from exc
-    except (OperationalError, InterfaceError) as exc:
-        if getattr(exc.orig, "sqlstate", None) in _RETRYABLE_STATES:
-            raise ConcurrentFactWrite(f"{what}: {exc.orig}") from exc
-        raise AuthorityUnavailable(f"{what}: PostgreSQL unavailable: {exc.orig}") from exc
+translated = PgErrorMap(
+    unavailable=AuthorityUnavailable, concurrent=ConcurrentFactWrite, constraints=CONSTRAINTS
+)
+"""The PostgreSQL error map (:mod:`core.adapters.pg`) with the authority's own leaves:
+``with translated("create user u1"): ...``."""

@@ -14,22 +14,25 @@
     └── ScopeDenied             a filter asked for a project/workspace the user may not read
     StoreUnavailable
     └── AuthorityUnavailable    PostgreSQL did not answer
-    TransientError
-    └── ConcurrentFactWrite     the one-current-row index refused a racing insert: retry
+    ConcurrentWrite
+    └── ConcurrentFactWrite     the one-current-row index refused a racing insert, or a
+                                serialization failure / deadlock: retry the transaction
 
-Every write validates before its first statement, and every failure inside the caller's
-transaction leaves it to the caller to roll back, so "nothing written" holds either way.
+Any other constraint that refuses a row raises :class:`core.errors.Conflict`; the map
+from PostgreSQL errors is ``core.authority.db.translated``.  Every write validates before
+its first statement, and every failure inside the caller's transaction leaves it to the
+caller to roll back, so "nothing written" holds either way.
 """
 
 from __future__ import annotations
 
 from core.errors import (
+    ConcurrentWrite,
     InvalidInput,
     NotFound,
     PayloadTooLarge,
     PermanentError,
     StoreUnavailable,
-    TransientError,
 )
 
 
@@ -69,5 +72,5 @@ class AuthorityUnavailable(StoreUnavailable):
     """PostgreSQL could not be reached or timed out."""
 
 
-class ConcurrentFactWrite(TransientError):
+class ConcurrentFactWrite(ConcurrentWrite):
     """Another writer made the same key current first; retrying reads its row."""

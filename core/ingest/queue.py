@@ -21,9 +21,9 @@ from typing import Any
 
 import redis
 
+from core.adapters.redis import redis_errors
 from core.keys import GlobalKeys
 from core.models.transcript import TurnPointer
-from core.stm.store import redis_errors
 
 GROUP = "ingest"
 

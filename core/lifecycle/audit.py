@@ -35,7 +35,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects.postgresql import JSONB
 
-from core.ltm.ledger import ledger_errors
+from core.adapters.pg import pg_errors
 
 lifecycle_metadata = MetaData()
 
@@ -114,7 +114,7 @@ class AuditLog:
     def write(self, events: Sequence[AuditEvent]) -> None:
         if not events:
             return
-        with ledger_errors("write audit"), self.engine.begin() as conn:
+        with pg_errors("write audit"), self.engine.begin() as conn:
             record(conn, events)
 
     def find(
@@ -136,5 +136,5 @@ class AuditLog:
             stmt = stmt.where(audit_table.c.target == target)
         if action is not None:
             stmt = stmt.where(audit_table.c.action == action.value)
-        with ledger_errors("read audit"), self.engine.connect() as conn:
+        with pg_errors("read audit"), self.engine.connect() as conn:
             return [dict(r) for r in conn.execute(stmt).mappings()]

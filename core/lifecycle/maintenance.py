@@ -15,12 +15,13 @@ from dataclasses import dataclass
 
 from sqlalchemy import func, literal, select, text, tuple_, update
 
+from core.adapters.pg import pg_errors
 from core.lifecycle.audit import Action, AuditEvent, record
 from core.lifecycle.forgetting import CardFacts, Forget, select_for_forgetting
 from core.lifecycle.promote import topic_tag
 from core.lifecycle.runtime import Lifecycle
 from core.ltm.card import CardDraft, CardStatus
-from core.ltm.ledger import ledger_errors, set_status, write_card
+from core.ltm.ledger import set_status, write_card
 from core.ltm.tables import cards
 
 SUMMARY_TYPE = "topic_summary"
@@ -40,7 +41,7 @@ def _owners(lc: Lifecycle, limit: int) -> list[tuple[str, str]]:
         .order_by(cards.c.tenant_id, cards.c.user_id)
         .limit(limit)
     )
-    with ledger_errors("list card owners"), lc.engine.connect() as conn:
+    with pg_errors("list card owners"), lc.engine.connect() as conn:
         owners = [(r.tenant_id, r.user_id) for r in conn.execute(stmt)]
     # fewer than asked: the pass wrapped, start over next run
     lc.store.set_cursor("access", None if len(owners) < limit else "/".join(owners[-1]))
@@ -62,7 +63,7 @@ def sync_access(lc: Lifecycle, *, now: float, max_users: int = 1000) -> int:
                 changed.append((tenant, user, cid, int(score)))
     if not changed:
         return 0
-    with ledger_errors("sync access counts"), lc.engine.begin() as conn:
+    with pg_errors("sync access counts"), lc.engine.begin() as conn:
         for _t, _u, cid, count in changed:
             # access_count is outside the content hash: no version bump, no re-indexing
             conn.execute(update(cards).where(cards.c.memory_id == cid).values(access_count=count))
@@ -96,7 +97,7 @@ def crowded_topics(lc: Lifecycle, *, over: int, limit: int = 100) -> list[TopicG
         .having(func.count() > over)
         .limit(limit)
     )
-    with ledger_errors("find crowded topics"), lc.engine.connect() as conn:
+    with pg_errors("find crowded topics"), lc.engine.connect() as conn:
         return [TopicGroup(r[0], r[1], r[2], int(r[3])) for r in conn.execute(stmt)]
 
 
@@ -114,7 +115,7 @@ def summarise(lc: Lifecycle, *, now: float, over: int, limit: int = 100) -> list
                    cards.c.tags.contains([g.tag]))
             .order_by(cards.c.importance.desc(), cards.c.updated_at.desc())
         )  # fmt: skip
-        with ledger_errors("summarise topic"), lc.engine.begin() as conn:
+        with pg_errors("summarise topic"), lc.engine.begin() as conn:
             rows = conn.execute(stmt).all()
             sources = [r for r in rows if r.memory_type != SUMMARY_TYPE]
             previous = [r for r in rows if r.memory_type == SUMMARY_TYPE]
@@ -160,7 +161,7 @@ def forget(lc: Lifecycle, *, now: float, apply: bool = False, limit: int = 1000)
         .order_by(cards.c.updated_at)
         .limit(limit)
     )  # fmt: skip
-    with ledger_errors("plan forgetting"), lc.engine.connect() as conn:
+    with pg_errors("plan forgetting"), lc.engine.connect() as conn:
         facts = [CardFacts(*r) for r in conn.execute(stmt)]
     last: dict[str, float] = {}
     seen = lc.store.card_access_of(
@@ -171,7 +172,7 @@ def forget(lc: Lifecycle, *, now: float, apply: bool = False, limit: int = 1000)
             last[c.memory_id] = float(raw.split("|")[1])
     plan = select_for_forgetting(facts, policy=pol, now=now, last_access=last)
     if apply and plan:
-        with ledger_errors("forget cards"), lc.engine.begin() as conn:
+        with pg_errors("forget cards"), lc.engine.begin() as conn:
             for f in plan:
                 set_status(conn, f.card.memory_id, CardStatus.DELETED, now=now)
             record(conn, [AuditEvent(Action.FORGET, f.card.tenant_id, f.card.user_id,

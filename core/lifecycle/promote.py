@@ -12,6 +12,7 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from core.adapters.pg import pg_errors
 from core.authority.facts import promote_fact
 from core.authority.schemas import PromotionRecord, UserVersion
 from core.errors import InvalidInput, NotFound
@@ -21,7 +22,7 @@ from core.lifecycle.policy import Decision, ItemView, Route
 from core.lifecycle.runtime import Lifecycle
 from core.lifecycle.states import Event, Record, State, current, next_state
 from core.ltm.card import CardDraft
-from core.ltm.ledger import ledger_errors, write_card
+from core.ltm.ledger import write_card
 from core.models.identity import PROMOTED, card_key
 
 log = logging.getLogger(__name__)
@@ -102,13 +103,13 @@ def promote_to_pg(lc: Lifecycle, view: ItemView, d: Decision, now: float) -> Use
         session_ids=tuple(sorted(set(view.seen_sessions) | {view.session_id}))[:64],
         note=d.reason[:1000],
     )
-    with lc.engine.begin() as conn:
+    with pg_errors("promote fact"), lc.engine.begin() as conn:
         result = promote_fact(
             db=conn, tenant_id=tenant, user_id=view.user_id, canonical_fact_key=key,
             domain=key.split(".", 1)[0], value=value, source_memory_ids=[view.memory_id],
             source_message_ids=list(view.message_ids[:256]), promotion=promo,
         )  # fmt: skip
-        with ledger_errors("audit promotion"):
+        with pg_errors("audit promotion"):
             record(conn, [_event(Action.PROMOTE_PG, view, tenant, key, d, now)])
     return result.version if result.changed else None
 
@@ -117,7 +118,7 @@ def promote_to_card(lc: Lifecycle, view: ItemView, d: Decision, now: float) -> s
     """Path B: one card and its audit row in one transaction; returns the card id."""
     tenant = lc.tenant(view.tenant_id)
     draft = card_for(view, d, tenant)
-    with ledger_errors("promote card"), lc.engine.begin() as conn:
+    with pg_errors("promote card"), lc.engine.begin() as conn:
         res = write_card(conn, draft, now=now, max_content_chars=lc.ledger.max_content_chars)
         record(conn, [_event(Action.PROMOTE_CARD, view, tenant, res.memory_id, d, now)])
     return res.memory_id

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from sqlalchemy import select
 
+from core.adapters.pg import pg_errors
 from core.authority.facts import retract_fact
 from core.errors import NotFound
 from core.ids import validate_id
@@ -17,7 +18,7 @@ from core.lifecycle.audit import Action, AuditEvent, audit_table, record
 from core.lifecycle.runtime import Lifecycle
 from core.lifecycle.states import Event, Record, State, next_state
 from core.ltm.card import CardStatus
-from core.ltm.ledger import ledger_errors, load_cards, set_status
+from core.ltm.ledger import load_cards, set_status
 
 
 @dataclass(frozen=True)
@@ -34,7 +35,7 @@ def _sources(lc: Lifecycle, target: str) -> set[str]:
         audit_table.c.action.in_([Action.PROMOTE_PG.value, Action.PROMOTE_CARD.value,
                                   Action.MERGE.value]),
     )  # fmt: skip
-    with ledger_errors("read audit"), lc.engine.connect() as conn:
+    with pg_errors("read audit"), lc.engine.connect() as conn:
         return {str(m) for row in conn.execute(stmt) for m in row.memory_ids}
 
 
@@ -60,7 +61,7 @@ def retract_pg_fact(
 ) -> Retraction:
     """End the current value of ``fact_key``; the history row stays (who, when, why)."""
     ids = _sources(lc, fact_key)
-    with lc.engine.begin() as conn:
+    with pg_errors("retract fact"), lc.engine.begin() as conn:
         version = retract_fact(db=conn, tenant_id=tenant_id, user_id=user_id,
                                canonical_fact_key=fact_key)  # fmt: skip
         record(conn, [AuditEvent(Action.RETRACT, tenant_id, user_id, fact_key, reason, now,
@@ -75,7 +76,7 @@ def retract_card(lc: Lifecycle, *, card_id: str, now: float, reason: str) -> Ret
     """Supersede a card (its projections are removed by the next index run)."""
     validate_id(card_id, kind="memory_id")
     ids = _sources(lc, card_id)
-    with ledger_errors("retract card"), lc.engine.begin() as conn:
+    with pg_errors("retract card"), lc.engine.begin() as conn:
         card = load_cards(conn, [card_id]).get(card_id)
         if card is None:
             raise NotFound(f"no LTM card {card_id}")

@@ -10,13 +10,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from core.adapters.pg import pg_errors
 from core.lifecycle.audit import Action, AuditEvent, record
 from core.lifecycle.batch import BatchEntry, BatchPlan, Merge, plan_batch
 from core.lifecycle.promote import short_hash, topic_tag
 from core.lifecycle.runtime import Lifecycle
 from core.lifecycle.states import Event, Record, State, next_state
 from core.ltm.card import CardDraft
-from core.ltm.ledger import ledger_errors, write_card
+from core.ltm.ledger import write_card
 from core.stm.lifecycle import ItemRef
 
 
@@ -70,7 +71,7 @@ def apply_plan(lc: Lifecycle, plan: BatchPlan, *, now: float) -> dict[str, int]:
     for m in plan.merges:
         tenant = lc.tenant(m.group[0])
         draft = merged_card(m, tenant)
-        with ledger_errors("merge batch"), lc.engine.begin() as conn:
+        with pg_errors("merge batch"), lc.engine.begin() as conn:
             res = write_card(conn, draft, now=now, max_content_chars=lc.ledger.max_content_chars)
             record(conn, [AuditEvent(
                 action=Action.MERGE, tenant_id=tenant, user_id=m.group[1],

@@ -27,6 +27,7 @@ from typing import Protocol
 
 from sqlalchemy import or_, select
 
+from core.adapters.pg import pg_errors
 from core.compress.cache import SessionActivity
 from core.errors import NotFound
 from core.keys import parse_user_scope, user_scope
@@ -35,9 +36,7 @@ from core.lifecycle.generality import assess
 from core.lifecycle.runtime import Lifecycle
 from core.lifecycle.scan import scan_user
 from core.ltm.card import CardDraft, CardStatus, LtmCard
-from core.ltm.filters import CardFilter
-from core.ltm.ledger import ledger_errors, load_cards, write_card
-from core.ltm.search import LtmSearch
+from core.ltm.ledger import load_cards, write_card
 from core.ltm.tables import cards
 from core.models.identity import EPISODE, card_key
 from core.models.memory import MemoryItem, MemorySource, MemoryType
@@ -63,8 +62,8 @@ class CardFinder(Protocol):
 
 
 class LedgerFinder:
-    """Term overlap on the ledger's ``bm25_text`` (no index needed; the LTM search adapter
-    is the better finder when Milvus is up)."""
+    """Term overlap on the ledger's ``bm25_text``: needs no index, so preload works while
+    Milvus is down (any other :class:`CardFinder` can be passed to :func:`preload`)."""
 
     def __init__(self, lc: Lifecycle) -> None:
         self.lc = lc
@@ -83,30 +82,12 @@ class LedgerFinder:
             .order_by(cards.c.importance.desc(), cards.c.updated_at.desc())
             .limit(limit * 4)
         )  # fmt: skip
-        with ledger_errors("find related cards"), self.lc.engine.connect() as conn:
+        with pg_errors("find related cards"), self.lc.engine.connect() as conn:
             rows = conn.execute(stmt).all()
             ranked = sorted(rows, key=lambda r: -sum(t in r.bm25_text.casefold() for t in terms))
             ids = [r.memory_id for r in ranked[:limit]]
             found = load_cards(conn, ids)
         return [found[i] for i in ids if i in found]
-
-
-class SearchFinder:
-    """The LTM hybrid search (BM25 + vectors) as a finder; cards are then read from the
-    ledger, the source of truth, so a stale index entry cannot preload a retracted card."""
-
-    def __init__(self, lc: Lifecycle, search: LtmSearch) -> None:
-        self.lc = lc
-        self.search = search
-
-    def related(self, *, tenant_id: str, user_id: str, query: str, limit: int) -> list[LtmCard]:
-        if limit <= 0 or not query.strip():
-            return []
-        flt = CardFilter(tenant_id=tenant_id, user_id=user_id)
-        ids = [r.memory_id for r in self.search.search(query, flt)][: limit * 2]
-        found = self.lc.ledger.cards(ids)
-        live = [found[i] for i in ids if i in found and found[i].status is CardStatus.ACTIVE]
-        return live[:limit]
 
 
 def last_session_summary(lc: Lifecycle, *, tenant_id: str, user_id: str) -> LtmCard | None:
@@ -118,7 +99,7 @@ def last_session_summary(lc: Lifecycle, *, tenant_id: str, user_id: str) -> LtmC
         .order_by(cards.c.updated_at.desc())
         .limit(1)
     )  # fmt: skip
-    with ledger_errors("last session summary"), lc.engine.connect() as conn:
+    with pg_errors("last session summary"), lc.engine.connect() as conn:
         mid = conn.execute(stmt).scalar_one_or_none()
         return load_cards(conn, [mid]).get(mid) if mid else None
 
@@ -275,7 +256,7 @@ def write_episodes(
     context = _session_context(lc, user_id, session_id, tenant_id)
     drafts = [episode_draft(i, tenant=tenant, session_id=session_id, context=context)
               for i in chosen]  # fmt: skip
-    with ledger_errors("episode cards"), lc.engine.begin() as conn:
+    with pg_errors("episode cards"), lc.engine.begin() as conn:
         results = [write_card(conn, d, now=now, max_content_chars=lc.ledger.max_content_chars)
                    for d in drafts]  # fmt: skip
         record(conn, [AuditEvent(Action.PROMOTE_CARD, tenant, user_id, r.memory_id,
@@ -316,7 +297,7 @@ def finalise(
             tags=["session", f"session:{session_id}"[:64]], source_type="session_summary",
             importance=0.8,  # seed 2: finalizeSession persists the summary at 0.8
         )  # fmt: skip
-        with ledger_errors("finalise session"), lc.engine.begin() as conn:
+        with pg_errors("finalise session"), lc.engine.begin() as conn:
             res = write_card(conn, draft, now=now, max_content_chars=lc.ledger.max_content_chars)
             record(conn, [AuditEvent(Action.FINALISE, tenant, user_id, res.memory_id, reason,
                                      now, tuple(i.id for i in worthy),

@@ -10,7 +10,8 @@
 A state is remembered with the item's fingerprint: when the fact itself changes (a new
 fingerprint), the old state no longer applies and the item is new again.  ``dropped``
 and ``retracted`` are terminal for their fingerprint, so a retracted promotion is not
-promoted again by the next scan.
+promoted again by the next scan.  A forbidden move raises
+:class:`core.errors.IllegalTransition` (the same class as the card projection machine).
 """
 
 from __future__ import annotations
@@ -19,11 +20,7 @@ import json
 from dataclasses import dataclass
 from enum import StrEnum
 
-from core.errors import PermanentError
-
-
-class IllegalTransition(PermanentError):
-    """A lifecycle event that the state machine does not allow from the current state."""
+from core.errors import IllegalTransition
 
 
 class State(StrEnum):

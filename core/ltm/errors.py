@@ -5,14 +5,17 @@ StoreUnavailable
 └── EmbeddingUnavailable      the embedding service did not answer (retry)
 PermanentError
 ├── MilvusServerError         the local server could not be started or is taken
-├── EmbeddingDimensionMismatch  model and collection disagree: fix config, not retry
-├── IndexRejected             the index refused a request as malformed
-└── IllegalTransition         a projection state change the state machine forbids
+└── EmbeddingDimensionMismatch  model and collection disagree: fix config, not retry
+StoreRejected
+└── IndexRejected             the index refused a request as malformed
+
+A forbidden projection state change raises :class:`core.errors.IllegalTransition`, the
+one class both state machines (card projections, promotion lifecycle) use.
 """
 
 from __future__ import annotations
 
-from core.errors import PermanentError, StoreUnavailable
+from core.errors import PermanentError, StoreRejected, StoreUnavailable
 
 
 class IndexUnavailable(StoreUnavailable):
@@ -31,9 +34,5 @@ class EmbeddingDimensionMismatch(PermanentError):
     """The embedder's dimension differs from the collection's: re-index or change model."""
 
 
-class IndexRejected(PermanentError):
+class IndexRejected(StoreRejected):
     """The index answered, but refused the request (schema mismatch, bad expression)."""
-
-
-class IllegalTransition(PermanentError):
-    """A card projection state change that the state machine does not allow."""

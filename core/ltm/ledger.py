@@ -16,20 +16,18 @@ transaction); :class:`Ledger` wraps an engine with one short transaction per cal
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
 from sqlalchemy import Connection, Engine, and_, bindparam, func, or_, select, text, update
 from sqlalchemy.dialects.postgresql import insert
-from sqlalchemy.exc import DBAPIError, IntegrityError, InterfaceError, OperationalError
 
-from core.errors import CorruptRecord, InvalidInput, NotFound, PayloadTooLarge, StoreUnavailable
+from core.adapters.pg import pg_errors
+from core.errors import CorruptRecord, IllegalTransition, NotFound, PayloadTooLarge
 from core.ids import validate_id
 from core.ltm.card import CardDraft, CardStatus, LtmCard
-from core.ltm.errors import IllegalTransition
 from core.ltm.tables import INDEX_NAMES, cards, projections
 
 
@@ -87,19 +85,6 @@ class WriteResult:
     memory_id: str
     version: int
     op: str  # inserted | updated | unchanged
-
-
-@contextmanager
-def ledger_errors(what: str) -> Iterator[None]:
-    """Translate database errors into the memstrata tree."""
-    try:
-        yield
-    except IntegrityError as exc:
-        raise InvalidInput(f"{what}: refused by the database: {exc.orig}") from exc
-    except (OperationalError, InterfaceError) as exc:
-        raise StoreUnavailable(f"{what}: PostgreSQL unavailable: {exc.orig}") from exc
-    except DBAPIError as exc:
-        raise StoreUnavailable(f"{what}: database error: {exc.orig}") from exc
 
 
 def _row_values(card: LtmCard) -> dict[str, Any]:
@@ -397,7 +382,7 @@ class Ledger:
         self.max_content_chars = max_content_chars
 
     def write(self, draft: CardDraft, *, now: float | None = None) -> WriteResult:
-        with ledger_errors("write card"), self.engine.begin() as conn:
+        with pg_errors("write card"), self.engine.begin() as conn:
             return write_card(
                 conn, draft, now=now or time.time(), max_content_chars=self.max_content_chars
             )
@@ -406,7 +391,7 @@ class Ledger:
         self, drafts: Sequence[CardDraft], *, now: float | None = None
     ) -> list[WriteResult]:
         """Several cards in one transaction (a promotion batch): one commit, not one each."""
-        with ledger_errors("write cards"), self.engine.begin() as conn:
+        with pg_errors("write cards"), self.engine.begin() as conn:
             return [
                 write_card(
                     conn, d, now=now or time.time(), max_content_chars=self.max_content_chars
@@ -415,31 +400,31 @@ class Ledger:
             ]
 
     def delete(self, memory_id: str, *, now: float | None = None) -> int:
-        with ledger_errors("delete card"), self.engine.begin() as conn:
+        with pg_errors("delete card"), self.engine.begin() as conn:
             return set_status(conn, memory_id, CardStatus.DELETED, now=now or time.time())
 
     def cards(self, memory_ids: Sequence[str]) -> dict[str, LtmCard]:
-        with ledger_errors("load cards"), self.engine.connect() as conn:
+        with pg_errors("load cards"), self.engine.connect() as conn:
             return load_cards(conn, memory_ids)
 
     def work(self, memory_ids: Sequence[str]) -> tuple[dict[str, LtmCard], list[Projection]]:
         """Cards and their projections, read in one snapshot."""
-        with ledger_errors("load work"), self.engine.begin() as conn:
+        with pg_errors("load work"), self.engine.begin() as conn:
             return load_cards(conn, memory_ids), load_projections(conn, memory_ids)
 
     def projections(self, memory_ids: Sequence[str]) -> list[Projection]:
-        with ledger_errors("load projections"), self.engine.connect() as conn:
+        with pg_errors("load projections"), self.engine.connect() as conn:
             return load_projections(conn, memory_ids)
 
     def indexed(self, marks: Sequence[tuple[str, str, int]], *, now: float) -> None:
-        with ledger_errors("mark indexed"), self.engine.begin() as conn:
+        with pg_errors("mark indexed"), self.engine.begin() as conn:
             for memory_id, index_name, version in marks:
                 mark_indexed(conn, memory_id, index_name, version, now=now)
 
     def errored(
         self, marks: Sequence[tuple[str, str, int]], *, error: str, permanent: bool, now: float
     ) -> None:
-        with ledger_errors("mark error"), self.engine.begin() as conn:
+        with pg_errors("mark error"), self.engine.begin() as conn:
             for memory_id, index_name, version in marks:
                 mark_error(
                     conn, memory_id, index_name, version, error=error, permanent=permanent, now=now
@@ -456,7 +441,7 @@ class Ledger:
         """Record one projection run's outcomes in a single transaction."""
         if not (indexed or transient or permanent):
             return
-        with ledger_errors("settle projections"), self.engine.begin() as conn:
+        with pg_errors("settle projections"), self.engine.begin() as conn:
             # a lost mark only means one idempotent re-projection, so this commit need
             # not wait for the WAL flush (saves a disk sync per projection run)
             conn.execute(text("SET LOCAL synchronous_commit = off"))
@@ -469,19 +454,19 @@ class Ledger:
                     )  # fmt: skip
 
     def due(self, *, now: float, grace_s: float, max_attempts: int, limit: int) -> list[str]:
-        with ledger_errors("select due"), self.engine.connect() as conn:
+        with pg_errors("select due"), self.engine.connect() as conn:
             return due_for_reconcile(
                 conn, now=now, grace_s=grace_s, max_attempts=max_attempts, limit=limit
             )
 
     def reset_all(self, *, now: float) -> int:
-        with ledger_errors("reset projections"), self.engine.begin() as conn:
+        with pg_errors("reset projections"), self.engine.begin() as conn:
             return mark_all_pending(conn, now=now)
 
     def ids(self, *, after: str = "", limit: int = 1000) -> list[str]:
-        with ledger_errors("page card ids"), self.engine.connect() as conn:
+        with pg_errors("page card ids"), self.engine.connect() as conn:
             return all_card_ids(conn, after=after, limit=limit)
 
     def counts(self) -> dict[str, dict[str, int]]:
-        with ledger_errors("count states"), self.engine.connect() as conn:
+        with pg_errors("count states"), self.engine.connect() as conn:
             return state_counts(conn)

@@ -181,6 +181,30 @@ class ElasticsearchLexicalIndex:
             for hit in result["hits"]["hits"]
         ]
 
+    def get(self, memory_ids: Sequence[str]) -> list[Hit]:
+        ids = [validate_id(m, kind="memory_id") for m in memory_ids]
+        if not ids:
+            return []
+        with es_errors("mget"):
+            result = self.client.mget(
+                index=self.index,
+                ids=ids,
+                source=["title", "summary", "importance", "updated_at"],
+                request_timeout=self.timeout_s,
+            )
+        return [
+            Hit(
+                memory_id=str(doc["_id"]),
+                score=0.0,
+                importance=float(doc["_source"].get("importance", 0.0)),
+                updated_at=float(doc["_source"].get("updated_at", 0.0)),
+                title=str(doc["_source"].get("title", "")),
+                summary=str(doc["_source"].get("summary", "")),
+            )
+            for doc in result["docs"]
+            if doc.get("found")
+        ]
+
     def refresh(self) -> None:
         """ES makes writes searchable after a refresh (1 s by default); tests force it."""
         with es_errors("refresh"):

@@ -127,6 +127,26 @@ class MilvusLexicalIndex:
             raise
         return hits_of(result)
 
+    def get(self, memory_ids: Sequence[str]) -> list[Hit]:
+        ids = [validate_id(m, kind="memory_id") for m in memory_ids]
+        if not ids:
+            return []
+        with milvus_errors("lexical get", self.conn):
+            rows = self.conn.client.get(
+                self.collection, ids=ids, output_fields=_OUT, timeout=self._rpc_timeout
+            )
+        return [
+            Hit(
+                memory_id=str(row["id"]),
+                score=0.0,
+                importance=float(row.get("importance", 0.0)),
+                updated_at=float(row.get("updated_at", 0.0)),
+                title=str(row.get("title", "")),
+                summary=str(row.get("summary", "")),
+            )
+            for row in rows
+        ]
+
     def refresh(self) -> None:
         """Milvus serves unflushed rows to search; nothing to do."""
 

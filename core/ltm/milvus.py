@@ -6,7 +6,8 @@ finds the server unreachable the connection is dropped and rebuilt on the next c
 a gRPC channel that failed keeps backing off for up to two minutes after the server
 is back, which would stall the reconciler long after an outage ended.  pymilvus raises
 ``MilvusException`` for both "server gone" and "request malformed"; the malformed kinds
-are listed in ``_REJECTED`` and everything else from the wire counts as transient.
+are listed in ``_REJECTED`` and everything else from the wire counts as transient, but
+only a failed channel (``_UNREACHABLE``) is dropped.
 """
 
 from __future__ import annotations
@@ -23,6 +24,12 @@ from core.errors import InvalidInput
 from core.ltm.errors import IndexRejected, IndexUnavailable
 
 _NAME_RE = re.compile(r"[^A-Za-z0-9_]")
+# what pymilvus says when the channel itself failed (as opposed to a server's refusal,
+# e.g. milvus-lite's "NaN or Inf" for BM25 over an empty collection, after which the
+# channel is fine and resetting it would break every other call in flight on it)
+_UNREACHABLE = re.compile(
+    r"connect|unavailable|deadline|closed channel|timed? ?out|socket|refused", re.IGNORECASE
+)
 
 
 def collection_name(prefix: str, suffix: str) -> str:
@@ -64,8 +71,8 @@ def milvus_errors(what: str, conn: MilvusConnection | None = None) -> Iterator[N
         message = str(getattr(exc, "message", "") or exc)
         if "collection not found" in message or "can't find collection" in message:
             raise IndexRejected(f"milvus {what}: {message} (run ensure_schema)") from exc
-        if conn is not None:
-            conn.reset()
+        if conn is not None and _UNREACHABLE.search(message):
+            conn.reset()  # only a broken channel: another thread's call may share this one
         raise IndexUnavailable(f"milvus {what}: {message[:300]}") from exc
     except Exception as exc:
         if type(exc).__module__.startswith("grpc"):

@@ -40,6 +40,10 @@ class LexicalIndex(Protocol):
 
     def search(self, normalised_query: str, flt: CardFilter, limit: int) -> list[Hit]: ...
 
+    def get(self, memory_ids: Sequence[str]) -> list[Hit]:
+        """The stored title and summary of these ids (score 0); absent ids are skipped."""
+        ...
+
     def refresh(self) -> None:
         """Make recent writes visible to search (a no-op where they already are)."""
         ...

@@ -15,6 +15,7 @@ from sqlalchemy import Engine
 
 from core.ltm.config import LtmSettings
 from core.ltm.embedding import CachedEmbedder, check_dimension
+from core.ltm.history import HistoryIndex
 from core.ltm.indexer import Projector
 from core.ltm.ledger import Ledger
 from core.ltm.milvus import MilvusConnection
@@ -36,6 +37,7 @@ class LtmRuntime:
     projector: Projector
     search: LtmSearch
     pid: int
+    history: HistoryIndex | None = None
 
     def start(self) -> LtmRuntime:
         """Ensure both schemas and check the embedding dimension (fails loudly)."""
@@ -44,12 +46,16 @@ class LtmRuntime:
             self.embedder, self.vector.collection_dim(), collection=self.vector.collection
         )
         self.lexical.ensure_schema()
+        if self.history is not None:
+            self.history.ensure_schema()
         return self
 
     def close(self) -> None:
         """Close the index clients and worker threads; the PostgreSQL pool is the runtime's."""
         self.search.close()
         self.projector.close()
+        if self.history is not None:
+            self.history.close()
         self.milvus.close()
         if self.es is not None:
             self.es.close()

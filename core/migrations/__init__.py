@@ -61,12 +61,13 @@ from sqlalchemy import (
     inspect,
     select,
 )
-from sqlalchemy.exc import OperationalError
 
+from core.adapters.pg import PgErrorMap
 from core.authority.errors import AuthorityUnavailable
 from core.errors import PermanentError
 
 log = logging.getLogger(__name__)
+_MIGRATION_ERRORS = PgErrorMap(unavailable=AuthorityUnavailable)
 
 SCRIPT_LOCATION = Path(__file__).resolve().parent
 VERSION_TABLE = "memstrata_alembic_version"
@@ -183,13 +184,12 @@ def _by_branch(scripts: _Scripts, revisions: list[str]) -> dict[str, str]:
 
 @contextmanager
 def _connect(db: Db) -> Iterator[Connection]:
-    """One connection; a server that does not answer is :class:`AuthorityUnavailable`."""
+    """One connection; database errors go through the one PostgreSQL map
+    (:mod:`core.adapters.pg`): a server that does not answer is :class:`AuthorityUnavailable`."""
     engine = create_engine(db, pool_size=1, max_overflow=0) if isinstance(db, str) else db
     try:
-        with engine.connect() as conn:
+        with _MIGRATION_ERRORS("cannot migrate PostgreSQL"), engine.connect() as conn:
             yield conn
-    except OperationalError as exc:
-        raise AuthorityUnavailable(f"cannot migrate PostgreSQL: {exc.orig}") from exc
     finally:
         if isinstance(db, str):
             engine.dispose()

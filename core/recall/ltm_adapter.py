@@ -12,6 +12,7 @@ import time
 
 from core.authority.filters import RetrievalFilters
 from core.ltm.filters import CardFilter
+from core.ltm.history import HISTORY_TYPE, HistoryIndex
 from core.ltm.ledger import Ledger
 from core.ltm.policy import SearchMode
 from core.ltm.search import LtmSearch
@@ -74,3 +75,31 @@ class LedgerBackedSearcher:
                 )
             )
         return out
+
+
+class HistoryBackedSearcher:
+    """``HistorySearcher`` for recall over the raw-history index: one candidate per message."""
+
+    def __init__(self, index: HistoryIndex) -> None:
+        self.index = index
+
+    def search(
+        self, *, query: str, tenant_id: str, user_id: str, k: int, now: float
+    ) -> list[PoolCandidate]:
+        hits = self.index.search(query, tenant_id=tenant_id, user_id=user_id, k=k, now=now)
+        return [
+            PoolCandidate(
+                memory_id=h.record_id,
+                source_type=SourceType.RAW_HISTORY,
+                summary=h.text,
+                canonical_fact_key=f"raw:{h.message_id}",
+                fingerprint=text_fingerprint(user_id, h.text),
+                memory_type=HISTORY_TYPE,
+                similarity=h.similarity,
+                importance=0.0,
+                updated_at=h.at,
+                message_ids=(h.message_id,),
+                tenant_id=tenant_id,
+            )
+            for h in hits
+        ]

@@ -108,16 +108,17 @@ def _better(a: PoolCandidate, b: PoolCandidate) -> bool:
 def dedup(
     candidates: Iterable[PoolCandidate],
 ) -> tuple[list[PoolCandidate], list[tuple[PoolCandidate, str]]]:
-    """Keep one candidate per canonical key, then per fingerprint; report the losers.
+    """Keep one candidate per canonical key, then per fingerprint, then per wording; report
+    the losers.
 
     The kept candidate inherits the losers' source messages: the same words from two
     places (an episode and a one-item session summary) are one memory with both
     provenances, and the one without provenance must not erase the other's."""
     dropped: list[tuple[PoolCandidate, str]] = []
-    for key in ("canonical_fact_key", "fingerprint"):
+    for key in ("canonical_fact_key", "fingerprint", "wording"):
         best: dict[str, PoolCandidate] = {}
         for c in candidates:
-            k = getattr(c, key)
+            k = _wording(c) if key == "wording" else getattr(c, key)
             cur = best.get(k)
             if cur is None:
                 best[k] = c
@@ -127,6 +128,10 @@ def dedup(
             best[k] = _with_provenance(win, lose)
         candidates = list(best.values())
     return list(candidates), dropped
+
+
+def _wording(c: PoolCandidate) -> str:
+    return " ".join(c.summary.casefold().split())
 
 
 def _with_provenance(win: PoolCandidate, lose: PoolCandidate) -> PoolCandidate:
@@ -210,14 +215,32 @@ def build_pool(
     kept: list[Scored] = []
     rest: list[Scored] = []
     used = 0
-    for rank, (score, parts, c) in enumerate(live):
+    rank = -1
+    covered: set[str] = set()  # source messages of what is kept so far
+    for score, parts, c in live:
         tokens = estimate_tokens(c.summary)
+        raw = c.source_type is SourceType.RAW_HISTORY
+        if raw and c.message_ids and covered.issuperset(c.message_ids):
+            # the fallback only adds what the curated memories above it do not say
+            rest.append(
+                Scored(
+                    candidate=c,
+                    score=score,
+                    parts=parts,
+                    verdict=Verdict.DUPLICATE,
+                    reason="its message is already in a kept memory",
+                    tokens=tokens,
+                )
+            )
+            continue  # fmt: skip
+        rank += 1
         if rank >= policy.top_k:
             verdict, reason = Verdict.BELOW_TOP_K, f"rank {rank + 1} > top_k {policy.top_k}"
         elif used + tokens > policy.token_budget:
             verdict, reason = Verdict.OVER_BUDGET, f"{used}+{tokens} > {policy.token_budget} tokens"
         else:
             used += tokens
+            covered.update(c.message_ids)
             verdict, reason = Verdict.KEPT, f"rank {rank + 1}"
         s = Scored(
             candidate=c, score=score, parts=parts, verdict=verdict, reason=reason, tokens=tokens

@@ -3,6 +3,7 @@
     用户/环境画像：            (from PostgreSQL, only when routed there)
     当前任务短期记忆：         (Redis STM candidates that survived the pool)
     相关长期经验：             (LTM cards that survived the pool)
+    相关原始对话：             (raw messages of L0: the fallback, each with its date)
 
 The same content is returned as :class:`RenderedMemory` for agents that build their own
 prompts.
@@ -10,6 +11,7 @@ prompts.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from typing import Literal
 
@@ -23,6 +25,7 @@ Lang = Literal["zh", "en"]
 _TITLES: dict[str, dict[Lang, str]] = {
     "stm": {"zh": "当前任务短期记忆：", "en": "Current task short-term memory:"},
     "ltm": {"zh": "相关长期经验：", "en": "Related long-term experience:"},
+    "history": {"zh": "相关原始对话：", "en": "From earlier conversations:"},
     "task": {"zh": "当前任务", "en": "Current task"},
 }
 _TYPE_LABEL: dict[str, dict[Lang, str]] = {
@@ -43,6 +46,7 @@ class MemoryLine(BaseModel):
     text: str
     source_type: SourceType
     message_ids: tuple[str, ...] = ()
+    at: float | None = None  # when it was said (raw history lines show their date)
 
 
 class RenderedMemory(BaseModel):
@@ -53,6 +57,7 @@ class RenderedMemory(BaseModel):
     task_id: str | None = None
     short_term: tuple[MemoryLine, ...] = ()
     long_term: tuple[MemoryLine, ...] = ()
+    history: tuple[MemoryLine, ...] = ()  # raw messages: the fallback below the curated layers
 
     @classmethod
     def from_candidates(
@@ -62,12 +67,17 @@ class RenderedMemory(BaseModel):
             return MemoryLine(
                 memory_id=c.memory_id, memory_type=c.memory_type, text=c.summary,
                 source_type=c.source_type, message_ids=c.message_ids,
+                at=c.updated_at if c.source_type is SourceType.RAW_HISTORY else None,
             )  # fmt: skip
+
+        def of(source: SourceType) -> tuple[MemoryLine, ...]:
+            return tuple(line(c) for c in kept if c.source_type is source)
 
         return cls(
             task_id=task_id,
-            short_term=tuple(line(c) for c in kept if c.source_type is SourceType.REDIS_STM),
-            long_term=tuple(line(c) for c in kept if c.source_type is not SourceType.REDIS_STM),
+            short_term=of(SourceType.REDIS_STM),
+            long_term=of(SourceType.LTM),
+            history=of(SourceType.RAW_HISTORY),
         )
 
 
@@ -77,6 +87,13 @@ def language_for(profile_language: str | None, query: str) -> Lang:
         return "zh" if profile_language.casefold().startswith("zh") else "en"
     cjk = sum(1 for ch in query if "\u4e00" <= ch <= "\u9fff")
     return "zh" if cjk * 3 >= len(query.strip()) / 2 and cjk > 0 else "en"
+
+
+def _dated(at: float | None) -> str:
+    """``(2023-05-08) `` for a line with a time: a raw message's date is part of its meaning."""
+    if at is None or at <= 0:
+        return ""
+    return time.strftime("(%Y-%m-%d) ", time.gmtime(at))
 
 
 def _label(memory_type: str, lang: Lang) -> str:
@@ -100,5 +117,9 @@ def render(blocks: AuthorityBlocks | None, memory: RenderedMemory, lang: Lang) -
     if memory.long_term:
         lines = [_TITLES["ltm"][lang]]
         lines += [f"- {m.text}" for m in memory.long_term]
+        sections.append("\n".join(lines))
+    if memory.history:
+        lines = [_TITLES["history"][lang]]
+        lines += [f"- {_dated(m.at)}{m.text}" for m in memory.history]
         sections.append("\n".join(lines))
     return "\n\n".join(sections)

@@ -25,7 +25,7 @@ from sqlalchemy import Engine
 
 from core.authority.blocks import AuthorityBlocks, build_blocks
 from core.authority.cache import CacheLookup, CacheStatus, ProfileCache
-from core.authority.db import autocommit_reader
+from core.authority.db import autocommit_reader, translated
 from core.authority.domain import AUTHORITATIVE_DOMAINS, domain_of_key
 from core.authority.domain_authority import (
     Action,
@@ -72,6 +72,16 @@ class LtmSearcher(Protocol):
         ...
 
 
+class HistorySearcher(Protocol):
+    """The raw-history fallback as recall sees it (implemented on core.ltm.history)."""
+
+    def search(
+        self, *, query: str, tenant_id: str, user_id: str, k: int, now: float
+    ) -> list[PoolCandidate]:
+        """Up to ``k`` raw messages of the owner, best first, similarity in [0, 1]."""
+        ...
+
+
 class RecallRequest(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -101,6 +111,7 @@ class RecallSettings(BaseModel):
     weights: RescoreWeights = RescoreWeights()  # the pool's rescoring blend
     stm_per_index: int = Field(20, ge=1, le=1000)
     ltm_candidates: int = Field(20, ge=1, le=200)
+    history_candidates: int = Field(20, ge=1, le=200)
     ltm_timeout_s: float = Field(2.0, gt=0)
     session_recent_s: float = Field(1800.0, gt=0)
 
@@ -156,6 +167,7 @@ class Recaller:
         profile_cache: ProfileCache,
         engine: Engine,
         ltm: LtmSearcher | None = None,
+        history: HistorySearcher | None = None,
         settings: RecallSettings | None = None,
         executor: ThreadPoolExecutor | None = None,
         clock: Callable[[], float] = time.time,
@@ -164,6 +176,7 @@ class Recaller:
         self.cache = profile_cache
         self.engine = autocommit_reader(engine)  # one-statement reads need no transaction
         self.ltm = ltm
+        self.history = history
         self.settings = settings or RecallSettings()
         self.pool = executor or ThreadPoolExecutor(max_workers=4, thread_name_prefix="recall")
         self.clock = clock
@@ -214,11 +227,16 @@ class Recaller:
                 ltm_future = self._start_ltm(req, route, filters)
         if route.need_ltm and self.ltm is None:
             degraded["ltm"] = "no long-term memory backend configured"
-        ltm_cands = self._collect_ltm(ltm_future, degraded)
+        # the raw-history floor: wherever the curated long-term layer is asked (seed 十五.4)
+        history_future = self._start_history(req, now) if route.need_ltm else None
+        ltm_cands = self._collect(ltm_future, degraded, "ltm")
         if ltm_future is not None:
             timings["ltm"] = _ms(t0)
+        history_cands = self._collect(history_future, degraded, "history")
+        if history_future is not None:
+            timings["history"] = _ms(t0)
 
-        all_cands = stm_cands + [c for c in ltm_cands if _in_scope(c, filters)]
+        all_cands = stm_cands + [c for c in ltm_cands + history_cands if _in_scope(c, filters)]
         decisions, overridden = self._authority(all_cands, snapshot, filters)
         scored = build_pool(
             all_cands,
@@ -260,7 +278,7 @@ class Recaller:
         lookup = self.cache.get(req.tenant_id, req.user_id)
         if lookup.status is CacheStatus.HIT and lookup.snapshot is not None:
             return lookup.snapshot, lookup
-        with self.engine.connect() as conn:
+        with translated("read snapshot"), self.engine.connect() as conn:
             snapshot = read_snapshot(db=conn, tenant_id=req.tenant_id, user_id=req.user_id)
         self.cache.put(snapshot)
         return snapshot, lookup
@@ -268,7 +286,7 @@ class Recaller:
     def _exact_snapshot(self, req: RecallRequest, snapshot: AuthoritySnapshot) -> AuthoritySnapshot:
         """For exact metadata, check the cached version against PG itself."""
         who = {"tenant_id": req.tenant_id, "user_id": req.user_id}
-        with self.engine.connect() as conn:
+        with translated("read version"), self.engine.connect() as conn:
             if read_version(db=conn, **who) <= snapshot.version:
                 return snapshot
             fresh = read_snapshot(db=conn, **who)  # an invalidation never reached Redis
@@ -325,7 +343,7 @@ class Recaller:
         self, req: RecallRequest, route: Route, filters: RetrievalFilters
     ) -> Future[list[PoolCandidate]] | None:
         if self.ltm is None:
-            return None  # flagged by _collect_ltm's caller
+            return None  # flagged by the caller
         ltm = self.ltm
         mode = route.ltm_mode or LtmMode.HYBRID
         # a caller asking for many memories gets as many LTM candidates to choose from
@@ -334,17 +352,29 @@ class Recaller:
             lambda: ltm.search(query=req.query, mode=mode, filters=filters, k=k)
         )
 
-    def _collect_ltm(
-        self, fut: Future[list[PoolCandidate]] | None, degraded: dict[str, str]
+    def _start_history(self, req: RecallRequest, now: float) -> Future[list[PoolCandidate]] | None:
+        if self.history is None:
+            return None
+        history = self.history
+        k = max(self.settings.history_candidates, req.top_k)
+        return self.pool.submit(
+            lambda: history.search(
+                query=req.query, tenant_id=req.tenant_id, user_id=req.user_id, k=k, now=now
+            )
+        )
+
+    def _collect(
+        self, fut: Future[list[PoolCandidate]] | None, degraded: dict[str, str], layer: str
     ) -> list[PoolCandidate]:
+        """A concurrent layer's candidates within the LTM time budget, else ``degraded``."""
         if fut is None:
             return []
         try:
             return fut.result(timeout=self.settings.ltm_timeout_s)
         except FutureTimeout:
-            degraded["ltm"] = f"timed out after {self.settings.ltm_timeout_s:g} s"
+            degraded[layer] = f"timed out after {self.settings.ltm_timeout_s:g} s"
         except MemstrataError as exc:
-            degraded["ltm"] = f"{type(exc).__name__}: {exc}"
+            degraded[layer] = f"{type(exc).__name__}: {exc}"
         return []
 
     def _authority(

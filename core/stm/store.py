@@ -9,8 +9,7 @@ by the sweep (Redis must not evict keys on its own: run it with ``noeviction``).
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib import resources
 from typing import Any
@@ -18,7 +17,8 @@ from typing import Any
 import redis
 from redis.commands.core import Script
 
-from core.errors import InvalidInput, PayloadTooLarge, StoreUnavailable
+from core.adapters.redis import redis_errors
+from core.errors import InvalidInput, PayloadTooLarge
 from core.ids import validate_id
 from core.keys import GlobalKeys, UserKeys, index_suffixes, parse_user_scope
 from core.models.candidate import WriteDecision
@@ -28,15 +28,6 @@ from core.models.memory import MemoryItem, MemoryStatus
 def lua(name: str) -> str:
     """A script of ``core/stm/lua/`` (the store package's scripts live there, not inline)."""
     return (resources.files("core.stm") / "lua" / name).read_text(encoding="utf-8")
-
-
-@contextmanager
-def redis_errors() -> Iterator[None]:
-    """Translate redis-py connection failures into our transient error."""
-    try:
-        yield
-    except (redis.ConnectionError, redis.TimeoutError) as exc:
-        raise StoreUnavailable(f"redis unavailable: {exc}") from exc
 
 
 @dataclass(frozen=True)

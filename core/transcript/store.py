@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from core.errors import CorruptRecord, InvalidInput, NotFound, PayloadTooLarge
-from core.ids import owner_tenant, validate_id
+from core.ids import is_valid_id, owner_tenant, validate_id
 from core.models.transcript import MessageIn, TranscriptRecord, TurnPointer
 
 log = logging.getLogger(__name__)
@@ -194,6 +194,27 @@ class TranscriptStore:
             return []
         files = sorted(folder.glob("*.jsonl"), key=lambda p: p.stat().st_mtime)
         return [p.stem for p in files]
+
+    def owners(self) -> Iterator[tuple[str, str]]:
+        """``(tenant_id, user_id)`` of every owner with a transcript (folders of valid ids)."""
+        base = self.root / "t"
+        if not base.is_dir():
+            return
+        for tenant in sorted(base.iterdir()):
+            users = tenant / "u"
+            if not (is_valid_id(tenant.name) and users.is_dir()):
+                continue
+            for user in sorted(users.iterdir()):
+                if user.is_dir() and is_valid_id(user.name):
+                    yield tenant.name, user.name
+
+    def iter_all(self) -> Iterator[TranscriptRecord]:
+        """Every record of every owner and session (rebuilding a projection of L0)."""
+        for tenant_id, user_id in self.owners():
+            for session_id in self.sessions(user_id=user_id, tenant_id=tenant_id):
+                yield from self.read_session(
+                    user_id=user_id, session_id=session_id, tenant_id=tenant_id
+                )
 
 
 def _parse(line: bytes, path: Path, n: int) -> TranscriptRecord:

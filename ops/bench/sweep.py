@@ -23,7 +23,9 @@ from core.models.memory import MemoryItem, MemorySource, MemoryStatus, MemoryTyp
 from core.runtime import Runtime
 from core.settings import load_settings
 from core.stm.store import StmStore
-from ops.bench.common import machine, new_namespace, purge, r3, redis_url
+from ops.bench.common.env import new_namespace, purge, redis_url
+from ops.bench.common.machine import machine
+from ops.bench.common.stats import r3
 
 TARGET_SWEEP_PER_S = 50_000
 

@@ -33,8 +33,8 @@ from pydantic import SecretStr
 from core.api import MemoryClient
 from core.runtime import Runtime
 from core.settings import Settings
+from tasks._options import DRAIN
 from tasks.app import celery_config
-from tasks.ingest import DRAIN
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 READY_TIMEOUT_S = 30.0

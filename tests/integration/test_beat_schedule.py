@@ -13,8 +13,8 @@ from celery import Celery
 from core.api import MemoryClient
 from core.runtime import Runtime
 from core.settings import load_settings
+from tasks._options import SWEEP
 from tasks.app import QUEUES, app, celery_config
-from tasks.maintenance import SWEEP
 from tests.integration.conftest import CeleryProcess, user_state, wait_drained, wait_until
 from tests.integration.test_celery_ingest import EN_ITEMS, EN_TURN, ZH_ITEMS, ZH_TURN
 

@@ -27,8 +27,7 @@ from core.models.transcript import TurnPointer, TurnReceipt
 from core.runtime import Runtime
 from core.settings import Settings
 from core.transcript.store import TranscriptStore
-from tasks.ingest import DRAIN
-from tasks.maintenance import RECLAIM
+from tasks._options import DRAIN, RECLAIM
 from tests.integration.conftest import (
     REPO_ROOT,
     CeleryProcess,

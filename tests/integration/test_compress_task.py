@@ -15,7 +15,7 @@ from core.keys import CompressKeys
 from core.models.transcript import MessageIn, Role
 from core.runtime import Runtime
 from ops.bench.compress import ingest, scripted_session
-from tasks.compress import COMPRESS, COMPRESS_IDLE
+from tasks._options import COMPRESS, COMPRESS_IDLE
 from tests.integration.conftest import CeleryProcess, start_celery, wait_until
 
 pytestmark = pytest.mark.integration
@@ -97,20 +97,6 @@ def test_beat_job_compresses_long_idle_sessions(
     wait_until(lambda: len(_views(res)) == 1, "the idle session's view", worker=compress_worker)
 
 
-def _trigger_wired() -> bool:
-    """The ingest hook and the settings fields land with the lead's patch (COMPRESSION.md)."""
-    import inspect
-
-    from core.ingest.drain import drain_shard
-    from core.settings import Settings
-
-    return (
-        "compress_threshold_tokens" in Settings.model_fields
-        and "on_batch" in inspect.signature(drain_shard).parameters
-    )
-
-
-@pytest.mark.skipif(not _trigger_wired(), reason="ingest hook / settings not applied yet")
 def test_recording_past_the_threshold_compresses_the_session(
     res: Runtime, memory: Any, tmp_path: Path
 ) -> None:

@@ -17,7 +17,7 @@ from core.ltm.runtime import LtmRuntime
 from core.ltm.search import SearchMode
 from core.runtime import Runtime
 from core.settings import Settings, load_settings
-from tasks.ltm import DELETE, INDEX, RECONCILE
+from tasks._options import LTM_DELETE, LTM_INDEX, LTM_RECONCILE
 from tests.integration import ltm_env
 from tests.integration.conftest import CeleryProcess, start_celery, wait_until
 
@@ -94,7 +94,7 @@ def test_tasks_index_delete_and_reconcile_cards_on_a_real_worker(
         tenant, "case.504", "HTTP504 from payment-service", "gateway timeout"
     )
     memory_id = rt.ledger.write(draft).memory_id
-    producer.send_task(INDEX, args=[[memory_id]])
+    producer.send_task(LTM_INDEX, args=[[memory_id]])
     wait_until(lambda: states(rt, memory_id) == {"indexed"}, "index task", worker=ltm_worker)
     flt = CardFilter(tenant_id=tenant)
     assert rt.search.search("HTTP504", flt, mode=SearchMode.LEXICAL)[0].memory_id == memory_id
@@ -102,10 +102,10 @@ def test_tasks_index_delete_and_reconcile_cards_on_a_real_worker(
     forgotten = rt.ledger.write(
         ltm_env.card_draft(tenant, "case.x", "ERR_X", "never sent")
     ).memory_id
-    producer.send_task(RECONCILE)
+    producer.send_task(LTM_RECONCILE)
     wait_until(lambda: states(rt, forgotten) == {"indexed"}, "reconcile task", worker=ltm_worker)
 
-    producer.send_task(DELETE, args=[[memory_id]])
+    producer.send_task(LTM_DELETE, args=[[memory_id]])
     wait_until(
         lambda: (
             rt.ledger.cards([memory_id])[memory_id].status.value == "deleted"
@@ -121,6 +121,6 @@ def test_tasks_index_delete_and_reconcile_cards_on_a_real_worker(
 def test_invalid_ids_fail_without_retry(
     rt: LtmRuntime, ltm_worker: CeleryProcess, producer: Celery
 ) -> None:
-    producer.send_task(INDEX, args=[["bad id!"]])
+    producer.send_task(LTM_INDEX, args=[["bad id!"]])
     wait_until(lambda: "InvalidId" in ltm_worker.log(), "task failure", worker=ltm_worker)
     assert "Retry in" not in ltm_worker.log()

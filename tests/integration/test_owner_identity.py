@@ -1,7 +1,8 @@
 """One owner identity: ``(tenant, user)`` in every layer, no tenant = the default tenant.
 
 Every combination of {no tenant, tenant ``default``, tenant A, tenant B} × {alice, bob}
-writes a distinct secret through the real write path (L0 → ingest pipeline → STM), the
+writes a distinct secret through the real write path (L0 → ingest pipeline → STM, and the
+raw-history index), the
 session is finalised (promotion, episode and summary cards in the ledger, projected into
 a real milvus-lite server), and every identity then reads through every read path.  A
 reader must find exactly the secrets of its own owner: no tenant and tenant ``default``
@@ -130,6 +131,8 @@ def world(
             messages=[MessageIn(role="user", content=who.statement())], at=NOW + n,
         )  # fmt: skip
         runtime.pipeline.process([(turn.pointer, list(turn.records))])
+        assert ltm.history is not None  # and the raw-history fallback, as the ltm task does
+        ltm.history.project(turn.records)
     recaller = runtime.recaller()
     try:
         yield World(runtime, lc, recaller)
@@ -137,6 +140,8 @@ def world(
         recaller.close()
         ltm.lexical.drop()
         ltm.vector.drop()
+        if ltm.history is not None:
+            ltm.history.drop()
         _purge(runtime.redis, namespace)
         runtime.close()
 

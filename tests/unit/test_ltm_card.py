@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from core.errors import InvalidInput
+from core.errors import IllegalTransition, InvalidInput
 from core.ltm.card import CardDraft, CardStatus, LtmCard, card_id
-from core.ltm.errors import IllegalTransition
 from core.ltm.filters import CardFilter, es_filter, milvus_expr
 from core.ltm.ledger import ProjectionEvent, ProjectionState, next_state
 

@@ -183,7 +183,14 @@ def test_fingerprint_dedup_catches_the_same_text_under_another_key() -> None:
 
 def test_pool_keeps_top_k_within_the_token_budget_and_explains_the_rest() -> None:
     cands = [
-        cand(f"m{i}", SourceType.REDIS_STM, f"k{i}", f"f{i}", importance=i / 10, summary="x" * 40)
+        cand(
+            f"m{i}",
+            SourceType.REDIS_STM,
+            f"k{i}",
+            f"f{i}",
+            importance=i / 10,
+            summary=f"{i}{'x' * 39}",
+        )
         for i in range(6)
     ]
     cands.append(cand("ltm_9", SourceType.LTM, "k1", "g1"))
@@ -263,3 +270,33 @@ def test_a_duplicate_dropped_from_the_pool_leaves_its_provenance_to_the_kept_one
     # the newer one wins the slot, the older one's source message is not lost
     assert [c.memory_id for c in kept] == ["summary"] and kept[0].message_ids == ("m7",)
     assert [c.memory_id for c, _why in dropped] == ["episode"]
+
+
+def test_a_raw_message_already_in_a_kept_memory_is_a_duplicate_and_costs_no_rank() -> None:
+    # Given a card that stands for message d1 and two raw messages, d1 and d2
+    card = cand("ltm_1", SourceType.LTM, "k1", "f1", similarity=0.9, message_ids=("d1",))
+    raw_d1 = cand("raw_1", SourceType.RAW_HISTORY, "raw:d1", "f2", similarity=0.8,
+                  importance=0.0, message_ids=("d1",))  # fmt: skip
+    raw_d2 = cand("raw_2", SourceType.RAW_HISTORY, "raw:d2", "f3", similarity=0.7,
+                  importance=0.0, message_ids=("d2",))  # fmt: skip
+    # When the pool keeps two
+    pool = build_pool([raw_d2, raw_d1, card], query_entities=[], now=NOW,
+                      policy=PoolPolicy(top_k=2, token_budget=1000))  # fmt: skip
+    verdicts = {s.candidate.memory_id: (s.verdict, s.reason) for s in pool}
+    # Then the raw copy of d1 adds nothing and d2 takes the second place
+    assert verdicts["raw_1"] == (Verdict.DUPLICATE, "its message is already in a kept memory")
+    assert verdicts["ltm_1"][0] is Verdict.KEPT and verdicts["raw_2"][0] is Verdict.KEPT
+
+
+def test_raw_history_renders_last_with_the_date_it_was_said() -> None:
+    from core.recall.render import RenderedMemory, render
+
+    card = cand("ltm_1", SourceType.LTM, "k1", "f1", summary="likes hiking")
+    raw = cand("raw_1", SourceType.RAW_HISTORY, "raw:d1", "f2", summary="Caroline: I ran 5k",
+               updated_at=1_683_500_000.0, message_ids=("d1",))  # fmt: skip
+    memory = RenderedMemory.from_candidates([raw, card], task_id=None)
+    text = render(None, memory, "en")
+    assert text == (
+        "Related long-term experience:\n- likes hiking\n\n"
+        "From earlier conversations:\n- (2023-05-07) Caroline: I ran 5k"
+    )

@@ -1,0 +1,145 @@
+"""The raw-history floor: what no curated layer kept still comes back, once, with its date."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import pytest
+
+from core.authority.admin import create_tenant, create_user
+from core.lifecycle.sessions import finalise
+from core.ltm.config import LtmSettings
+from core.ltm.embedding import CachedEmbedder
+from core.ltm.history import history_id, project_transcripts
+from core.ltm.milvus_server import MilvusServer
+from core.models.transcript import MessageIn
+from core.recall.pool import SourceType, Verdict
+from core.recall.service import RecallRequest
+from core.runtime import Runtime
+from core.settings import load_settings
+from tests.conftest import REDIS_URL, _purge
+from tests.integration import ltm_env
+from tests.integration.test_lifecycle_env import lifecycle_pg
+
+pytestmark = pytest.mark.integration
+__all__ = ["lifecycle_pg"]
+
+milvus_server = ltm_env.milvus_server
+embedder = ltm_env.embedder
+
+AT = 1_683_500_000.0  # 2023-05-07
+
+
+@pytest.fixture
+def runtime(
+    lifecycle_pg: str, milvus_server: MilvusServer, embedder: CachedEmbedder, tmp_path: Path
+) -> Iterator[Runtime]:
+    ns = f"t{uuid.uuid4().hex[:10]}"
+    rt = Runtime(
+        load_settings(
+            redis_url=REDIS_URL, key_namespace=ns, transcript_dir=tmp_path / "l0",
+            postgres_url=lifecycle_pg,
+            ltm=LtmSettings(milvus_uri=milvus_server.uri, collection_prefix=ns),
+        ),
+        embedder=embedder,
+    )  # fmt: skip
+    with rt.engine.begin() as conn:
+        create_tenant(db=conn, tenant={"id": ns, "name": ns})
+        create_user(db=conn, user={"tenant_id": ns, "id": "u1"})
+    yield rt
+    ltm = rt.ltm
+    assert ltm.history is not None
+    ltm.history.drop()
+    ltm.lexical.drop()
+    ltm.vector.drop()
+    _purge(rt.redis, ns)
+    rt.close()
+
+
+def say(rt: Runtime, turn: list[tuple[str, str]], at: float) -> list[str]:
+    """A turn through L0, the ingest pipeline and the raw-history projection."""
+    t = rt.transcript.append_turn(
+        user_id="u1", tenant_id=rt.settings.key_namespace, session_id="s1", at=at,
+        messages=[MessageIn(role=role, content=text) for role, text in turn],
+    )  # fmt: skip
+    rt.pipeline.process([(t.pointer, list(t.records))])
+    history = rt.ltm.history
+    assert history is not None
+    history.project(t.records)
+    return [r.message_id for r in t.records]
+
+
+def test_what_no_curated_layer_kept_comes_back_from_raw_history(runtime: Runtime) -> None:
+    # Given an assistant answer the extractor keeps nothing of, said on 2023-05-07
+    ids = say(runtime, [("user", "hi"), ("assistant",
+              "The ferry to Vashon leaves from Fauntleroy every 40 minutes.")], AT)  # fmt: skip
+    recaller = runtime.recaller()
+    try:
+        # When the user later asks about it
+        out = recaller.recall(RecallRequest(
+            tenant_id=runtime.settings.key_namespace, user_id="u1", session_id="s2",
+            query="how often does the Vashon ferry leave?", now=AT + 86400, explain=True,
+        ))  # fmt: skip
+    finally:
+        recaller.close()
+    # Then the raw message is injected under its own heading, dated, with its message id
+    assert out.degraded == {}
+    assert out.memory.history and out.memory.history[0].message_ids == (ids[1],)
+    assert "From earlier conversations:\n- (2023-05-07) The ferry to Vashon" in out.text
+    assert out.explain is not None
+    raw = [s for s in out.explain.candidates if s.candidate.source_type is SourceType.RAW_HISTORY]
+    assert raw[0].candidate.memory_id == history_id(runtime.settings.key_namespace, "u1", ids[1])
+
+
+def test_a_raw_message_a_curated_memory_already_holds_is_not_injected_twice(
+    runtime: Runtime,
+) -> None:
+    # Given a user statement the write path kept, made an episode card when its session
+    # ended (and the raw index holds it too)
+    ids = say(runtime, [("user", "I moved to Lisbon last spring with my two cats.")], AT)
+    ltm = runtime.ltm
+
+    def project(card_ids: Sequence[str]) -> None:
+        ltm.projector.project(list(card_ids))
+
+    lc = runtime.lifecycle(on_cards=project)
+    finalise(lc, user_id="u1", tenant_id=runtime.settings.key_namespace, session_id="s1",
+             now=AT + 7200)  # fmt: skip
+    recaller = runtime.recaller()
+    try:
+        out = recaller.recall(RecallRequest(
+            tenant_id=runtime.settings.key_namespace, user_id="u1", session_id="s2",
+            query="where did I move last spring?", now=AT + 86400, explain=True,
+        ))  # fmt: skip
+    finally:
+        recaller.close()
+    assert out.explain is not None
+    # Then the curated memory is kept and the raw copy of its message is a duplicate
+    kept = [s for s in out.explain.candidates if s.verdict is Verdict.KEPT]
+    assert {s.candidate.source_type for s in kept if ids[0] in s.candidate.message_ids} == {
+        SourceType.LTM
+    }  # the episode card (and the session summary), never the raw copy
+    raw = [s for s in out.explain.candidates if s.candidate.source_type is SourceType.RAW_HISTORY]
+    assert raw and all(
+        s.verdict is Verdict.DUPLICATE for s in raw if ids[0] in s.candidate.message_ids
+    )
+    assert out.text.count("Lisbon") == 1
+
+
+def test_the_index_is_rebuilt_from_l0_alone(runtime: Runtime) -> None:
+    # Given two turns in L0 and an emptied raw-history index
+    say(runtime, [("user", "my locker code is 4417")], AT)
+    say(runtime, [("assistant", "noted: locker 4417")], AT + 5)
+    history = runtime.ltm.history
+    assert history is not None
+    history.drop()
+    history.ensure_schema()
+    # When it is rebuilt from the transcript files
+    assert project_transcripts(history, runtime.transcript) == 2
+    # Then the owner's messages are found again, and only the owner's
+    hits = history.search("locker 4417", tenant_id=runtime.settings.key_namespace,
+                          user_id="u1", k=5, now=AT + 10)  # fmt: skip
+    assert len(hits) == 2
+    assert history.search("locker 4417", tenant_id="other", user_id="u1", k=5, now=AT) == []
