@@ -242,6 +242,7 @@ def run(quick: bool) -> dict[str, Any]:
         b_elapsed = time.perf_counter() - t_start
         b_done = len(bitems) - batch
 
+    figures["memory"] = _memory(quick)
     figures.update(
         {
             # headline: full sessions, the steady state of any session longer than ~7 turns
@@ -263,6 +264,49 @@ def run(quick: bool) -> dict[str, Any]:
         }
     )
     return figures
+
+
+def _memory(quick: bool) -> dict[str, Any]:
+    """Bytes per item on the configured Redis, and on a scratch one with ops/redis.conf."""
+    from ops.bench import stm_memory
+    from ops.bench.common import scratch_redis
+
+    client = redis.Redis.from_url(redis_url(), decode_responses=True, socket_timeout=10)
+    try:
+        out: dict[str, Any] = {"configured": stm_memory.run(client, quick=quick)}
+    finally:
+        client.close()
+    if scratch_redis.available():
+        with scratch_redis.scratch_redis(conf=scratch_redis.SHIPPED_CONF) as shipped:
+            out["shipped"] = stm_memory.run(shipped, quick=quick)
+    out["bytes_per_item"] = (out.get("shipped") or out["configured"])["bytes_per_item"]
+    out["target_bytes_per_item"] = stm_memory.TARGET_BYTES_PER_ITEM
+    return out
+
+
+def _memory_lines(mem: dict[str, Any]) -> list[str]:
+    from ops.bench import stm_memory
+
+    ok = "met" if mem["bytes_per_item"] <= mem["target_bytes_per_item"] else "MISSED"
+    lines = [
+        "Redis bytes per stored item (`MEMORY USAGE … SAMPLES 0` of the item hashes and of "
+        "the owners' index keys, divided by the live items; write decisions are not "
+        f"counted): **{mem['bytes_per_item']}** for the mix at {stm_memory.SIZES[-1]} items "
+        f"per user with the shipped configuration (target ≤ {mem['target_bytes_per_item']}: "
+        f"{ok}).",
+        "",
+        "| Redis | load | items per user | bytes per item | item hash | index entries | "
+        "item encodings |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for label, key in (("configured", "configured"), ("shipped (ops/redis.conf)", "shipped")):
+        if key in mem:
+            s = mem[key]["server"]
+            name = f"{label}: hash value ≤ {s['hash-max-listpack-value']} B"
+            lines += stm_memory.markdown_rows(name, mem[key])
+    per_turn = mem["configured"][f"marker_{stm_memory.SIZES[-1]}"]["decision_bytes_per_turn"]
+    lines += ["", f"Write decisions, not counted above: {per_turn} bytes per marker turn.", ""]
+    return lines
 
 
 def _row(name: str, r: dict[str, Any]) -> str:
@@ -306,5 +350,6 @@ def markdown(figures: dict[str, Any]) -> str:
             f"{f['read_by_session_p99_ms']} ms "
             f"({f['read_by_session_items_mean']} items on average) |",
             "",
+            *(_memory_lines(f["memory"]) if "memory" in f else []),
         ]
     )

@@ -1,0 +1,64 @@
+"""A throwaway ``redis-server`` on a free port, optionally with memstrata's shipped config.
+
+For figures that depend on the server's settings (bytes per item: encodings) and for
+tests that must change a setting the shared server may not (``maxmemory``).  No
+persistence, its own temporary folder; stopped (its own pid) and removed afterwards.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import redis
+
+from ops.bench.common.env import REPO
+
+SHIPPED_CONF = REPO / "ops" / "redis.conf"
+
+
+def available() -> bool:
+    return shutil.which("redis-server") is not None
+
+
+@contextlib.contextmanager
+def scratch_redis(*args: str, conf: Path | None = None) -> Iterator[redis.Redis]:
+    """A client of a fresh ``redis-server`` (``conf`` first, then ``args``), then stop it.
+
+    Durability settings of ``conf`` are overridden (no AOF, no snapshots) and so is any
+    ``maxmemory``: a caller that wants a limit passes it in ``args``.
+    """
+    from core.ltm.milvus_server import free_port
+
+    folder = Path(tempfile.mkdtemp(prefix="memstrata-redis-"))
+    port = free_port()
+    command = ["redis-server"] + ([str(conf)] if conf is not None else [])
+    command += ["--port", str(port), "--bind", "127.0.0.1", "--dir", str(folder),
+                "--save", "", "--appendonly", "no", "--maxmemory", "0", *args]  # fmt: skip
+    proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    client = redis.Redis(host="127.0.0.1", port=port, decode_responses=True, socket_timeout=10)
+    try:
+        deadline = time.monotonic() + 15
+        while True:
+            try:
+                client.ping()
+                break
+            except redis.ConnectionError:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.02)
+        yield client
+    finally:
+        client.close()
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
+        shutil.rmtree(folder, ignore_errors=True)
