@@ -50,10 +50,20 @@ def _list(raw: object) -> tuple[str, ...]:
     return tuple(str(v) for v in value) if isinstance(value, list) else ()
 
 
-def parse_view(row: Sequence[object]) -> ItemView:
-    """An :class:`ItemView` from an HMGET row in :data:`FIELDS` order (false = missing)."""
+def parse_view(
+    row: Sequence[object], *, user_id: str | None = None, tenant_id: str | None = None
+) -> ItemView:
+    """An :class:`ItemView` from an HMGET row in :data:`FIELDS` order (false = missing).
+
+    A compact item hash (docs/KEYS.md) leaves out its owner and the fields at their
+    default: the owner comes from the key's scope (``user_id``, ``tenant_id``), the
+    creation time from ``updated_at`` and the sessions seen from ``session_id``.
+    """
     (mid, user, tenant, session, mtype, subtype, summary, canon, fp, imp, created, updated,
      mentions, seen, entities, detail_raw, source_raw) = row  # fmt: skip
+    user = user or user_id
+    tenant = tenant or tenant_id
+    created = created or updated
     detail = json.loads(detail_raw) if isinstance(detail_raw, str) else {}
     detail = detail if isinstance(detail, dict) else {}
     source = json.loads(source_raw) if isinstance(source_raw, str) else {}
@@ -72,7 +82,7 @@ def parse_view(row: Sequence[object]) -> ItemView:
         created_at=float(created or 0.0),  # type: ignore[arg-type]
         updated_at=float(updated or 0.0),  # type: ignore[arg-type]
         mention_count=int(mentions or 1),  # type: ignore[call-overload]
-        seen_sessions=_list(seen),
+        seen_sessions=_list(seen) or (str(session),),
         entities=_list(entities),
         topic=str(detail["topic"]) if detail.get("topic") else None,
         value=detail.get("value"),
@@ -112,7 +122,11 @@ def parse_users(scopes: Sequence[str], replies: Sequence[str]) -> list[UserBatch
     for scope, raw in zip(scopes, replies, strict=True):
         user, tenant = parse_user_scope(scope)
         rows, state, hits_flat, n_never, n_settled = json.loads(raw)
-        items = [parse_view(row) for row in rows] if isinstance(rows, list) else []
+        items = (
+            [parse_view(row, user_id=user, tenant_id=tenant) for row in rows]
+            if isinstance(rows, list)
+            else []
+        )
         state = state if isinstance(state, list) else []
         records = {str(state[i]): Record.loads(str(state[i + 1])) for i in range(0, len(state), 2)}
         hits_flat = hits_flat if isinstance(hits_flat, list) else []

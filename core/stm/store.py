@@ -30,6 +30,43 @@ def lua(name: str) -> str:
     return (resources.files("core.stm") / "lua" / name).read_text(encoding="utf-8")
 
 
+def _compact_json(value: object) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+# What a compact item hash leaves out (docs/KEYS.md "Compact items"): every field at its
+# default, and what the key says (id, owner) or STM implies (status).  The upsert script
+# (``expand`` / ``compact`` in upsert.lua) applies the same rules.
+_ITEM_DEFAULTS = {
+    "version": "1", "mention_count": "1", "history": "[]", "entities": "[]", "tags": "[]",
+    "detail": "{}", "subtype": "general", "status": MemoryStatus.ACTIVE.value,
+}  # fmt: skip
+
+
+def restore_item(
+    row: dict[str, str], *, memory_id: str, user_id: str, tenant_id: str | None
+) -> dict[str, str]:
+    """A stored item hash with every field :meth:`MemoryItem.from_redis_hash` needs.
+
+    Hashes written before compaction carry every field already; nothing is overridden.
+    ``tenant_id`` is filled only when the reader named one (no tenant reads back as none).
+    """
+    full = dict(_ITEM_DEFAULTS)
+    full.update(row)
+    full.setdefault("id", memory_id)
+    full.setdefault("user_id", user_id)
+    if tenant_id is not None:
+        full.setdefault("tenant_id", tenant_id)
+    if full.get("source") in (None, "{}", "[]"):  # all provenance at its defaults
+        full["source"] = '{"kind":"conversation"}'
+    if "session_id" in full:
+        full.setdefault("seen_sessions", _compact_json([full["session_id"]]))
+    if "updated_at" in full:
+        full.setdefault("created_at", full["updated_at"])
+        full.setdefault("last_access_at", full["updated_at"])
+    return full
+
+
 @dataclass(frozen=True)
 class UpsertResult:
     op: str  # inserted | merged | updated | unchanged | stale
@@ -111,7 +148,7 @@ class StmStore:
         fields = item.to_redis_hash()
         if len(fields.get("detail", "")) > self.max_detail_chars:
             raise PayloadTooLarge(f"detail over the {self.max_detail_chars} char limit")
-        fields["_idx"] = json.dumps(
+        fields["_idx"] = _compact_json(
             index_suffixes(
                 session_id=item.session_id,
                 task_id=item.task_id,
@@ -119,9 +156,16 @@ class StmStore:
                 memory_type=item.memory_type.value,
             )
         )
-        fields.setdefault("seen_sessions", json.dumps([item.session_id]))
-        if fields["seen_sessions"] == "[]":
-            fields["seen_sessions"] = json.dumps([item.session_id])
+        # provenance without its defaults (kind "conversation", empty id lists)
+        src = item.source
+        fields["source"] = _compact_json(
+            {k: v for k, v in (("kind", src.kind), ("message_ids", src.message_ids),
+                               ("tool_call_ids", src.tool_call_ids))
+             if v and v != "conversation"}
+        )  # fmt: skip
+        if fields.get("seen_sessions", "[]") == "[]":
+            fields["seen_sessions"] = _compact_json([item.session_id])
+        # the upsert script leaves out what the key says and every default (compact items)
         return json.dumps(fields, ensure_ascii=False)
 
     def upsert(self, item: MemoryItem) -> UpsertResult:
@@ -283,10 +327,12 @@ class StmStore:
                 pipe.hgetall(k.item(mid))
             rows = pipe.execute()
         out = []
-        for row in rows:
+        for mid, row in zip(ids, rows, strict=True):
             if not row:
                 continue
-            item = MemoryItem.from_redis_hash(row)
+            item = MemoryItem.from_redis_hash(
+                restore_item(row, memory_id=mid, user_id=user_id, tenant_id=tenant_id)
+            )
             if not include_expired and now is not None and item.expires_at <= now:
                 continue
             out.append(item)

@@ -130,10 +130,16 @@ def test_insert_writes_the_item_every_index_and_both_dedup_maps(res: Runtime) ->
         1,
         (),
     )
-    # And the hash holds every field plus the index list it was written to
+    # And the hash holds the item compactly: what its key says (id, owner), its status
+    # and every field at its default are left out, the rest as written, plus the index list
     raw = stored_hash(res, "m_1")
-    expected = new.to_redis_hash()
-    assert {k: raw[k] for k in expected} == expected
+    left_out = {"id", "user_id", "tenant_id", "status", "version", "mention_count", "history",
+                "seen_sessions", "created_at", "last_access_at"}  # fmt: skip
+    expected = {k: v for k, v in new.to_redis_hash().items() if k not in left_out}
+    expected["source"] = '{"message_ids":["t1.0"]}'  # kind "conversation", no tool calls
+    assert {k: v for k, v in raw.items() if k != "_idx"} == expected
+    # And it reads back as the item that was written
+    assert res.stm.get("u_1", "m_1") == new
     assert json.loads(raw["_idx"]) == [
         "recent",
         "session:s_1",

@@ -21,7 +21,10 @@ end
 local rows, n_never, n_settled = {}, 0, 0
 for _, id in ipairs(ids) do
   local r = redis.call('HMGET', KEYS[1] .. 'item:' .. id, unpack(fields))
-  if r[1] then
+  -- fields[1] is 'id' and fields[9] 'fingerprint' (FIELDS in views.py); a compact item
+  -- leaves its id out (the key says it), every item has a fingerprint
+  if r[9] then
+    r[1] = id
     if skip_type[r[5]] or skip_sub[r[6]] then
       n_never = n_never + 1
     elseif settled[id] and settled[id] == r[9] then

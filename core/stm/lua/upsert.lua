@@ -5,10 +5,49 @@
 -- ARGV[2] = per-session cap, ARGV[3] = history entries kept
 -- Returns {op, id, version, evicted_id...};
 -- op = inserted | merged | updated | unchanged | stale (older than the stored version)
+--
+-- Compact items (docs/KEYS.md): the hash leaves out what its key or its other fields
+-- already say (id, user_id, tenant_id, status) and every field at its default; expand()
+-- puts them back for the merge logic, compact() takes them out before the write.
+-- Hashes written before (with every field) are read the same and compacted when rewritten.
 
 local new = cjson.decode(ARGV[1])
 local cap = tonumber(ARGV[2])
 local hist_cap = tonumber(ARGV[3])
+
+local DEFAULTS = {version = '1', mention_count = '1', history = '[]', entities = '[]',
+                  tags = '[]', detail = '{}', subtype = 'general'}
+local EMPTY = {['[]'] = true, ['{}'] = true}
+
+local function expand(t)
+  for k, v in pairs(DEFAULTS) do if t[k] == nil then t[k] = v end end
+  if t.seen_sessions == nil then t.seen_sessions = cjson.encode({t.session_id}) end
+  if t.created_at == nil then t.created_at = t.updated_at end
+  if t.last_access_at == nil then t.last_access_at = t.updated_at end
+  return t
+end
+
+local function compact(t)
+  t.id, t.user_id, t.tenant_id, t.status = nil, nil, nil, nil
+  for k, v in pairs(DEFAULTS) do
+    if t[k] == v or (EMPTY[v] and EMPTY[t[k]]) then t[k] = nil end
+  end
+  if t.seen_sessions == cjson.encode({t.session_id}) or EMPTY[t.seen_sessions] then
+    t.seen_sessions = nil
+  end
+  if t.created_at == t.updated_at then t.created_at = nil end
+  if t.last_access_at == t.updated_at then t.last_access_at = nil end
+  return t
+end
+
+local function compact_source(src)
+  -- provenance without its defaults: kind "conversation", empty id lists
+  if src.kind == 'conversation' then src.kind = nil end
+  for _, k in ipairs({'message_ids', 'tool_call_ids'}) do
+    if src[k] ~= nil and next(src[k]) == nil then src[k] = nil end
+  end
+  return cjson.encode(src)
+end
 
 local function contains(list, value)
   for _, v in ipairs(list) do if v == value then return true end end
@@ -75,8 +114,8 @@ if not existing then
   id = new.id
   version = 1
   unindex(id)  -- a leftover with the same id (e.g. a redelivery after eviction)
-  write_hash(P .. 'item:' .. id, new)
   index(id, new)
+  write_hash(P .. 'item:' .. id, compact(new))
   op = 'inserted'
 else
   id = existing
@@ -84,6 +123,8 @@ else
   local flat = redis.call('HGETALL', ikey)
   local cur = {}
   for i = 1, #flat, 2 do cur[flat[i]] = flat[i + 1] end
+  expand(cur)
+  expand(new)
   local cur_src = cjson.decode(cur.source)
   local new_src = cjson.decode(new.source)
   local cur_msgs = cur_src.message_ids or {}
@@ -91,7 +132,7 @@ else
   for _, m in ipairs(new_src.message_ids or {}) do
     if not contains(cur_msgs, m) then seen_all = false end
   end
-  local hist = cjson.decode(cur.history or '[]')
+  local hist = cjson.decode(cur.history)
   for _, h in ipairs(hist) do
     for _, m in ipairs(h.message_ids or {}) do
       if contains(new_src.message_ids or {}, m) then seen_all = true end
@@ -118,12 +159,12 @@ else
   end
   local merged = {}
   for k, v in pairs(cur) do merged[k] = v end
-  local sessions = union(cjson.decode(cur.seen_sessions or '[]'), cjson.decode(new.seen_sessions), 32)
+  local sessions = union(cjson.decode(cur.seen_sessions), cjson.decode(new.seen_sessions), 32)
   if cur.fingerprint == new.fingerprint or matched_by == 'fp' then
     -- the same fact said again: keep content, merge provenance and indexes
     cur_src.message_ids = union(cur_msgs, new_src.message_ids or {}, 256)
     cur_src.tool_call_ids = union(cur_src.tool_call_ids or {}, new_src.tool_call_ids or {}, 256)
-    merged.source = cjson.encode(cur_src)
+    merged.source = compact_source(cur_src)
     merged.entities = cjson.encode(union(cjson.decode(cur.entities), cjson.decode(new.entities), 64))
     merged.tags = cjson.encode(union(cjson.decode(cur.tags), cjson.decode(new.tags), 32))
     if tonumber(new.importance) > tonumber(cur.importance) then merged.importance = new.importance end
@@ -155,11 +196,11 @@ else
     merged.updated_at = new.updated_at
     merged.last_access_at = new.last_access_at
   end
-  merged.mention_count = tostring(tonumber(cur.mention_count or '1') + 1)
+  merged.mention_count = tostring(tonumber(cur.mention_count) + 1)
   merged.canonical_fact_key = cur.canonical_fact_key
-  write_hash(ikey, merged)
   index(id, merged)
   version = merged.version
+  write_hash(ikey, compact(merged))
 end
 
 local evicted = enforce_cap('session:' .. new.session_id)
