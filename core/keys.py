@@ -89,9 +89,6 @@ class UserKeys:
     def entity(self, entity: str) -> str:
         return f"{self.prefix}entity:{entity_key_part(entity)}"
 
-    def type(self, memory_type: str) -> str:
-        return f"{self.prefix}type:{memory_type}"
-
     def evict(self, session_id: str) -> str:
         """ZSET of the per-session cap (written by the upsert script as ``evict:<s>``)."""
         return f"{self.prefix}evict:{session_id}"
@@ -136,14 +133,16 @@ class UserKeys:
 
 
 def index_suffixes(
-    *, session_id: str, task_id: str | None, entities: list[str], memory_type: str
+    *, session_id: str, task_id: str | None, entities: list[str]
 ) -> list[str]:
     """The updated_at-scored index keys (relative to the user prefix) an item belongs to.
 
     Stored with the item (``_idx``) so the delete and sweep scripts remove exactly the
-    entries that were written, even if the entity normalisation changes later.
+    entries that were written, even if the entity normalisation changes later.  There is
+    no index by memory type: ``StmStore.by_type`` filters ``recent`` instead, which saves
+    an index entry per item (docs/KEYS.md).
     """
-    out = ["recent", f"session:{session_id}", f"type:{memory_type}"]
+    out = ["recent", f"session:{session_id}"]
     if task_id:
         out.append(f"task:{task_id}")
     seen: set[str] = set()
@@ -344,7 +343,6 @@ FAMILIES: tuple[Family, ...] = (
     Family("<ns>:user:{<u>}:session:<session_id>", "ZSET"),
     Family("<ns>:user:{<u>}:task:<task_id>", "ZSET"),
     Family("<ns>:user:{<u>}:entity:<entity>", "ZSET"),
-    Family("<ns>:user:{<u>}:type:<memory_type>", "ZSET"),
     Family("<ns>:user:{<u>}:expire", "ZSET"),
     Family("<ns>:user:{<u>}:evict:<session_id>", "ZSET"),
     Family("<ns>:user:{<u>}:canon", "HASH"),

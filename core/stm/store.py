@@ -153,7 +153,6 @@ class StmStore:
                 session_id=item.session_id,
                 task_id=item.task_id,
                 entities=item.entities,
-                memory_type=item.memory_type.value,
             )
         )
         # provenance without its defaults (kind "conversation", empty id lists)
@@ -411,8 +410,19 @@ class StmStore:
             mtype = MemoryType(memory_type)
         except ValueError as exc:
             raise InvalidInput(f"unknown memory type {memory_type!r}") from exc
+        if not 1 <= limit <= 1000:
+            raise InvalidInput("limit must be within 1..1000")
+        # no index by type (an entry per item for one CLI view): filter the recent index,
+        # newest first, reading one field per item (bounded by the per-user cap)
         k = self.keys(user_id, tenant_id)
-        return self._by_index(user_id, k.type(mtype.value), limit, now, tenant_id)
+        with redis_errors():
+            ids = [str(m) for m in self._r.zrevrange(k.recent, 0, -1)]
+            pipe = self._r.pipeline(transaction=False)
+            for mid in ids:
+                pipe.hget(k.item(mid), "memory_type")
+            types = pipe.execute()
+        wanted = [mid for mid, t in zip(ids, types, strict=True) if t == mtype.value]
+        return self.get_many(user_id, wanted[:limit], now=now, tenant_id=tenant_id)
 
     def read_for_recall(
         self,

@@ -143,7 +143,6 @@ def test_insert_writes_the_item_every_index_and_both_dedup_maps(res: Runtime) ->
     assert json.loads(raw["_idx"]) == [
         "recent",
         "session:s_1",
-        "type:decision",
         "task:bug456",
         "entity:payment-service",
         "entity:createorder",
@@ -154,7 +153,6 @@ def test_insert_writes_the_item_every_index_and_both_dedup_maps(res: Runtime) ->
         "recent": {"m_1": T0},
         "session:s_1": {"m_1": T0},
         "task:bug456": {"m_1": T0},
-        "type:decision": {"m_1": T0},
         "entity:payment-service": {"m_1": T0},
         "entity:createorder": {"m_1": T0},
         f"entity:{entity_key_part('thread pool')}": {"m_1": T0},
@@ -172,9 +170,41 @@ def test_insert_writes_the_item_every_index_and_both_dedup_maps(res: Runtime) ->
     assert res.stm.get("u_1", "m_1") == new
 
 
+def test_an_item_of_the_earlier_layout_reads_the_same_and_is_compacted_when_rewritten(
+    res: Runtime,
+) -> None:
+    # Given an item stored before compact hashes: every field, and a type index entry
+    old = item("m_1", entities=("createOrder",))
+    k = res.stm.keys("u_1")
+    full = old.to_redis_hash()
+    full["_idx"] = json.dumps(["recent", "session:s_1", "type:decision", "task:bug456",
+                               "entity:createorder"])  # fmt: skip
+    res.redis.hset(k.item("m_1"), mapping=dict[Any, Any](full))
+    for suffix in json.loads(full["_idx"]):
+        res.redis.zadd(k.prefix + suffix, {"m_1": T0})
+    res.redis.zadd(k.expire, {"m_1": T0 + HOUR})
+    res.redis.hset(k.canon, old.canonical_fact_key, "m_1")
+    res.redis.hset(k.fp, old.fingerprint, "m_1")
+    # Then it reads back as it was written
+    assert res.stm.get("u_1", "m_1") == old
+    # When the same fact is said again in a later message
+    again = item("m_1", entities=("createOrder",), msgs=("t2.0",), at=T0 + 60)
+    assert res.stm.upsert(again).op == "merged"
+    # Then the hash is compact, the type index entry is gone, nothing dangles
+    raw = stored_hash(res, "m_1")
+    assert not {"id", "user_id", "status", "version", "history"} & set(raw)
+    assert "type:decision" not in zsets(res)
+    assert "type:decision" not in json.loads(raw["_idx"])
+    assert assert_no_dangling_references(res) == {"m_1"}
+    got = res.stm.get("u_1", "m_1")
+    assert got is not None and got.mention_count == 2
+    assert got.source.message_ids == ["t1.0", "t2.0"]
+    assert got.created_at == T0 and got.updated_at == T0 + 60
+
+
 def test_item_without_a_task_is_not_in_any_task_index(res: Runtime) -> None:
     res.stm.upsert(item("m_1", task=None, entities=()))
-    assert set(zsets(res)) == {"recent", "session:s_1", "type:decision", "expire", "evict:s_1"}
+    assert set(zsets(res)) == {"recent", "session:s_1", "expire", "evict:s_1"}
 
 
 # ---------------------------------------------------------------- merged
@@ -651,7 +681,6 @@ def test_sweep_removes_expired_items_from_every_index_and_reports_the_next_expir
     assert set(zsets(res)) == {
         "recent",
         "session:s_1",
-        "type:decision",
         "task:bug456",
         "entity:createorder",
         "expire",

@@ -58,7 +58,6 @@ BUILT = [
     (U.session("s_1"), "memory:user:{t_a/u_1}:session:s_1"),
     (U.task("bug456"), "memory:user:{t_a/u_1}:task:bug456"),
     (U.entity("Thread_Pool"), "memory:user:{t_a/u_1}:entity:thread_pool"),
-    (U.type("fact"), "memory:user:{t_a/u_1}:type:fact"),
     (U.expire, "memory:user:{t_a/u_1}:expire"),
     (U.evict("s_1"), "memory:user:{t_a/u_1}:evict:s_1"),
     (U.canon, "memory:user:{t_a/u_1}:canon"),
@@ -118,10 +117,9 @@ def test_no_tenant_is_the_default_tenant_and_scopes_parse_back() -> None:
 
 
 def test_index_suffixes_are_the_user_prefix_relative_index_keys() -> None:
-    suffixes = index_suffixes(session_id="s_1", task_id="bug456", entities=["Thread Pool"],
-                              memory_type="fact")  # fmt: skip
+    suffixes = index_suffixes(session_id="s_1", task_id="bug456", entities=["Thread Pool"])
     assert [U.prefix + s for s in suffixes] == [
-        U.recent, U.session("s_1"), U.type("fact"), U.task("bug456"), U.entity("Thread Pool")
+        U.recent, U.session("s_1"), U.task("bug456"), U.entity("Thread Pool")
     ]  # fmt: skip
     assert U.suffix(U.session("s_1")) == "session:s_1"
     with pytest.raises(ValueError):

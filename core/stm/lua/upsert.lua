@@ -71,6 +71,16 @@ local function write_hash(key, tbl)
   redis.call('HSET', key, unpack(flat))
 end
 
+local function without_type(suffixes)
+  -- hashes written before 2026-12 list a 'type:<t>' index, which is no longer kept: the
+  -- merge path removes the old entry (cur._idx) and does not write it again
+  local out = {}
+  for _, s in ipairs(suffixes) do
+    if string.sub(s, 1, 5) ~= 'type:' then out[#out + 1] = s end
+  end
+  return out
+end
+
 local function index(id, item)
   local score = tonumber(item.updated_at)
   local escore = evict_score(item.importance, item.updated_at)
@@ -170,7 +180,8 @@ else
     if tonumber(new.importance) > tonumber(cur.importance) then merged.importance = new.importance end
     if tonumber(new.confidence) > tonumber(cur.confidence) then merged.confidence = new.confidence end
     if tonumber(new.expires_at) > tonumber(cur.expires_at) then merged.expires_at = new.expires_at end
-    merged._idx = cjson.encode(union(cjson.decode(cur._idx), cjson.decode(new._idx), 128))
+    merged._idx = cjson.encode(union(without_type(cjson.decode(cur._idx)),
+                                     cjson.decode(new._idx), 128))
     op = 'merged'
   else
     -- the fact changed: bump the version and keep the old content as provenance
