@@ -212,6 +212,33 @@ class CompressKeys:
         return f"{self.prefix}ctok:{validate_id(session_id, kind='session_id')}"
 
 
+@dataclass(frozen=True)
+class TenantKeys:
+    """One tenant's STM accounting for the per-tenant cap (``core.stm.store``), under the
+    tenant's own hash tag ``{<tenant>}`` (users of one tenant live in other slots)."""
+
+    namespace: str
+    tenant_id: str
+
+    def __post_init__(self) -> None:
+        validate_id(self.namespace, kind="key namespace")
+        validate_id(self.tenant_id, kind="tenant_id")
+
+    @property
+    def prefix(self) -> str:
+        return f"{self.namespace}:tenant:{{{self.tenant_id}}}:"
+
+    @property
+    def users(self) -> str:
+        """ZSET user_id → STM items the user held after its last write, sweep or delete."""
+        return f"{self.prefix}users"
+
+    @property
+    def items(self) -> str:
+        """STRING: the sum of :attr:`users`' scores (the tenant's STM items)."""
+        return f"{self.prefix}items"
+
+
 # ---------------------------------------------------------------------------- global
 
 
@@ -348,6 +375,9 @@ FAMILIES: tuple[Family, ...] = (
     Family("<ns>:user:{<u>}:canon", "HASH"),
     Family("<ns>:user:{<u>}:fp", "HASH"),
     Family("<ns>:user:{<u>}:decisions:<session_id>", "HASH"),
+    # per tenant: STM accounting of the per-tenant cap (TenantKeys)
+    Family("<ns>:tenant:{<tenant>}:users", "ZSET"),
+    Family("<ns>:tenant:{<tenant>}:items", "STRING"),
     # global (GlobalKeys)
     Family("<ns>:ingest:{s<n>}:stream", "STREAM"),
     Family("<ns>:ingest:{s<n>}:kick", "STRING"),

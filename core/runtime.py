@@ -233,6 +233,8 @@ class Runtime:
             self.redis,
             namespace=settings.key_namespace,
             session_cap=settings.stm_session_cap,
+            user_cap=settings.stm_user_cap,
+            tenant_cap=settings.stm_tenant_cap,
             max_summary_chars=settings.max_summary_chars,
             max_detail_chars=settings.max_detail_chars,
         )

@@ -52,6 +52,9 @@ class Settings(BaseSettings):
     write_threshold: float = 3.0
     ttl: TtlPolicy = TtlPolicy()
     stm_session_cap: int = Field(50, ge=1, le=100_000)
+    # memory bounds (docs/OPERATIONS.md "Memory bounds"); 0 turns a cap off
+    stm_user_cap: int = Field(2000, ge=0, le=10_000_000)  # live items per owner
+    stm_tenant_cap: int = Field(500_000, ge=0, le=1_000_000_000)  # live items per tenant
     decision_ttl_s: int = Field(7 * 24 * 3600, ge=60)
     # the conversation_fact rule: one fact per casual user statement no other rule claims
     extract_conversation_facts: bool = True

@@ -9,7 +9,7 @@ by the sweep (Redis must not evict keys on its own: run it with ``noeviction``).
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from importlib import resources
 from typing import Any
@@ -19,8 +19,8 @@ from redis.commands.core import Script
 
 from core.adapters.redis import redis_errors
 from core.errors import InvalidInput, PayloadTooLarge
-from core.ids import validate_id
-from core.keys import GlobalKeys, UserKeys, index_suffixes, parse_user_scope
+from core.ids import owner_tenant, validate_id
+from core.keys import GlobalKeys, TenantKeys, UserKeys, index_suffixes, parse_user_scope
 from core.models.candidate import WriteDecision
 from core.models.memory import MemoryItem, MemoryStatus
 
@@ -73,6 +73,7 @@ class UpsertResult:
     memory_id: str
     version: int
     evicted: tuple[str, ...] = ()
+    owner_items: int = 0  # the owner's live STM items after the write
 
 
 @dataclass(frozen=True)
@@ -118,6 +119,8 @@ class StmStore:
         namespace: str,
         session_cap: int = 50,
         history_cap: int = 5,
+        user_cap: int = 0,
+        tenant_cap: int = 0,
         max_summary_chars: int = 400,
         max_detail_chars: int = 4000,
     ) -> None:
@@ -125,12 +128,16 @@ class StmStore:
         self.namespace = validate_id(namespace, kind="key namespace")
         self.session_cap = session_cap
         self.history_cap = history_cap
+        self.user_cap = user_cap  # 0: no per-owner cap
+        self.tenant_cap = tenant_cap  # 0: no per-tenant cap (and no accounting)
         self.max_summary_chars = max_summary_chars
         self.max_detail_chars = max_detail_chars
         common = lua("common.lua")
         self._upsert: Script = client.register_script(common + lua("upsert.lua"))
         self._delete: Script = client.register_script(common + lua("delete.lua"))
         self._sweep: Script = client.register_script(common + lua("sweep.lua"))
+        self._evict: Script = client.register_script(common + lua("evict.lua"))
+        self._tenant_count: Script = client.register_script(lua("tenant_count.lua"))
         self._recall_read: Script = client.register_script(common + lua("recall_read.lua"))
         self.gkeys = GlobalKeys(self.namespace)
 
@@ -182,7 +189,7 @@ class StmStore:
             for k, payload in payloads:
                 # plain EVALSHA: redis-py's Script object adds a SCRIPT EXISTS per pipeline
                 pipe.evalsha(self._upsert.sha, 1, k.prefix, payload, self.session_cap,
-                             self.history_cap)  # fmt: skip
+                             self.history_cap, self.user_cap)  # fmt: skip
             for (k, _payload), item in zip(payloads, items, strict=True):
                 pipe.zadd(self.gkeys.sweep_users, {k.scope: item.expires_at}, lt=True)
             return pipe.execute()
@@ -195,8 +202,11 @@ class StmStore:
                 raw = send()
         out = []
         for res in raw[: len(items)]:
-            op, memory_id, version, *evicted = res
-            out.append(UpsertResult(op, memory_id, int(version), tuple(evicted)))
+            op, memory_id, version, owner_items, *evicted = res
+            out.append(UpsertResult(op, memory_id, int(version), tuple(evicted), int(owner_items)))
+        if self.tenant_cap > 0:
+            owners = [(item.tenant_id, item.user_id) for item in items]
+            self._account({o: r.owner_items for o, r in zip(owners, out, strict=True)})
         return out
 
     def delete(
@@ -207,7 +217,65 @@ class StmStore:
         if not ids:
             return 0
         with redis_errors():
-            return int(self._delete(keys=[self.keys(user_id, tenant_id).prefix], args=ids))
+            n, left = self._delete(keys=[self.keys(user_id, tenant_id).prefix], args=ids)
+        if self.tenant_cap > 0:
+            self._account({(tenant_id, user_id): int(left)})
+        return int(n)
+
+    # ------------------------------------------------------------------ per-tenant cap
+    def _account(self, counts: Mapping[tuple[str | None, str], int]) -> None:
+        """Record each owner's item count for its tenant; enforce the per-tenant cap.
+
+        The cap's order (docs/OPERATIONS.md "Memory bounds"): while the tenant holds more
+        than ``tenant_cap`` items, its heaviest user gives up items in the per-owner order
+        (least recently updated, least important of those first).  The counts are set,
+        not added, from what each owner script saw, so they heal with every write.
+        """
+        by_tenant: dict[str, list[str | int]] = {}
+        for (tenant_id, user_id), n in counts.items():
+            by_tenant.setdefault(owner_tenant(tenant_id), []).extend([user_id, n])
+        tenants = [(TenantKeys(self.namespace, t), args) for t, args in by_tenant.items()]
+
+        def send() -> list[Any]:  # every tenant of the batch in one round trip
+            pipe = self._r.pipeline(transaction=False)
+            for tk, args in tenants:
+                pipe.evalsha(self._tenant_count.sha, 2, tk.users, tk.items, *args)
+            return pipe.execute()
+
+        with redis_errors():
+            try:
+                replies = send()
+            except redis.exceptions.NoScriptError:  # a restarted or flushed Redis
+                self._r.script_load(self._tenant_count.script)
+                replies = send()
+        for (tk, _args), (total, heaviest, held) in zip(tenants, replies, strict=True):
+            for _round in range(8):  # each round evicts what it can; a later write goes on
+                over = int(total) - self.tenant_cap
+                if over <= 0 or not heaviest:
+                    break
+                with redis_errors():
+                    left, *_evicted = self._evict(
+                        keys=[self.keys(str(heaviest), tk.tenant_id).prefix],
+                        args=[min(over, int(held))],
+                    )
+                    total, heaviest, held = self._tenant_count(
+                        keys=[tk.users, tk.items], args=[str(heaviest), int(left)]
+                    )
+
+    def tenant_items(self, tenant_id: str | None) -> int:
+        """The tenant's STM items as the per-tenant cap counts them (0 when the cap is off)."""
+        tk = TenantKeys(self.namespace, owner_tenant(tenant_id))
+        with redis_errors():
+            return int(self._r.get(tk.items) or 0)
+
+    def forget_owner_count(self, user_id: str, *, tenant_id: str | None) -> None:
+        """Drop an owner from its tenant's accounting (scoped erase)."""
+        with redis_errors():
+            self._tenant_count(
+                keys=[TenantKeys(self.namespace, owner_tenant(tenant_id)).users,
+                      TenantKeys(self.namespace, owner_tenant(tenant_id)).items],
+                args=[user_id, 0],
+            )  # fmt: skip
 
     def session_members(
         self, user_id: str, session_id: str, *, tenant_id: str | None = None
@@ -503,9 +571,11 @@ class StmStore:
     ) -> tuple[int, float | None]:
         """Remove up to ``limit`` expired items of one user; returns (removed, next expiry)."""
         with redis_errors():
-            removed, nxt = self._sweep(
+            removed, nxt, left = self._sweep(
                 keys=[self.keys(user_id, tenant_id).prefix], args=[now, limit]
             )
+        if self.tenant_cap > 0:
+            self._account({(tenant_id, user_id): int(left)})
         return int(removed), (float(nxt) if nxt else None)
 
     def sweep(self, *, now: float, max_items: int, per_user: int = 500) -> SweepReport:
@@ -541,8 +611,14 @@ class StmStore:
             progressed = False
             with redis_errors():
                 pipe = self._r.pipeline(transaction=False)
-                for (scope, budget), (n_raw, nxt_raw) in zip(budgets, replies, strict=True):
+                counts: dict[tuple[str | None, str], int] = {}
+                for (scope, budget), (n_raw, nxt_raw, left_raw) in zip(
+                    budgets, replies, strict=True
+                ):
                     n = int(n_raw)
+                    if n:
+                        user_id, tenant_id = parse_user_scope(scope)
+                        counts[(tenant_id, user_id)] = int(left_raw)
                     removed += n
                     users += 1
                     progressed = progressed or n > 0
@@ -552,6 +628,8 @@ class StmStore:
                     elif nxt > now or n < budget:
                         pipe.zadd(gk, {scope: nxt})
                 pipe.execute()
+            if counts and self.tenant_cap > 0:
+                self._account(counts)
             if not progressed:
                 break
         return SweepReport(removed=removed, users=users)

@@ -106,6 +106,7 @@ def run(quick: bool) -> dict[str, Any]:
     res = Runtime(load_settings(
         redis_url=redis_url(), key_namespace=ns, redis_socket_timeout_s=60,
         stm_session_cap=10_000, postgres_url="postgresql+psycopg://unused@127.0.0.1:1/unused",
+        stm_tenant_cap=0,  # 1M items in one tenant: a scale test, not a bounded deployment
     ))  # fmt: skip
     client, store = res.redis, res.stm
     figures: dict[str, Any] = {"machine": machine(client), "items": n, "users": users}

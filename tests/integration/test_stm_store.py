@@ -658,6 +658,66 @@ def test_session_cap_is_per_session(res: Runtime) -> None:
     assert sorted(ids(capped.recent("u_1"))) == ["m_a", "m_b"]
 
 
+# ---------------------------------------------------------------- per-owner and per-tenant caps
+
+
+def test_the_owner_cap_evicts_the_least_important_of_the_least_recently_updated(
+    res: Runtime,
+) -> None:
+    # Given a store that keeps at most 4 items per owner, over three sessions
+    capped = StmStore(res.redis, namespace=res.settings.key_namespace, user_cap=4)
+    capped.upsert_many([
+        item("m_old_vital", importance=0.9, at=T0, session="s_a"),
+        item("m_old_minor", importance=0.2, at=T0 + 1, session="s_a"),
+        item("m_mid", importance=0.5, at=T0 + 2, session="s_b"),
+        item("m_new_minor", importance=0.2, at=T0 + 3, session="s_c"),
+    ])  # fmt: skip
+    # When a fifth and a sixth item arrive
+    fifth = capped.upsert(item("m_5", importance=0.6, at=T0 + 4, session="s_c"))
+    sixth = capped.upsert(item("m_6", importance=0.7, at=T0 + 5, session="s_b"))
+    # Then each evicts one: the least important, and of equals the older one
+    assert (fifth.evicted, fifth.owner_items) == (("m_old_minor",), 4)
+    assert (sixth.evicted, sixth.owner_items) == (("m_new_minor",), 4)
+    assert sorted(ids(capped.recent("u_1"))) == ["m_5", "m_6", "m_mid", "m_old_vital"]
+    # And nothing of the evicted items is left in any index or dedup map
+    assert assert_no_dangling_references(res) == {"m_5", "m_6", "m_mid", "m_old_vital"}
+    # And another owner is not touched by this owner's cap
+    capped.upsert(item("m_other", user="u_2"))
+    assert ids(capped.recent("u_2")) == ["m_other"]
+    assert len(capped.recent("u_1")) == 4
+
+
+def test_the_tenant_cap_takes_from_its_heaviest_user_and_counts_follow_sweep_and_delete(
+    res: Runtime,
+) -> None:
+    # Given a tenant of at most 5 items, and a user of another tenant
+    ns = res.settings.key_namespace
+    capped = StmStore(res.redis, namespace=ns, tenant_cap=5)
+    capped.upsert_many([item(f"m_a{i}", user="alice", tenant_id="t_1", importance=0.1 * (i + 1),
+                             at=T0 + i, key=f"k:a{i}") for i in range(4)])  # fmt: skip
+    capped.upsert_many([item(f"m_b{i}", user="bob", tenant_id="t_1", at=T0 + i, key=f"k:b{i}",
+                             ttl=10) for i in range(2)])  # fmt: skip
+    capped.upsert_many([item(f"m_c{i}", user="alice", tenant_id="t_2", key=f"k:c{i}")
+                        for i in range(6)])  # fmt: skip
+    # Then the tenant holds 5: its heaviest user (alice, 4 items) gave up her least important
+    def held(user: str, tenant: str) -> list[str]:
+        return sorted(ids(capped.recent(user, tenant_id=tenant)))
+
+    assert held("alice", "t_1") == ["m_a1", "m_a2", "m_a3"]
+    assert held("bob", "t_1") == ["m_b0", "m_b1"]
+    assert capped.tenant_items("t_1") == 5
+    # And the other tenant, over 5 items itself in one user, is capped on its own
+    assert len(held("alice", "t_2")) == 5 and capped.tenant_items("t_2") == 5
+    # When bob's items expire and are swept, and alice deletes one
+    capped.sweep(now=T0 + 60, max_items=100)
+    capped.delete("alice", ["m_a1"], tenant_id="t_1")
+    # Then the tenant's count follows, and there is room again
+    assert capped.tenant_items("t_1") == 2
+    capped.upsert(item("m_a9", user="alice", tenant_id="t_1", key="k:a9", at=T0 + 9))
+    assert held("alice", "t_1") == ["m_a2", "m_a3", "m_a9"]
+    assert capped.tenant_items("t_1") == 3
+
+
 # ---------------------------------------------------------------- sweep
 
 

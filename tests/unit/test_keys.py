@@ -13,6 +13,7 @@ from core.keys import (
     CompressKeys,
     GlobalKeys,
     LifecycleKeys,
+    TenantKeys,
     UserKeys,
     families_of,
     index_suffixes,
@@ -50,6 +51,7 @@ LK = LifecycleKeys(NS)
 GK = GlobalKeys(NS)
 CK = CompressKeys(NS, "u_1", "t_a")
 AK = AuthorityKeys(NS, "t_a", "u_1")
+TK = TenantKeys(NS, "t_a")
 
 # every builder, with the exact string it has always produced (the layout never changed)
 BUILT = [
@@ -63,6 +65,8 @@ BUILT = [
     (U.canon, "memory:user:{t_a/u_1}:canon"),
     (U.fp, "memory:user:{t_a/u_1}:fp"),
     (U.decisions("s_1"), "memory:user:{t_a/u_1}:decisions:s_1"),
+    (TK.users, "memory:tenant:{t_a}:users"),
+    (TK.items, "memory:tenant:{t_a}:items"),
     (GK.ingest_stream(3), "memory:ingest:{s3}:stream"),
     (GK.ingest_kick(3), "memory:ingest:{s3}:kick"),
     (GK.dead_letters, "memory:ingest:dead"),

@@ -33,3 +33,39 @@ local function unindex(id)
   end
   return redis.call('DEL', ikey)
 end
+
+-- Per-owner cap (STM_USER_CAP, and the tenant cap through evict.lua): which items go.
+-- The candidates are the owner's least recently updated items (the head of `recent`,
+-- EVICT_SAMPLE more than are needed); of those the least important go first, ties the
+-- older. No index of its own: a bounded read of the candidates' importance instead.
+local EVICT_SAMPLE = 16
+
+local function evict_from_owner(count)
+  local evicted = {}
+  while #evicted < count do
+    local want = count - #evicted
+    local cands = redis.call('ZRANGE', P .. 'recent', 0, want + EVICT_SAMPLE - 1)
+    if #cands == 0 then break end
+    local scored = {}
+    for i, mid in ipairs(cands) do
+      -- an index entry whose item is gone (-1) is dropped first
+      local imp = tonumber(redis.call('HGET', P .. 'item:' .. mid, 'importance')) or -1
+      scored[#scored + 1] = {imp, i, mid}
+    end
+    table.sort(scored, function(a, b)
+      if a[1] ~= b[1] then return a[1] < b[1] end
+      return a[2] < b[2]
+    end)
+    for j = 1, math.min(want, #scored) do
+      local mid = scored[j][3]
+      unindex(mid)
+      redis.call('ZREM', P .. 'recent', mid)
+      evicted[#evicted + 1] = mid
+    end
+  end
+  return evicted
+end
+
+local function owner_items()
+  return redis.call('ZCARD', P .. 'expire')
+end

@@ -3,7 +3,7 @@
 -- ZREM per index (per-session eviction zsets included), one HMGET + HDEL per dedup map,
 -- one DEL for the items, instead of ~13 calls per item in unindex().  A mapping is deleted
 -- only while it still points at the swept item.
--- Returns {removed_count, next_expiry_or_empty_string}.
+-- Returns {removed_count, next_expiry_or_empty_string, items the owner still holds}.
 local now = tonumber(ARGV[1])
 local limit = tonumber(ARGV[2])
 local ids = redis.call('ZRANGEBYSCORE', P .. 'expire', '-inf', now, 'LIMIT', 0, limit)
@@ -51,5 +51,5 @@ local removed = 0
 chunks(keys, function(i, j) removed = removed + redis.call('DEL', unpack(keys, i, j)) end)
 chunks(ids, function(i, j) redis.call('ZREM', P .. 'expire', unpack(ids, i, j)) end)
 local nxt = redis.call('ZRANGE', P .. 'expire', 0, 0, 'WITHSCORES')
-if #nxt == 0 then return {removed, ''} end
-return {removed, nxt[2]}
+if #nxt == 0 then return {removed, '', 0} end
+return {removed, nxt[2], owner_items()}

@@ -2,8 +2,9 @@
 -- merge a restated fact, or bump the version of a changed one (old content kept in
 -- `history`); write the item, every index and the expiry; enforce the per-session cap.
 -- ARGV[1] = JSON object of the new item's hash fields (all strings, incl. `_idx`)
--- ARGV[2] = per-session cap, ARGV[3] = history entries kept
--- Returns {op, id, version, evicted_id...};
+-- ARGV[2] = per-session cap, ARGV[3] = history entries kept, ARGV[4] = per-owner cap
+-- (0 = none)
+-- Returns {op, id, version, items the owner holds after the write, evicted_id...};
 -- op = inserted | merged | updated | unchanged | stale (older than the stored version)
 --
 -- Compact items (docs/KEYS.md): the hash leaves out what its key or its other fields
@@ -14,6 +15,7 @@
 local new = cjson.decode(ARGV[1])
 local cap = tonumber(ARGV[2])
 local hist_cap = tonumber(ARGV[3])
+local owner_cap = tonumber(ARGV[4]) or 0
 
 local DEFAULTS = {version = '1', mention_count = '1', history = '[]', entities = '[]',
                   tags = '[]', detail = '{}', subtype = 'general'}
@@ -149,7 +151,7 @@ else
     end
   end
   if seen_all then
-    return {'unchanged', id, cur.version}
+    return {'unchanged', id, cur.version, owner_items()}
   end
   if cur.fingerprint ~= new.fingerprint and matched_by == 'canon'
       and tonumber(new.updated_at) < tonumber(cur.updated_at) then
@@ -160,7 +162,7 @@ else
                        message_ids = new_src.message_ids or {}}
     while #hist > hist_cap do table.remove(hist, 1) end
     redis.call('HSET', ikey, 'history', cjson.encode(hist))
-    return {'stale', id, cur.version}
+    return {'stale', id, cur.version, owner_items()}
   end
   redis.call('ZREM', P .. 'expire', id)
   for _, suffix in ipairs(cjson.decode(cur._idx)) do
@@ -215,6 +217,12 @@ else
 end
 
 local evicted = enforce_cap('session:' .. new.session_id)
-local out = {op, id, tostring(version)}
+if owner_cap > 0 then
+  local over = owner_items() - owner_cap
+  if over > 0 then
+    for _, e in ipairs(evict_from_owner(over)) do evicted[#evicted + 1] = e end
+  end
+end
+local out = {op, id, tostring(version), owner_items()}
 for _, e in ipairs(evicted) do out[#out + 1] = e end
 return out
