@@ -103,9 +103,10 @@ ensure_redis() {
   # the package may have started its own service on the default port
   if "$PY" -m ops.preflight redis "$REDIS_URL" 2>/dev/null; then return; fi
   mkdir -p "$ROOT/var/redis" "$ROOT/var/log"
-  log "starting redis-server on $host:$port (AOF on, noeviction, data in var/redis)"
-  redis-server --daemonize yes --bind "$host" --port "$port" --dir "$ROOT/var/redis" \
-    --appendonly yes --maxmemory-policy noeviction --save "" \
+  local maxmemory="${MEMSTRATA_REDIS_MAXMEMORY:-1gb}"
+  log "starting redis-server on $host:$port (ops/redis.conf: AOF on, maxmemory $maxmemory, noeviction; data in var/redis)"
+  redis-server "$ROOT/ops/redis.conf" --daemonize yes --bind "$host" --port "$port" \
+    --dir "$ROOT/var/redis" --save "" --maxmemory "$maxmemory" \
     --logfile "$ROOT/var/log/redis-$port.log" --pidfile "$ROOT/var/redis/redis-$port.pid"
   wait_until 15 "$PY" -m ops.preflight redis "$REDIS_URL" \
     || die "redis-server did not come up; see var/log/redis-$port.log"

@@ -45,7 +45,9 @@ from core.errors import (
 
 RULES: tuple[tuple[type[redis.RedisError], type[MemstrataError], str], ...] = (
     (rx.NoScriptError, StoreUnavailable, "script cache is empty (restart, flush or failover)"),
-    (rx.OutOfMemoryError, StoreFull, "out of memory (maxmemory reached)"),
+    (rx.OutOfMemoryError, StoreFull,
+     "Redis is full (maxmemory reached; noeviction refuses writes): let the sweep run, "
+     "lower MEMSTRATA_STM_USER_CAP / MEMSTRATA_STM_TENANT_CAP or raise maxmemory"),
     (rx.ReadOnlyError, StoreReadOnly, "read-only replica (failover in progress?)"),
     (rx.BusyLoadingError, StoreUnavailable, "loading its dataset"),
     (rx.TryAgainError, StoreUnavailable, "cluster busy, try again"),

@@ -45,7 +45,7 @@ TARGET_BYTES_PER_ITEM = 1200  # issue #14 item 6, incl. the item's index entries
 _LETTERS = "abcdefghijklmnopqrstuvwxyz"
 
 
-def _marker(n: int) -> str:
+def marker_statement(n: int) -> str:
     """The review's marker statement with a unique name (letters only, as there)."""
     tag = ""
     while True:
@@ -144,7 +144,8 @@ def measure_marker(
                 for u in range(users):
                     turn = l0.append_turn(
                         user_id=f"u{u}", session_id=f"s{u}_{t // 20}",
-                        messages=[MessageIn(role="user", content=_marker(n))], at=now + n * 1e-3,
+                        messages=[MessageIn(role="user", content=marker_statement(n))],
+                        at=now + n * 1e-3,
                     )  # fmt: skip
                     batch.append((turn.pointer, list(turn.records)))
                     n += 1
