@@ -39,6 +39,11 @@ class CardFilter(BaseModel):
             raise InvalidInput(f"invalid search filter ({fields or 'values'})") from exc
 
 
+def owner_filter(tenant_id: str, user_id: str) -> CardFilter:
+    """Every record of one owner, whatever its status (scoped erase, its counts)."""
+    return CardFilter.parse(tenant_id=tenant_id, user_id=user_id, statuses=tuple(CardStatus))
+
+
 def _q(value: str) -> str:
     return json.dumps(value)
 

@@ -18,7 +18,7 @@ from typing import Any
 from core.ids import validate_id
 from core.ltm.card import LtmCard
 from core.ltm.errors import IndexRejected, IndexUnavailable
-from core.ltm.filters import CardFilter, es_filter
+from core.ltm.filters import CardFilter, es_filter, owner_filter
 from core.ltm.ports import Hit
 from core.ltm.text import normalise
 
@@ -204,6 +204,23 @@ class ElasticsearchLexicalIndex:
             for doc in result["docs"]
             if doc.get("found")
         ]
+
+    def count_owner(self, tenant_id: str, user_id: str) -> int:
+        query = {"bool": {"filter": es_filter(owner_filter(tenant_id, user_id))}}
+        with es_errors("count an owner"):
+            if not self.client.indices.exists(index=self.index):
+                return 0
+            result = self.client.count(index=self.index, query=query,
+                                       request_timeout=self.timeout_s)  # fmt: skip
+        return int(result["count"])
+
+    def delete_owner(self, tenant_id: str, user_id: str) -> None:
+        query = {"bool": {"filter": es_filter(owner_filter(tenant_id, user_id))}}
+        with es_errors("delete an owner"):
+            if self.client.indices.exists(index=self.index):
+                self.client.delete_by_query(index=self.index, query=query, refresh=True,
+                                            conflicts="proceed",
+                                            request_timeout=self.timeout_s)  # fmt: skip
 
     def refresh(self) -> None:
         """ES makes writes searchable after a refresh (1 s by default); tests force it."""

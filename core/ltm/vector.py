@@ -18,7 +18,7 @@ from core.ids import validate_id
 from core.ltm.card import LtmCard
 from core.ltm.embedding import Vectors
 from core.ltm.errors import EmbeddingDimensionMismatch
-from core.ltm.filters import CardFilter, milvus_expr
+from core.ltm.filters import CardFilter, milvus_expr, owner_filter
 from core.ltm.milvus import MilvusConnection, milvus_errors, rpc_timeout
 from core.ltm.ports import Hit
 
@@ -145,6 +145,23 @@ class MilvusVectorIndex:
                 timeout=self._rpc_timeout,
             )
         return hits_of(result)
+
+    def count_owner(self, tenant_id: str, user_id: str) -> int:
+        expr = milvus_expr(owner_filter(tenant_id, user_id))
+        with milvus_errors("count vectors of an owner", self.conn):
+            if not self.conn.client.has_collection(self.collection, timeout=self._rpc_timeout):
+                return 0
+            rows = self.conn.client.query(
+                self.collection, filter=expr, output_fields=["count(*)"],
+                consistency_level="Strong", timeout=self._rpc_timeout,
+            )  # fmt: skip
+        return int(rows[0]["count(*)"]) if rows else 0
+
+    def delete_owner(self, tenant_id: str, user_id: str) -> None:
+        expr = milvus_expr(owner_filter(tenant_id, user_id))
+        with milvus_errors("delete vectors of an owner", self.conn):
+            if self.conn.client.has_collection(self.collection, timeout=self._rpc_timeout):
+                self.conn.client.delete(self.collection, filter=expr, timeout=self._rpc_timeout)
 
     def count(self) -> int:
         with milvus_errors("count vectors", self.conn):
