@@ -25,6 +25,7 @@ from sqlalchemy import (
     Engine,
     Float,
     Index,
+    Integer,
     MetaData,
     PrimaryKeyConstraint,
     String,
@@ -32,6 +33,7 @@ from sqlalchemy import (
     Text,
     insert,
     select,
+    text,
 )
 from sqlalchemy.dialects.postgresql import JSONB
 
@@ -57,6 +59,22 @@ audit_table = Table(
     Index("ix_lifecycle_audit_target", "target"),
 )
 
+erasures_table = Table(
+    "owner_erasures",
+    lifecycle_metadata,
+    Column("tenant_id", String(128), nullable=False),
+    Column("user_id", String(128), nullable=False),
+    Column("started_at", Float(precision=53), nullable=False),
+    Column("finished_at", Float(precision=53), nullable=True),
+    Column("runs", Integer, nullable=False, server_default="1"),
+    Column("steps", JSONB, nullable=False, server_default=text("'[]'::jsonb")),
+    PrimaryKeyConstraint("tenant_id", "user_id", name="pk_owner_erasures"),
+)
+"""The scoped erase's durable marker (``core.erase``): one row per owner ever erased.
+
+``finished_at IS NULL`` is an erase in progress: a rerun completes it.  ``steps`` are
+the steps the current erase has finished; ``runs`` counts the calls it took.  No content."""
+
 
 class Action(StrEnum):
     PROMOTE_PG = "promote_pg"
@@ -71,6 +89,7 @@ class Action(StrEnum):
     FINALISE = "finalise"
     PRELOAD = "preload"
     REBUILD = "rebuild"
+    ERASE = "erase"  # an owner's data removed from every layer (core.erase); no content
 
 
 @dataclass(frozen=True)
