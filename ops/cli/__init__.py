@@ -13,6 +13,7 @@
     memstrata retract fact|card ...    undo a promotion (PG fact or LTM card), audited
     memstrata rebuild --user --session re-derive a session's STM from its L0 transcript
     memstrata forget [--dry-run]       forget long-inactive low-importance LTM cards
+    memstrata erase --tenant --user    remove one owner's data from every layer [--dry-run]
 
 Settings come from ``MEMSTRATA_*`` environment variables (``core.settings``), read when a
 command starts.
@@ -27,7 +28,7 @@ from collections.abc import Sequence
 
 from core.errors import MemstrataError
 from core.runtime import close_runtime
-from ops.cli import bench, lifecycle, ltm, memory, roles
+from ops.cli import bench, erase, lifecycle, ltm, memory, roles
 from ops.runtime import CliError
 
 
@@ -57,6 +58,7 @@ def build_parser() -> argparse.ArgumentParser:
     memory.add_compress(sub)
     ltm.add_ltm(sub)
     lifecycle.add_lifecycle(sub)
+    erase.add_erase(sub)
     return parser
 
 
