@@ -2,7 +2,7 @@
 
 Revision ID: lifecycle_0002
 Revises: lifecycle_0001
-Create Date: 2026-12-02
+Create Date: 2026-12-01
 """
 
 from __future__ import annotations
