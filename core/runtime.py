@@ -242,6 +242,7 @@ class Runtime:
             fsync=settings.transcript_fsync,
             max_message_chars=settings.max_message_chars,
             max_turn_messages=settings.max_turn_messages,
+            max_turn_chars=settings.max_turn_chars,
         )
         self.queue = IngestQueue(
             self.redis,

@@ -37,8 +37,11 @@ class Settings(BaseSettings):
     transcript_dir: Path = Path("var/transcripts")
     transcript_fsync: bool = True
 
-    # input limits (characters)
-    max_message_chars: int = Field(64 * 1024, ge=256, le=16 * 1024 * 1024)
+    # input limits (characters).  A message (content + tool-call arguments) is kept whole in
+    # L0 up to max_message_chars and a turn up to max_turn_chars; longer texts keep their
+    # head and tail around a marker, and the turn is accepted (docs/WRITE_PATH.md §1)
+    max_message_chars: int = Field(1024 * 1024, ge=256, le=16 * 1024 * 1024)
+    max_turn_chars: int = Field(4 * 1024 * 1024, ge=256, le=64 * 1024 * 1024)
     max_turn_messages: int = Field(64, ge=1, le=10_000)
     max_summary_chars: int = Field(400, ge=40, le=4000)
     max_detail_chars: int = Field(4000, ge=200, le=64 * 1024)

@@ -5,6 +5,11 @@ then written with a single ``write()`` on an ``O_APPEND`` descriptor under an ex
 ``flock`` and ``fsync``-ed before :meth:`TranscriptStore.append_turn` returns: once the
 agent gets its receipt the turn survives a crash.  The byte offset and length of the
 turn are returned so the ingest queue carries a pointer, not the text.
+
+**Size.**  A message (its content plus its tool-call arguments) is kept whole up to
+``max_message_chars`` and a turn up to ``max_turn_chars``; beyond either, the longest
+texts keep their head and tail around an explicit marker (:func:`core.textcut.cut_middle`)
+and the turn is accepted all the same: no turn is refused for its size.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from pathlib import Path
 from core.errors import CorruptRecord, InvalidInput, NotFound, PayloadTooLarge
 from core.ids import is_valid_id, owner_tenant, validate_id
 from core.models.transcript import MessageIn, TranscriptRecord, TurnPointer
+from core.textcut import cut_middle, fair_shares
 
 log = logging.getLogger(__name__)
 
@@ -49,13 +55,15 @@ class TranscriptStore:
         root: Path,
         *,
         fsync: bool = True,
-        max_message_chars: int = 64 * 1024,
+        max_message_chars: int = 1024 * 1024,
         max_turn_messages: int = 64,
+        max_turn_chars: int = 4 * 1024 * 1024,
     ) -> None:
         self.root = Path(root)
         self.fsync = fsync
         self.max_message_chars = max_message_chars
         self.max_turn_messages = max_turn_messages
+        self.max_turn_chars = max_turn_chars
 
     def path(self, *, user_id: str, session_id: str, tenant_id: str | None = None) -> Path:
         validate_id(user_id, kind="user_id")
@@ -70,14 +78,35 @@ class TranscriptStore:
                 f"turn has {len(messages)} messages, limit {self.max_turn_messages}"
             )
         for i, m in enumerate(messages):
-            size = len(m.content) + sum(len(c.arguments) for c in m.tool_calls)
-            if size > self.max_message_chars:
-                raise PayloadTooLarge(
-                    f"message {i} ({m.role.value}) has {size} chars, "
-                    f"limit {self.max_message_chars} (MEMSTRATA_MAX_MESSAGE_CHARS)"
-                )
             if m.role.value == "tool" and not m.tool_call_id:
                 raise InvalidInput(f"message {i}: a tool result needs its tool_call_id")
+
+    def _fit(self, messages: Sequence[MessageIn]) -> list[MessageIn]:
+        """The messages, with the longest texts cut to their head and tail when a message
+        is over ``max_message_chars`` or the turn over ``max_turn_chars``."""
+        sizes = [len(m.content) + sum(len(c.arguments) for c in m.tool_calls) for m in messages]
+        if max(sizes) <= self.max_message_chars and sum(sizes) <= self.max_turn_chars:
+            return list(messages)
+        shares = fair_shares(sizes, each=self.max_message_chars, total=self.max_turn_chars)
+        out = []
+        for i, (m, size, share) in enumerate(zip(messages, sizes, shares, strict=True)):
+            if size <= share:
+                out.append(m)
+                continue
+            log.warning(
+                "message %d (%s) has %d chars: kept its head and tail, %d chars "
+                "(MEMSTRATA_MAX_MESSAGE_CHARS %d, MEMSTRATA_MAX_TURN_CHARS %d)",
+                i, m.role.value, size, share, self.max_message_chars, self.max_turn_chars,
+            )  # fmt: skip
+            texts = [m.content, *(c.arguments for c in m.tool_calls)]
+            keep = fair_shares([len(t) for t in texts], each=share, total=share)
+            calls = [
+                c.model_copy(update={"arguments": cut_middle(c.arguments, k, limit=share)})
+                for c, k in zip(m.tool_calls, keep[1:], strict=True)
+            ]
+            content = cut_middle(m.content, keep[0], limit=share)
+            out.append(m.model_copy(update={"content": content, "tool_calls": calls}))
+        return out
 
     def append_turn(
         self,
@@ -90,8 +119,11 @@ class TranscriptStore:
         turn_id: str | None = None,
         at: float | None = None,
     ) -> AppendedTurn:
-        """Validate and durably append one turn; nothing is written if any part is invalid."""
+        """Validate and durably append one turn; nothing is written if any part is invalid.
+
+        Over-long texts are kept as head and tail (:meth:`_fit`), never refused."""
         self._validate(messages)
+        messages = self._fit(messages)
         tenant_id = owner_tenant(tenant_id)
         path = self.path(user_id=user_id, session_id=session_id, tenant_id=tenant_id)
         if task_id is not None:
