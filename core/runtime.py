@@ -35,7 +35,7 @@ from core.authority.cache import ProfileCache
 from core.authority.db import make_engine
 from core.authority.filters import RetrievalFilters
 from core.errors import MemstrataError, StoreUnavailable
-from core.extract.rules import Extractor, RuleExtractor
+from core.extract.rules import ExtractionBudget, Extractor, RuleExtractor
 from core.ingest.pipeline import IngestPipeline
 from core.ingest.queue import IngestQueue
 from core.lifecycle.runtime import Lifecycle
@@ -84,6 +84,17 @@ def make_postgres(settings: Settings) -> Engine:
         settings.postgres_url,
         connect_timeout_s=settings.postgres_timeout_s,
         pool_size=settings.postgres_pool_size,
+    )
+
+
+def extraction_budget(settings: Settings) -> ExtractionBudget:
+    """How much of a turn extraction reads and proposes (``MEMSTRATA_EXTRACT_*``)."""
+    return ExtractionBudget(
+        window_chars=settings.extract_window_chars,
+        message_chars=settings.extract_max_message_chars,
+        turn_chars=settings.extract_max_turn_chars,
+        message_candidates=settings.extract_max_message_candidates,
+        turn_candidates=settings.extract_max_turn_candidates,
     )
 
 
@@ -254,9 +265,13 @@ class Runtime:
         self.pipeline = IngestPipeline(
             store=self.stm,
             extractor=extractor
-            or RuleExtractor(conversation_facts=settings.extract_conversation_facts),
+            or RuleExtractor(
+                conversation_facts=settings.extract_conversation_facts,
+                budget=extraction_budget(settings),
+            ),
             policy=WritePolicy(threshold=settings.write_threshold, ttl=settings.ttl),
             decision_ttl_s=settings.decision_ttl_s,
+            max_refusals_per_message=settings.decision_max_refusals_per_message,
         )
         self.profile_cache = ProfileCache(
             self.redis,

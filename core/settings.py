@@ -58,6 +58,18 @@ class Settings(BaseSettings):
     decision_ttl_s: int = Field(7 * 24 * 3600, ge=60)
     # the conversation_fact rule: one fact per casual user statement no other rule claims
     extract_conversation_facts: bool = True
+    # extraction budget (docs/WRITE_PATH.md §3): a message is read in clause-safe windows of
+    # extract_window_chars, at most extract_max_message_chars of it (head windows and the
+    # last one) and extract_max_turn_chars of the whole turn (shared fairly); at most
+    # extract_max_message_candidates candidates per message, extract_max_turn_candidates
+    # per turn
+    extract_window_chars: int = Field(4096, ge=256, le=1024 * 1024)
+    extract_max_message_chars: int = Field(64 * 1024, ge=256, le=16 * 1024 * 1024)
+    extract_max_turn_chars: int = Field(256 * 1024, ge=256, le=64 * 1024 * 1024)
+    extract_max_message_candidates: int = Field(64, ge=1, le=100_000)
+    extract_max_turn_candidates: int = Field(256, ge=1, le=1_000_000)
+    # refusals recorded one by one per message; one summary record counts the rest
+    decision_max_refusals_per_message: int = Field(16, ge=0, le=100_000)
 
     # ingest pipeline
     ingest_shards: int = Field(4, ge=1, le=256)
