@@ -230,6 +230,11 @@ class GlobalKeys:
         """Set while a drain task for the shard is queued or running."""
         return f"{self.namespace}:ingest:{{s{shard}}}:kick"
 
+    def ingest_attempts(self, shard: int) -> str:
+        """HASH entry id → times a turn was processed alone without completing, and
+        ``<entry id>:error`` → its last error (``core.ingest.deadletters``)."""
+        return f"{self.namespace}:ingest:{{s{shard}}}:attempts"
+
     @property
     def dead_letters(self) -> str:
         """STREAM of turns that failed permanently, with the reason."""
@@ -353,6 +358,7 @@ FAMILIES: tuple[Family, ...] = (
     # global (GlobalKeys)
     Family("<ns>:ingest:{s<n>}:stream", "STREAM"),
     Family("<ns>:ingest:{s<n>}:kick", "STRING"),
+    Family("<ns>:ingest:{s<n>}:attempts", "HASH"),
     Family("<ns>:ingest:dead", "STREAM"),
     Family("<ns>:sweep:users", "ZSET"),
     Family("<ns>:lock:<job>", "STRING"),

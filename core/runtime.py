@@ -36,6 +36,7 @@ from core.authority.db import make_engine
 from core.authority.filters import RetrievalFilters
 from core.errors import MemstrataError, StoreUnavailable
 from core.extract.rules import ExtractionBudget, Extractor, RuleExtractor
+from core.ingest.deadletters import Attempts, DeadLetters
 from core.ingest.pipeline import IngestPipeline
 from core.ingest.queue import IngestQueue
 from core.lifecycle.runtime import Lifecycle
@@ -262,6 +263,8 @@ class Runtime:
             kick_ttl_ms=settings.ingest_kick_ttl_ms,
             claim_idle_ms=settings.ingest_claim_idle_ms,
         )
+        self.attempts = Attempts(self.redis, namespace=settings.key_namespace)
+        self.dead_letters = DeadLetters(self.redis, namespace=settings.key_namespace)
         self.pipeline = IngestPipeline(
             store=self.stm,
             extractor=extractor

@@ -81,6 +81,11 @@ class Settings(BaseSettings):
     # ~20 under steady load); keep ingest_shards <= worker processes when > 0, or a
     # lingering drain holds a worker that another shard's drain is waiting for
     ingest_linger_ms: int = Field(0, ge=0, le=5000)
+    # a batch is processed and acknowledged in chunks of at most this many L0 bytes
+    ingest_chunk_bytes: int = Field(4 * 1024 * 1024, ge=1024, le=1024 * 1024 * 1024)
+    # a turn processed alone (after its batch failed or its drain died) this many times
+    # without completing is dead-lettered with its last error (docs/WRITE_PATH.md §2)
+    ingest_max_attempts: int = Field(3, ge=1, le=100)
 
     # maintenance
     sweep_batch: int = Field(1000, ge=1, le=1_000_000)
