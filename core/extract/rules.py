@@ -106,6 +106,7 @@ class BudgetNote:
 class Extraction:
     candidates: list[Candidate]
     notes: list[BudgetNote] = field(default_factory=list)
+    read_chars: int = 0  # characters read, all messages together
 
 
 class Extractor(Protocol):
@@ -279,7 +280,7 @@ class RuleExtractor:
                     fact = self._conversation_fact(record, ctx, reading.text)
                     if fact is not None:
                         out.append(fact)
-        return Extraction(out, notes)
+        return Extraction(out, notes, sum(r.read for r in readings))
 
     def _prepare(self, rec: TranscriptRecord) -> str:
         """The text of a message that extraction may read: linear-time stripping only."""

@@ -2,10 +2,11 @@
 
 A message that fits its budget is read whole, in windows of at most ``window`` characters
 cut at clause ends (``。！？；!?;，``, a line break, ". "; else a space; else hard).
-A longer message is read as its head (at most ``ceil(limit / window) - 1`` windows) and
-one window at its end, so a statement that opens a long message and a conclusion that closes
-it are both seen; the middle is skipped and counted.  The work is O(window) per window
-and the number of windows is bounded, so the cost of a message is bounded whatever its
+A longer message is read as its head and one window at its end (``ceil(limit / window)``
+windows in all, or one more when clause ends cut the head short), so a statement that
+opens a long message and a conclusion that closes it are both seen; the middle is
+skipped and counted.  The work is O(window) per window and the number of windows is
+bounded, so the cost of a message is bounded whatever its
 length (docs/WRITE_PATH.md §3, measured by ``memstrata bench extract``).
 """
 
@@ -71,7 +72,8 @@ def _start_after(text: str, start: int, end: int) -> int:
 def read_windows(text: str, *, limit: int, window: int) -> Reading:
     """Clause-safe windows of at most ``window`` characters covering at most ``limit``
     characters of ``text``: all of it when it fits, else its head, in at most
-    ``ceil(limit / window) - 1`` windows, and its last window."""
+    ``ceil((limit - tail) / window)`` windows, and its last window (``tail`` characters,
+    at most ``min(window, limit // 2)``)."""
     text = without_markers(text)
     window = max(1, window)
     limit = max(0, limit)
@@ -81,7 +83,7 @@ def read_windows(text: str, *, limit: int, window: int) -> Reading:
         tail_size = min(window, limit // 2)
         head_end = limit - tail_size
         tail = _start_after(text, len(text) - tail_size, len(text)) if tail_size else None
-        most = max(0, -(-limit // window) - 1)  # head windows, the tail's one aside
+        most = -(-head_end // window)  # head windows
     windows: list[str] = []
     pos = 0
     while pos < head_end and len(windows) < most:
