@@ -81,7 +81,7 @@ def all_idle(res: Runtime) -> bool:
 
 def decision_bytes(res: Runtime, user_id: str, session_id: str) -> tuple[int, int]:
     """(bytes of the session's decision records, the largest record)."""
-    raw = res.redis.hgetall(res.stm.keys(user_id).decisions(session_id))
+    raw = cast(dict[str, str], res.redis.hgetall(res.stm.keys(user_id).decisions(session_id)))
     sizes = [len(k.encode()) + len(v.encode()) for k, v in raw.items()]
     return sum(sizes), max(sizes, default=0)
 
@@ -228,7 +228,7 @@ class TestTurnThatKillsItsWorker:
         shard = receipt.shard
         stream = res.queue.keys.ingest_stream(shard)
         attempts = res.queue.keys.ingest_attempts(shard)
-        poison_id = res.redis.xrange(stream, count=1)[0][0]
+        poison_id = cast(list[tuple[str, Any]], res.redis.xrange(stream, count=1))[0][0]
         record_markers(memory, "u_k", now)
         # When every drain that takes the turn up is killed while it processes it
         killed: list[int] = []
