@@ -37,7 +37,7 @@ KINDS: dict[str, tuple[Role, str]] = {
     "punctuation": (Role.USER, "!?。，；"),
     "sentences": (Role.USER, "We decided to roll back payment-service. Don't restart prod. "),
     "cjk_no_candidates": (Role.USER, "今天天气很好，"),
-    "unclosed_think": (Role.ASSISTANT, "<think>"),
+    "unclosed_think": (Role.ASSISTANT, "x<think>"),  # not a reasoning-only message
 }
 SHAPES: dict[str, tuple[int, int]] = {  # messages, characters each
     "1 x 65,536": (1, CHARS),
