@@ -89,9 +89,11 @@ BEAT = _retrying(max_retries=3, backoff_max_s=60)
 
 # ------------------------------------------------------------------ payloads
 class TaskInput(BaseModel):
-    """Base of every task's payload model: immutable, unknown fields refused."""
+    """Base of every task's payload model: immutable, unknown fields refused, and strict
+    (``"5"`` or ``True`` is not an int, ``b"u"`` not a str; free text is ``inputs.Text``).
+    """
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
 
 
 class BatchLimit(TaskInput):
