@@ -238,6 +238,7 @@ class Runtime:
             fsync=settings.transcript_fsync,
             max_message_chars=settings.max_message_chars,
             max_turn_messages=settings.max_turn_messages,
+            dedup_window_bytes=settings.transcript_dedup_window_bytes,
         )
         self.queue = IngestQueue(
             self.redis,
@@ -245,6 +246,7 @@ class Runtime:
             shards=settings.ingest_shards,
             kick_ttl_ms=settings.ingest_kick_ttl_ms,
             claim_idle_ms=settings.ingest_claim_idle_ms,
+            watermark_ttl_ms=int((settings.ingest_reconcile_horizon_s + 3600) * 1000),
         )
         self.pipeline = IngestPipeline(
             store=self.stm,

@@ -36,6 +36,9 @@ class Settings(BaseSettings):
     postgres_pool_size: int = Field(5, ge=1, le=100)
     transcript_dir: Path = Path("var/transcripts")
     transcript_fsync: bool = True
+    # how far back from a session file's end a caller-named turn_id is looked for before
+    # appending (docs/RELIABILITY.md); only calls that name their turn_id pay for the read
+    transcript_dedup_window_bytes: int = Field(256 * 1024, ge=4096, le=64 * 1024 * 1024)
 
     # input limits (characters)
     max_message_chars: int = Field(64 * 1024, ge=256, le=16 * 1024 * 1024)
@@ -66,6 +69,12 @@ class Settings(BaseSettings):
     # ~20 under steady load); keep ingest_shards <= worker processes when > 0, or a
     # lingering drain holds a worker that another shard's drain is waiting for
     ingest_linger_ms: int = Field(0, ge=0, le=5000)
+    # the reconciler (docs/RELIABILITY.md): turns in L0 but never queued are queued by Beat
+    # every interval; files written within the horizon are looked at, at most max_turns
+    # turns queued per run; a session's watermark lives horizon + 1 h after its last turn
+    ingest_reconcile_interval_s: float = Field(60.0, gt=0)
+    ingest_reconcile_horizon_s: float = Field(24 * 3600.0, ge=60, le=90 * 24 * 3600)
+    ingest_reconcile_max_turns: int = Field(1000, ge=1, le=1_000_000)
 
     # maintenance
     sweep_batch: int = Field(1000, ge=1, le=1_000_000)

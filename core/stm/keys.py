@@ -116,6 +116,15 @@ class GlobalKeys:
         """Set while a drain task for the shard is queued or running."""
         return f"{self.namespace}:ingest:{{s{shard}}}:kick"
 
+    def ingest_queued(self, shard: int, scope: str, session_id: str, generation: str) -> str:
+        """STRING: the end offset in a session's L0 file up to which every turn is queued.
+
+        The reconciler's watermark (docs/RELIABILITY.md), per file generation (a file
+        written anew gets fresh watermarks), in the stream's hash slot so the enqueue
+        script moves it in the same atomic step as the ``XADD``.
+        """
+        return f"{self.namespace}:ingest:{{s{shard}}}:queued:{scope}/{session_id}:{generation}"
+
     @property
     def sweep_users(self) -> str:
         """ZSET user scope → earliest expires_at among its items (a hint for the sweep)."""
