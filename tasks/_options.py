@@ -44,6 +44,7 @@ from core.errors import InvalidInput, TransientError
 DRAIN = "memstrata.ingest.drain"
 SWEEP = "memstrata.maintenance.sweep_expired"
 RECLAIM = "memstrata.maintenance.ingest_reclaim"
+RECONCILE = "memstrata.maintenance.ingest_reconcile"
 COMPRESS = "memstrata.maintenance.compress_session"
 COMPRESS_IDLE = "memstrata.maintenance.compress_idle"
 LTM_INDEX = "memstrata.ltm.index"
