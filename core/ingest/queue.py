@@ -36,11 +36,16 @@ from core.stm.keys import GlobalKeys, user_scope
 GROUP = "ingest"
 
 # KEYS: stream, kick flag, session watermark.  ARGV: pointer, kick TTL (ms), turn offset,
-# turn end, the watermark to assume when there is none, watermark TTL (ms), once (0/1).
-# Returns -1: queued before (nothing added), 1: added and the flag taken, 0: added.
+# turn end, the watermark to assume when there is none, watermark TTL (ms), once (0/1),
+# consumer group.  Returns -1: queued before (nothing added), 1: added and the flag
+# taken, 0: added.  A stream that is gone (Redis lost its data) gets its group back
+# first, or drains that created the group before would read nothing from it.
 _ENQUEUE = """
 local wm = tonumber(redis.call('GET', KEYS[3]) or ARGV[5])
 if ARGV[7] == '1' and wm >= tonumber(ARGV[4]) then return -1 end
+if redis.call('EXISTS', KEYS[1]) == 0 then
+  redis.call('XGROUP', 'CREATE', KEYS[1], ARGV[8], '0', 'MKSTREAM')
+end
 redis.call('XADD', KEYS[1], '*', 'p', ARGV[1])
 if wm == tonumber(ARGV[3]) then redis.call('SET', KEYS[3], ARGV[4], 'PX', ARGV[6]) end
 if redis.call('SET', KEYS[2], '1', 'NX', 'PX', ARGV[2]) then return 1 end
@@ -163,7 +168,7 @@ class IngestQueue:
             generation=generation,
         )
         args: list[str | int] = [pointer.model_dump_json(exclude_none=True), self.kick_ttl_ms]
-        args += [pointer.offset, end, base, self.watermark_ttl_ms, int(once)]
+        args += [pointer.offset, end, base, self.watermark_ttl_ms, int(once), GROUP]
         with redis_errors():
             status = int(self._enqueue(keys=[stream, kick, mark], args=args))
         return Enqueued(shard, kicked=status == 1, added=status >= 0)

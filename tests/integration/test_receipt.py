@@ -357,8 +357,8 @@ def test_after_redis_lost_its_data_the_turns_of_the_horizon_are_queued_again(
     for tag in ("newone", "newtwo"):
         memory.record_turn(user_id="u", session_id="s", messages=marker(tag))
     # When Redis loses every key (stream and watermarks) and the reconciler runs
-    _purge(res.redis, res.settings.key_namespace)
-    res.queue._groups_ready.clear()  # this process created the group before the loss
+    _purge(res.redis, res.settings.key_namespace)  # (this process still thinks the
+    # consumer group exists: the enqueue script recreates it with the stream)
     report = run_reconcile(res, horizon_s=3600.0)
     # Then the turns recorded within the horizon are queued again, the older one is settled
     assert (report.behind, report.requeued) == (1, 2)
