@@ -17,8 +17,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import psycopg
 import pytest
 
+from core import migrations
 from core.ltm.milvus_server import free_port
 
 PG_ROOT = Path("/usr/lib/postgresql")
@@ -94,3 +96,14 @@ def pg_cluster() -> Iterator[PgCluster]:
                 cluster.stop()
     finally:
         shutil.rmtree(folder, ignore_errors=True)
+
+
+@contextmanager
+def migrated_cluster(dbname: str = "memstrata") -> Iterator[PgCluster]:
+    """A started throwaway cluster with ``dbname`` migrated to every branch's head."""
+    with pg_cluster() as cluster:
+        with psycopg.connect(host="127.0.0.1", port=cluster.port, user="postgres",
+                             dbname="postgres", autocommit=True) as conn:  # fmt: skip
+            conn.execute(f'CREATE DATABASE "{dbname}"'.encode())
+        migrations.upgrade(cluster.url(dbname))
+        yield cluster

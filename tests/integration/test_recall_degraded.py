@@ -16,11 +16,9 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
-import psycopg
 import pytest
 import redis
 
-from core import migrations
 from core.authority.admin import create_project, create_tenant, create_user
 from core.authority.facts import grant_role, set_profile
 from core.breaker import Breakers, BreakerState
@@ -44,7 +42,7 @@ from core.runtime import Runtime
 from core.settings import load_settings
 from tests.conftest import REDIS_URL, _purge
 from tests.integration import ltm_env
-from tests.integration.pg_cluster import PgCluster, pg_cluster
+from tests.integration.pg_cluster import PgCluster, migrated_cluster
 from tests.integration.test_lifecycle_env import lifecycle_pg
 
 pytestmark = pytest.mark.integration
@@ -234,11 +232,7 @@ def test_postgres_on_a_closed_port_degrades_an_uncached_user_then_is_skipped(
 
 @pytest.fixture
 def cluster() -> Iterator[PgCluster]:
-    with pg_cluster() as c:
-        with psycopg.connect(host="127.0.0.1", port=c.port, user="postgres", dbname="postgres",
-                             autocommit=True) as conn:  # fmt: skip
-            conn.execute(b"CREATE DATABASE memstrata")
-        migrations.upgrade(c.url("memstrata"))
+    with migrated_cluster() as c:
         yield c
 
 
