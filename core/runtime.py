@@ -57,6 +57,7 @@ from core.recall.ltm_adapter import HistoryBackedSearcher, LedgerBackedSearcher
 from core.recall.pool import PoolCandidate
 from core.recall.route import LtmMode
 from core.recall.service import HISTORY, LTM, Recaller, RecallSettings
+from core.redact import redact
 from core.settings import Settings, load_settings
 from core.stm.store import StmStore
 from core.transcript.store import TranscriptStore
@@ -292,8 +293,8 @@ class Runtime:
         try:
             self.ltm  # noqa: B018 - built for its side effect
         except (MemstrataError, OSError, ValueError) as exc:
-            log.warning("long-term memory unavailable: %s", exc)
-            why = f"{type(exc).__name__}: {exc}"
+            why = redact(f"{type(exc).__name__}: {exc}")
+            log.warning("long-term memory unavailable: %s", why)
             for layer in (LTM, HISTORY):  # recall then skips them instead of building again
                 self.breakers[layer].failure(why)
             return why

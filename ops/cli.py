@@ -30,7 +30,10 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
 from core.errors import MemstrataError
+from core.redact import redact
 from core.runtime import Runtime, close_runtime, get_runtime
 from core.settings import load_settings
 
@@ -305,12 +308,13 @@ def _add_compress(sub: Any) -> None:
 def _recall(args: argparse.Namespace) -> int:
     from core.recall.service import RecallRequest
 
-    res = _resources()
+    # bad input is refused before any store is touched (main() prints the first problem)
     request = RecallRequest(
         tenant_id=args.tenant, user_id=args.user, session_id=args.session, query=args.query,
         task_id=args.task, project_id=args.project, workspace_id=args.workspace,
         top_k=args.top_k, token_budget=args.budget, explain=args.explain,
     )  # fmt: skip
+    res = _resources()
     res.warm_ltm()  # a one-shot process: load LTM before the recall's time budget starts
     recaller = res.recaller()
     try:
@@ -629,8 +633,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(args_in)
     try:
         code: int = args.func(args)
-    except (CliError, MemstrataError) as exc:
-        print(f"memstrata {args.command}: {exc}", file=sys.stderr)
+    except (CliError, MemstrataError, ValidationError) as exc:
+        # one line, never a traceback, never a password (a URL in a vendor error)
+        if isinstance(exc, ValidationError):  # bad input or settings: the first problem
+            first = exc.errors(include_url=False, include_input=False)[0]
+            cause = first.get("ctx", {}).get("error")
+            what = str(cause) if isinstance(cause, MemstrataError) else first["msg"]
+            message = f"{'.'.join(str(p) for p in first['loc']) or exc.title}: {what}"
+        else:
+            message = str(exc)
+        print(f"memstrata {args.command}: {' '.join(redact(message).split())}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         return 130
