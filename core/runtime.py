@@ -174,7 +174,8 @@ class _RuntimeLtm:
     """Recall's LTM port over the runtime: LTM is built on the first search that needs it.
 
     A failure to build (Milvus down, bad settings) surfaces as :class:`StoreUnavailable`,
-    which recall reports as ``degraded["ltm"]``; the next search tries again.
+    which recall reports as ``degraded["ltm"]`` and which opens the ``ltm`` breaker; the
+    probe after the breaker's cool-down tries to build again.
     """
 
     def __init__(self, runtime: Runtime) -> None:

@@ -409,3 +409,38 @@ def test_redis_down_degrades_stm_and_the_profile_cache_then_is_skipped(
             redis_server.start()
         _purge(rt.redis, ns)
         rt.close()
+
+
+def test_a_failed_ltm_warm_up_opens_the_breakers_so_recall_does_not_build_again(
+    lifecycle_pg: str, embedder: CachedEmbedder, tmp_path: Path
+) -> None:
+    # Given a runtime whose Milvus address has no server behind it (the CLI's case)
+    ns = f"t{uuid.uuid4().hex[:10]}"
+    rt = Runtime(
+        load_settings(
+            redis_url=REDIS_URL, key_namespace=ns, transcript_dir=tmp_path / "l0",
+            postgres_url=lifecycle_pg,
+            ltm=LtmSettings(milvus_uri=f"http://127.0.0.1:{free_port()}", collection_prefix=ns,
+                            milvus_timeout_s=1.0),
+        ),
+        embedder=embedder,
+    )  # fmt: skip
+    with rt.engine.begin() as conn:
+        create_tenant(db=conn, tenant={"id": ns, "name": ns})
+        create_user(db=conn, user={"tenant_id": ns, "id": "alice"})
+    with_clock(rt)
+    recaller = rt.recaller(settings=BUDGET)
+    try:
+        # When the warm-up fails
+        why = rt.warm_ltm()
+        assert why is not None
+        # Then both long-term layers are open, and the recall reports them without waiting
+        assert rt.breakers.states() == {LTM: BreakerState.OPEN, HISTORY: BreakerState.OPEN}
+        out = recaller.recall(RecallRequest(tenant_id=ns, user_id="alice", session_id="s1",
+                                            query=SIMILAR))  # fmt: skip
+        assert open_since(out, LTM) and open_since(out, HISTORY), out.degraded
+        assert not rt.ltm_started
+    finally:
+        recaller.close()
+        _purge(rt.redis, ns)
+        rt.close()
