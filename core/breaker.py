@@ -20,9 +20,13 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from enum import StrEnum
+
+from core.errors import MemstrataError, TransientError
+from core.redact import redact
 
 DEFAULT_COOLDOWN_S = 5.0
 DEFAULT_FAILURES = 1
@@ -154,3 +158,25 @@ class Breakers:
         with self._lock:
             layers = list(self._by_layer.items())
         return {name: b.state for name, b in layers}
+
+
+@contextmanager
+def tripping(breaker: CircuitBreaker) -> Iterator[None]:
+    """Report the outcome of one call to ``breaker``: a transient error is a failure; any
+    other answer, even a refusal (unknown user, bad request), shows the store is up.
+    Exceptions outside the tree (bugs) pass untouched and report nothing."""
+    try:
+        yield
+    except TransientError as exc:
+        breaker.failure(describe(exc))
+        raise
+    except MemstrataError:
+        breaker.success()
+        raise
+    else:
+        breaker.success()
+
+
+def describe(exc: BaseException) -> str:
+    """How a failed layer is reported: the error type and message, passwords masked."""
+    return redact(f"{type(exc).__name__}: {exc}")

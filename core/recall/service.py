@@ -31,10 +31,9 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
-from contextlib import contextmanager
 from typing import Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -54,7 +53,7 @@ from core.authority.domain_authority import (
 from core.authority.filters import RetrievalFilters, filters_for
 from core.authority.read import read_snapshot, read_version
 from core.authority.snapshot import AuthoritySnapshot, owner_only
-from core.breaker import Breakers, CircuitBreaker
+from core.breaker import Breakers, describe, tripping
 from core.errors import MemstrataError, TransientError
 from core.extract.entities import extract_entities
 from core.extract.lexicon import default_lexicon
@@ -73,7 +72,6 @@ from core.recall.profile import QueryProfile, RuntimeState, build_query_profile
 from core.recall.render import Lang, RenderedMemory, language_for, render
 from core.recall.route import LtmMode, Route, RoutingPolicy, decide_route, with_ltm_fallback
 from core.recall.text import coverage, terms
-from core.redact import redact
 from core.stm.store import RecallRead, StmHit, StmStore
 
 log = logging.getLogger(__name__)
@@ -330,7 +328,7 @@ class Recaller:
             with tripping(breaker), translated("read snapshot"), self.engine.connect() as conn:
                 snapshot = read_snapshot(db=conn, tenant_id=req.tenant_id, user_id=req.user_id)
         except TransientError as exc:
-            degraded[AUTHORITY] = reason(exc)
+            degraded[AUTHORITY] = describe(exc)
             return owner_only(req.tenant_id, req.user_id), lookup, False
         self._fill(snapshot)
         return snapshot, lookup, True
@@ -344,7 +342,7 @@ class Recaller:
             with tripping(breaker):
                 return self.cache.get(req.tenant_id, req.user_id)
         except MemstrataError as exc:
-            log.warning("profile cache not read: %s", reason(exc))
+            log.warning("profile cache not read: %s", describe(exc))
             return CacheLookup(CacheStatus.MISSING)
 
     def _fill(self, snapshot: AuthoritySnapshot) -> None:
@@ -356,7 +354,7 @@ class Recaller:
             with tripping(breaker):
                 self.cache.put(snapshot)
         except MemstrataError as exc:
-            log.warning("profile cache not filled: %s", reason(exc))
+            log.warning("profile cache not filled: %s", describe(exc))
 
     def _exact_snapshot(
         self, req: RecallRequest, snapshot: AuthoritySnapshot, degraded: dict[str, str]
@@ -376,7 +374,7 @@ class Recaller:
                     return snapshot
                 fresh = read_snapshot(db=conn, **who)  # an invalidation never reached Redis
         except TransientError as exc:
-            degraded[AUTHORITY] = "exact check skipped: " + reason(exc)
+            degraded[AUTHORITY] = "exact check skipped: " + describe(exc)
             return snapshot
         self._fill(fresh)
         return fresh
@@ -406,7 +404,7 @@ class Recaller:
                     flag_suffix=f"lastrecall:{req.session_id}",
                 )
         except MemstrataError as exc:
-            degraded[STM] = reason(exc)
+            degraded[STM] = describe(exc)
             return RecallRead(flag=None, hits=[])
 
     def _runtime_state(
@@ -488,7 +486,7 @@ class Recaller:
         except TimedOut as exc:
             degraded[layer] = str(exc)
         except MemstrataError as exc:
-            degraded[layer] = reason(exc)
+            degraded[layer] = describe(exc)
         return []
 
     def _authority(
@@ -539,27 +537,6 @@ class Recaller:
 
 class TimedOut(TransientError):
     """A concurrent layer did not answer within recall's time budget."""
-
-
-@contextmanager
-def tripping(breaker: CircuitBreaker) -> Iterator[None]:
-    """Report the outcome of one call to ``breaker``: a transient error is a failure; any
-    other answer, even a refusal (unknown user, bad request), shows the store is up."""
-    try:
-        yield
-    except TransientError as exc:
-        breaker.failure(reason(exc))
-        raise
-    except MemstrataError:
-        breaker.success()
-        raise
-    else:
-        breaker.success()
-
-
-def reason(exc: BaseException) -> str:
-    """How a failed layer is reported: the error type and message, passwords masked."""
-    return redact(f"{type(exc).__name__}: {exc}")
 
 
 def _in_scope(c: PoolCandidate, filters: RetrievalFilters) -> bool:

@@ -9,8 +9,9 @@ from hypothesis import strategies as st
 
 from core.authority.filters import filters_for
 from core.authority.snapshot import owner_only
-from core.breaker import Breakers, BreakerState, CircuitBreaker
+from core.breaker import Breakers, BreakerState, CircuitBreaker, describe, tripping
 from core.clock import FixedClock
+from core.errors import NotFound, StoreUnavailable
 from core.redact import redact
 
 T0 = 1_700_000_000.0
@@ -18,6 +19,11 @@ T0 = 1_700_000_000.0
 
 def breaker(clock: FixedClock, **kw: float) -> CircuitBreaker:
     return CircuitBreaker("ltm", clock=clock.now, **kw)  # type: ignore[arg-type]
+
+
+def state(b: CircuitBreaker) -> BreakerState:
+    """The state, read through a call (so a type checker does not pin it between steps)."""
+    return b.state
 
 
 def test_a_closed_breaker_lets_every_call_through() -> None:
@@ -154,6 +160,25 @@ def test_breakers_keep_one_breaker_per_layer_on_one_clock() -> None:
     clock.advance(2)
     assert breakers["ltm"].allow()
     assert breakers["ltm"].cooldown_s == 2.0
+
+
+def test_tripping_counts_outages_as_failures_and_any_answer_as_success() -> None:
+    b = breaker(FixedClock(T0))
+    # When a call raises a transient store error, Then the breaker opens and it propagates
+    with pytest.raises(StoreUnavailable), tripping(b):
+        raise StoreUnavailable("redis://:pw@h:1 refused")
+    assert state(b) is BreakerState.OPEN
+    assert b.reason == "StoreUnavailable: redis://:***@h:1 refused"
+    # When the store answers with a refusal (a permanent error), Then it is up again
+    with pytest.raises(NotFound), tripping(b):
+        raise NotFound("no such user")
+    assert state(b) is BreakerState.CLOSED
+    # ... and a bug outside the error tree reports nothing either way
+    b.failure("down")
+    with pytest.raises(KeyError), tripping(b):
+        raise KeyError("bug")
+    assert state(b) is BreakerState.OPEN
+    assert describe(ValueError("x")) == "ValueError: x"
 
 
 @pytest.mark.parametrize(
