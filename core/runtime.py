@@ -8,9 +8,11 @@ quality harness and the test fixtures get their objects here too.
 What is built when:
 
 * at once, without opening a connection: the Redis client, **one** PostgreSQL engine
-  (pool size and connect/statement timeouts from settings), STM, L0, the ingest queue and
-  pipeline, the profile cache and the LTM ledger, all sharing those two clients, and
-  recall's circuit breakers (one per layer, shared by every recaller of the process);
+  (pool size and connect/statement timeouts from settings), STM, the lifecycle's Redis
+  store, L0, the ingest queue and pipeline, the profile cache and the LTM ledger, all
+  sharing those two clients (every Redis store gets :attr:`Runtime.redis` injected; none
+  hands its client on), and recall's circuit breakers (one per layer, shared by every
+  recaller of the process);
 * on first use: :attr:`Runtime.ltm` (Milvus / Elasticsearch clients, the embedding model,
   the schema and dimension check), since loading an embedder costs ~0.5 s and most
   processes (agents that only record turns, ingest workers) never touch LTM;
@@ -59,6 +61,7 @@ from core.recall.route import LtmMode
 from core.recall.service import HISTORY, LTM, Recaller, RecallSettings
 from core.redact import redact
 from core.settings import Settings, load_settings
+from core.stm.lifecycle import LifecycleStore
 from core.stm.store import StmStore
 from core.transcript.store import TranscriptStore
 
@@ -237,6 +240,7 @@ class Runtime:
             max_summary_chars=settings.max_summary_chars,
             max_detail_chars=settings.max_detail_chars,
         )
+        self.lifecycle_store = LifecycleStore(self.redis, namespace=settings.key_namespace)
         self.transcript = TranscriptStore(
             settings.transcript_dir,
             fsync=settings.transcript_fsync,
@@ -323,6 +327,7 @@ class Runtime:
         return Lifecycle(
             redis=self.redis,
             stm=self.stm,
+            store=self.lifecycle_store,
             engine=self.engine,
             ledger=self.ledger,
             settings=self.settings.lifecycle,

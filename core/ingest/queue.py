@@ -22,8 +22,8 @@ from typing import Any
 import redis
 
 from core.adapters.redis import redis_errors
+from core.keys import GlobalKeys
 from core.models.transcript import TurnPointer
-from core.stm.keys import GlobalKeys
 
 GROUP = "ingest"
 
@@ -71,7 +71,7 @@ class IngestQueue:
         kick_ttl_ms: int = 30_000,
         claim_idle_ms: int = 60_000,
     ) -> None:
-        self.r = client
+        self._r = client
         self.keys = GlobalKeys(namespace)
         self.shards = shards
         self.kick_ttl_ms = kick_ttl_ms
@@ -85,7 +85,7 @@ class IngestQueue:
             return
         with redis_errors():
             try:
-                self.r.xgroup_create(self.keys.ingest_stream(shard), GROUP, id="0", mkstream=True)
+                self._r.xgroup_create(self.keys.ingest_stream(shard), GROUP, id="0", mkstream=True)
             except redis.ResponseError as exc:
                 if "BUSYGROUP" not in str(exc):
                     raise
@@ -105,11 +105,12 @@ class IngestQueue:
     def try_kick(self, shard: int) -> bool:
         """Take the shard's kick flag if nobody holds it (Beat's safety net, continuations)."""
         with redis_errors():
-            return bool(self.r.set(self.keys.ingest_kick(shard), "1", nx=True, px=self.kick_ttl_ms))
+            kick = self.keys.ingest_kick(shard)
+            return bool(self._r.set(kick, "1", nx=True, px=self.kick_ttl_ms))
 
     def hold_kick(self, shard: int) -> None:
         with redis_errors():
-            self.r.set(self.keys.ingest_kick(shard), "1", px=self.kick_ttl_ms)
+            self._r.set(self.keys.ingest_kick(shard), "1", px=self.kick_ttl_ms)
 
     def claim_or_release(self, shard: int, consumer: str, count: int) -> list[Entry]:
         """Read up to ``count`` new entries; if there are none, release the kick flag."""
@@ -129,7 +130,7 @@ class IngestQueue:
         """
         self.ensure_group(shard)
         with redis_errors():
-            res: Any = self.r.xreadgroup(
+            res: Any = self._r.xreadgroup(
                 GROUP, consumer, {self.keys.ingest_stream(shard): ">"}, count=count,
                 block=block_ms,
             )  # fmt: skip
@@ -141,7 +142,7 @@ class IngestQueue:
         """Entries this consumer read before and did not acknowledge (a retried drain)."""
         self.ensure_group(shard)
         with redis_errors():
-            res: Any = self.r.xreadgroup(
+            res: Any = self._r.xreadgroup(
                 GROUP, consumer, {self.keys.ingest_stream(shard): "0"}, count=count
             )
         if not res:
@@ -152,7 +153,7 @@ class IngestQueue:
         """Take over entries another consumer read but never acknowledged (it crashed)."""
         self.ensure_group(shard)
         with redis_errors():
-            res: Any = self.r.xautoclaim(
+            res: Any = self._r.xautoclaim(
                 self.keys.ingest_stream(shard), GROUP, consumer,
                 min_idle_time=self.claim_idle_ms, start_id="0-0", count=count,
             )  # fmt: skip
@@ -164,7 +165,7 @@ class IngestQueue:
             return
         stream = self.keys.ingest_stream(shard)
         with redis_errors():
-            pipe = self.r.pipeline(transaction=False)
+            pipe = self._r.pipeline(transaction=False)
             pipe.xack(stream, GROUP, *entry_ids)
             pipe.xdel(stream, *entry_ids)
             pipe.execute()
@@ -172,7 +173,7 @@ class IngestQueue:
     def dead_letter(self, entry: Entry, reason: str) -> None:
         """Keep a turn that failed permanently, with the reason, for an operator."""
         with redis_errors():
-            self.r.xadd(
+            self._r.xadd(
                 self.keys.dead_letters,
                 {"p": entry.raw, "reason": reason[:1000]},
                 maxlen=100_000,
@@ -184,8 +185,8 @@ class IngestQueue:
         self.ensure_group(shard)
         stream = self.keys.ingest_stream(shard)
         with redis_errors():
-            length = int(self.r.xlen(stream))
-            pending = self.r.xpending(stream, GROUP)
+            length = int(self._r.xlen(stream))
+            pending = self._r.xpending(stream, GROUP)
         return length, int(pending["pending"])
 
 

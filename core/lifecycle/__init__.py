@@ -20,7 +20,7 @@ Applying them (each with an audit row in ``lifecycle_audit``):
 """
 
 from core.lifecycle.batch import BatchEntry, BatchPlan, BatchPolicy, plan_batch
-from core.lifecycle.config import ForgetPolicy, LifecycleSettings, lifecycle_settings
+from core.lifecycle.config import ForgetPolicy, LifecycleSettings
 from core.lifecycle.policy import Decision, ItemView, PromotionPolicy, Route, decide
 
 __all__ = [
@@ -34,6 +34,5 @@ __all__ = [
     "PromotionPolicy",
     "Route",
     "decide",
-    "lifecycle_settings",
     "plan_batch",
 ]

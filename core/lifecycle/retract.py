@@ -11,7 +11,6 @@ from dataclasses import dataclass
 from sqlalchemy import select
 
 from core.adapters.pg import pg_errors
-from core.adapters.redis import redis_errors
 from core.authority.facts import retract_fact
 from core.errors import NotFound
 from core.ids import validate_id
@@ -43,19 +42,18 @@ def _sources(lc: Lifecycle, target: str) -> set[str]:
 def _mark_retracted(
     lc: Lifecycle, user_id: str, tenant_id: str | None, ids: set[str], now: float
 ) -> None:
-    key = lc.keys.state(user_id, tenant_id)
-    with redis_errors():
-        raw = lc.redis.hmget(key, sorted(ids)) if ids else []
-        pipe = lc.redis.pipeline(transaction=False)
-        for mid, value in zip(sorted(ids), raw, strict=True):
-            if value is None:
-                continue
-            rec = Record.loads(str(value))
-            if rec.state is State.RETRACTED:
-                continue
-            state = next_state(rec.state, Event.RETRACT)
-            pipe.hset(key, mid, Record(state, rec.fingerprint, rec.ref, now).dumps())
-        pipe.execute()
+    order = sorted(ids)
+    marks = []
+    for mid, value in zip(order, lc.store.records(user_id, tenant_id, order), strict=True):
+        if value is None:
+            continue
+        rec = Record.loads(value)
+        if rec.state is State.RETRACTED:
+            continue
+        state = next_state(rec.state, Event.RETRACT)
+        rec = Record(state, rec.fingerprint, rec.ref, now)
+        marks.append(((user_id, tenant_id, mid), rec.dumps()))
+    lc.store.set_records(marks)
 
 
 def retract_pg_fact(

@@ -23,27 +23,24 @@ import re
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol, cast
+from typing import Protocol
 
 from sqlalchemy import or_, select
 
 from core.adapters.pg import pg_errors
-from core.adapters.redis import redis_errors
-from core.compress.cache import active_key
+from core.compress.cache import SessionActivity
 from core.errors import NotFound
+from core.keys import parse_user_scope, user_scope
 from core.lifecycle.audit import Action, AuditEvent, record
 from core.lifecycle.generality import assess
 from core.lifecycle.runtime import Lifecycle
 from core.lifecycle.scan import scan_user
 from core.ltm.card import CardDraft, CardStatus, LtmCard
-from core.ltm.filters import CardFilter
 from core.ltm.ledger import load_cards, write_card
-from core.ltm.search import LtmSearch
 from core.ltm.tables import cards
 from core.models.identity import EPISODE, card_key
 from core.models.memory import MemoryItem, MemorySource, MemoryType
 from core.models.transcript import Role, TranscriptRecord
-from core.stm.keys import parse_user_scope, user_scope
 
 SESSION_SUMMARY = "session_summary"
 _TERMS = re.compile(r"[\w\-]{2,}|[\u4e00-\u9fff]{2,}")
@@ -65,8 +62,8 @@ class CardFinder(Protocol):
 
 
 class LedgerFinder:
-    """Term overlap on the ledger's ``bm25_text`` (no index needed; the LTM search adapter
-    is the better finder when Milvus is up)."""
+    """Term overlap on the ledger's ``bm25_text``: needs no index, so preload works while
+    Milvus is down (any other :class:`CardFinder` can be passed to :func:`preload`)."""
 
     def __init__(self, lc: Lifecycle) -> None:
         self.lc = lc
@@ -91,24 +88,6 @@ class LedgerFinder:
             ids = [r.memory_id for r in ranked[:limit]]
             found = load_cards(conn, ids)
         return [found[i] for i in ids if i in found]
-
-
-class SearchFinder:
-    """The LTM hybrid search (BM25 + vectors) as a finder; cards are then read from the
-    ledger, the source of truth, so a stale index entry cannot preload a retracted card."""
-
-    def __init__(self, lc: Lifecycle, search: LtmSearch) -> None:
-        self.lc = lc
-        self.search = search
-
-    def related(self, *, tenant_id: str, user_id: str, query: str, limit: int) -> list[LtmCard]:
-        if limit <= 0 or not query.strip():
-            return []
-        flt = CardFilter(tenant_id=tenant_id, user_id=user_id)
-        ids = [r.memory_id for r in self.search.search(query, flt)][: limit * 2]
-        found = self.lc.ledger.cards(ids)
-        live = [found[i] for i in ids if i in found and found[i].status is CardStatus.ACTIVE]
-        return live[:limit]
 
 
 def last_session_summary(lc: Lifecycle, *, tenant_id: str, user_id: str) -> LtmCard | None:
@@ -296,10 +275,8 @@ def finalise(
 ) -> Finalised:  # fmt: skip
     """End a session: last promotion pass, summary card, STM cleaned (idempotent)."""
     scan_user(lc, user_id, tenant_id=tenant_id, now=now)
-    k = lc.stm.keys(user_id, tenant_id)
-    with redis_errors():
-        ids = [str(m) for m in lc.redis.zrange(k.session(session_id), 0, -1)]
-        last_at = lc.redis.zscore(active_key(lc.stm.namespace), f"{k.scope}|{session_id}")
+    ids = lc.stm.session_members(user_id, session_id, tenant_id=tenant_id)
+    last_at = _activity(lc).last_activity(user_id, session_id, tenant_id=tenant_id)
     items = [i for i in lc.stm.get_many(user_id, ids, now=now, tenant_id=tenant_id)]
     pol = lc.settings.promotion
     worthy = [i for i in items if _summary_worthy(i, pol.never_subtypes, pol.never_types)]
@@ -332,30 +309,28 @@ def finalise(
              and set(i.seen_sessions) <= {session_id}]  # fmt: skip
     expired_or_gone = sorted(set(ids) - {i.id for i in items})
     deleted = lc.stm.delete(user_id, local + expired_or_gone, tenant_id=tenant_id)
-    with redis_errors():
-        pipe = lc.redis.pipeline(transaction=False)
-        pipe.delete(k.session(session_id))
-        pipe.hset(lc.keys.finalised, f"{k.scope}|{session_id}", str(last_at or now))
-        pipe.execute()
+    lc.stm.drop_session(user_id, session_id, tenant_id=tenant_id)
+    activity_at = str(last_at or now)
+    lc.store.mark_finalised(user_id, session_id, tenant_id=tenant_id, activity_at=activity_at)
     return Finalised(session_id, card_id, len(items), deleted, tuple(episodes))
+
+
+def _activity(lc: Lifecycle) -> SessionActivity:
+    """The compression layer's session activity (when each session was last active)."""
+    return SessionActivity(lc.redis, namespace=lc.stm.namespace)
 
 
 def idle_sessions(
     lc: Lifecycle, *, now: float, idle_s: float, limit: int
 ) -> list[tuple[str, str | None, str]]:
     """(user, tenant, session) quiet for ``idle_s`` seconds and not finalised since."""
-    with redis_errors():
-        raw = lc.redis.zrangebyscore(
-            active_key(lc.stm.namespace), "-inf", now - idle_s, start=0, num=limit * 4,
-            withscores=True,
-        )  # fmt: skip
-        members = cast(list[tuple[str, float]], raw)
-        done = lc.redis.hmget(lc.keys.finalised, [str(m) for m, _ in members]) if members else []
+    members = _activity(lc).quiet_since(now - idle_s, limit=limit * 4)
+    done = lc.store.finalised([m for m, _ in members])
     out: list[tuple[str, str | None, str]] = []
     for (member, at), fin in zip(members, done, strict=True):
         if fin is not None and float(fin) >= float(at):
             continue
-        scope, _, session_id = str(member).rpartition("|")
+        scope, _, session_id = member.rpartition("|")
         user_id, tenant_id = parse_user_scope(scope)
         out.append((user_id, tenant_id, session_id))
         if len(out) >= limit:

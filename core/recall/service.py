@@ -58,7 +58,7 @@ from core.errors import MemstrataError, TransientError
 from core.extract.entities import extract_entities
 from core.extract.lexicon import default_lexicon
 from core.ids import DEFAULT_TENANT, SafeId
-from core.recall.access import AccessLog, AccessRecord
+from core.recall.access import AccessLog
 from core.recall.pool import (
     PoolCandidate,
     PoolPolicy,
@@ -72,7 +72,7 @@ from core.recall.profile import QueryProfile, RuntimeState, build_query_profile
 from core.recall.render import Lang, RenderedMemory, language_for, render
 from core.recall.route import LtmMode, Route, RoutingPolicy, decide_route, with_ltm_fallback
 from core.recall.text import coverage, terms
-from core.stm.store import RecallRead, StmHit, StmStore
+from core.stm.store import RecallMark, RecallRead, StmHit, StmStore
 
 log = logging.getLogger(__name__)
 
@@ -207,7 +207,7 @@ class Recaller:
         self.pool = executor or ThreadPoolExecutor(max_workers=4, thread_name_prefix="recall")
         self.clock = clock
         self.breakers = breakers or Breakers()
-        self.access_log = AccessLog(stm.r)
+        self.access_log = AccessLog(stm)
 
     def close(self) -> None:
         """Flush pending bookkeeping and stop the helper threads."""
@@ -401,7 +401,7 @@ class Recaller:
                     entities=entities,
                     limit=self.settings.stm_per_index,
                     now=now,
-                    flag_suffix=f"lastrecall:{req.session_id}",
+                    with_flag=True,
                 )
         except MemstrataError as exc:
             degraded[STM] = describe(exc)
@@ -516,20 +516,17 @@ class Recaller:
         return outcome.decisions, reasons
 
     # ------------------------------------------------------------------ bookkeeping
-    def _last_recall_key(self, req: RecallRequest) -> str:
-        return self.stm.keys(req.user_id, req.tenant_id).prefix + f"lastrecall:{req.session_id}"
-
     def _bookkeeping(
         self, req: RecallRequest, kept: list[PoolCandidate], *, stm_count: int
     ) -> None:
         """Queue access counts and the recall-sufficiency flag (written by a timer thread)."""
-        prefix = self.stm.keys(req.user_id, req.tenant_id).prefix
         enough = stm_count >= self.settings.routing.min_redis_results
         self.access_log.add(
-            AccessRecord(
-                flag_key=prefix + f"lastrecall:{req.session_id}",
+            RecallMark(
+                user_id=req.user_id,
+                tenant_id=req.tenant_id,
+                session_id=req.session_id,
                 flag="ok" if enough else "insufficient",
-                access_key=prefix + "access",
                 members=tuple(f"{c.source_type.value}:{c.memory_id}" for c in kept),
             )
         )

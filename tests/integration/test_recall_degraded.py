@@ -22,7 +22,6 @@ import redis
 from core.authority.admin import create_project, create_tenant, create_user
 from core.authority.facts import grant_role, set_profile
 from core.breaker import Breakers, BreakerState
-from core.clock import FixedClock
 from core.ltm.config import LtmSettings
 from core.ltm.embedding import CachedEmbedder
 from core.ltm.milvus_server import MilvusServer, free_port
@@ -40,6 +39,7 @@ from core.recall.service import (
 )
 from core.runtime import Runtime
 from core.settings import load_settings
+from tests.clock import FixedClock
 from tests.conftest import REDIS_URL, _purge
 from tests.integration import ltm_env
 from tests.integration.pg_cluster import PgCluster, migrated_cluster

@@ -10,9 +10,9 @@ from hypothesis import strategies as st
 from core.authority.filters import filters_for
 from core.authority.snapshot import owner_only
 from core.breaker import Breakers, BreakerState, CircuitBreaker, describe, tripping
-from core.clock import FixedClock
 from core.errors import NotFound, StoreUnavailable
 from core.redact import redact
+from tests.clock import FixedClock
 
 T0 = 1_700_000_000.0
 
