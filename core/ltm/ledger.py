@@ -2,11 +2,7 @@
 
 Writing a card and marking both of its projections ``pending`` happen in one
 transaction, so a card can never exist without the work that puts it into the indexes.
-Projection state is a small state machine (:func:`next_state`)::
-
-    pending --indexed--> indexed --new version--> pending
-    pending --transient error--> pending (attempts + 1)
-    pending --permanent error--> failed  --requeue / reconcile--> pending
+Projection state follows the state machine of :mod:`core.ltm.projection`.
 
 Marks carry the card version they were computed for, so a slow indexer never marks a
 newer version as indexed.  Functions take a Core ``Connection`` (the caller's
@@ -18,54 +14,17 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from enum import StrEnum
 from typing import Any
 
 from sqlalchemy import Connection, Engine, and_, bindparam, func, or_, select, text, update
 from sqlalchemy.dialects.postgresql import insert
 
 from core.adapters.pg import pg_errors
-from core.errors import CorruptRecord, IllegalTransition, NotFound, PayloadTooLarge
+from core.errors import CorruptRecord, NotFound, PayloadTooLarge
 from core.ids import validate_id
 from core.ltm.card import CardDraft, CardStatus, LtmCard
+from core.ltm.projection import ProjectionState
 from core.ltm.tables import INDEX_NAMES, cards, projections
-
-
-class ProjectionState(StrEnum):
-    PENDING = "pending"
-    INDEXED = "indexed"
-    FAILED = "failed"
-
-
-class ProjectionEvent(StrEnum):
-    NEW_VERSION = "new_version"
-    INDEXED = "indexed"
-    TRANSIENT_ERROR = "transient_error"
-    PERMANENT_ERROR = "permanent_error"
-    REQUEUE = "requeue"
-
-
-_TRANSITIONS: dict[tuple[ProjectionState, ProjectionEvent], ProjectionState] = {
-    (ProjectionState.PENDING, ProjectionEvent.NEW_VERSION): ProjectionState.PENDING,
-    (ProjectionState.PENDING, ProjectionEvent.INDEXED): ProjectionState.INDEXED,
-    (ProjectionState.PENDING, ProjectionEvent.TRANSIENT_ERROR): ProjectionState.PENDING,
-    (ProjectionState.PENDING, ProjectionEvent.PERMANENT_ERROR): ProjectionState.FAILED,
-    (ProjectionState.INDEXED, ProjectionEvent.NEW_VERSION): ProjectionState.PENDING,
-    (ProjectionState.INDEXED, ProjectionEvent.INDEXED): ProjectionState.INDEXED,
-    (ProjectionState.FAILED, ProjectionEvent.NEW_VERSION): ProjectionState.PENDING,
-    (ProjectionState.FAILED, ProjectionEvent.REQUEUE): ProjectionState.PENDING,
-    (ProjectionState.FAILED, ProjectionEvent.INDEXED): ProjectionState.INDEXED,
-    (ProjectionState.FAILED, ProjectionEvent.TRANSIENT_ERROR): ProjectionState.FAILED,
-    (ProjectionState.FAILED, ProjectionEvent.PERMANENT_ERROR): ProjectionState.FAILED,
-}
-
-
-def next_state(state: ProjectionState, event: ProjectionEvent) -> ProjectionState:
-    """The state after ``event``, or :class:`IllegalTransition` if the machine forbids it."""
-    try:
-        return _TRANSITIONS[(state, event)]
-    except KeyError:
-        raise IllegalTransition(f"projection cannot go from {state} on {event}") from None
 
 
 @dataclass(frozen=True)
