@@ -36,7 +36,6 @@ from core.lifecycle.generality import assess
 from core.lifecycle.runtime import Lifecycle
 from core.lifecycle.scan import scan_user
 from core.ltm.card import CardDraft, CardStatus, LtmCard
-from core.ltm.ledger import load_cards, write_card
 from core.ltm.tables import cards
 from core.models.identity import EPISODE, card_key
 from core.models.memory import MemoryItem, MemorySource, MemoryType
@@ -86,7 +85,7 @@ class LedgerFinder:
             rows = conn.execute(stmt).all()
             ranked = sorted(rows, key=lambda r: -sum(t in r.bm25_text.casefold() for t in terms))
             ids = [r.memory_id for r in ranked[:limit]]
-            found = load_cards(conn, ids)
+            found = self.lc.ledger.cards(ids, conn=conn)
         return [found[i] for i in ids if i in found]
 
 
@@ -101,7 +100,7 @@ def last_session_summary(lc: Lifecycle, *, tenant_id: str, user_id: str) -> LtmC
     )  # fmt: skip
     with pg_errors("last session summary"), lc.engine.connect() as conn:
         mid = conn.execute(stmt).scalar_one_or_none()
-        return load_cards(conn, [mid]).get(mid) if mid else None
+        return lc.ledger.cards([mid], conn=conn).get(mid) if mid else None
 
 
 def _preload_item(
@@ -257,8 +256,7 @@ def write_episodes(
     drafts = [episode_draft(i, tenant=tenant, session_id=session_id, context=context)
               for i in chosen]  # fmt: skip
     with pg_errors("episode cards"), lc.engine.begin() as conn:
-        results = [write_card(conn, d, now=now, max_content_chars=lc.ledger.max_content_chars)
-                   for d in drafts]  # fmt: skip
+        results = [lc.ledger.write(d, now=now, conn=conn) for d in drafts]
         record(conn, [AuditEvent(Action.PROMOTE_CARD, tenant, user_id, r.memory_id,
                                  "episode: statement kept when its session ended", now, (i.id,),
                                  {"session_id": session_id, "op": r.op})
@@ -298,7 +296,7 @@ def finalise(
             importance=0.8,  # seed 2: finalizeSession persists the summary at 0.8
         )  # fmt: skip
         with pg_errors("finalise session"), lc.engine.begin() as conn:
-            res = write_card(conn, draft, now=now, max_content_chars=lc.ledger.max_content_chars)
+            res = lc.ledger.write(draft, now=now, conn=conn)
             record(conn, [AuditEvent(Action.FINALISE, tenant, user_id, res.memory_id, reason,
                                      now, tuple(i.id for i in worthy),
                                      {"session_id": session_id, "items": len(items)})])  # fmt: skip
