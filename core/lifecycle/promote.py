@@ -153,7 +153,7 @@ def apply(
     now: float,
 ) -> Applied:
     """Carry out the movable decisions (path A, path B, batch); STAY, NEVER and EPISODE
-    (written by :func:`core.lifecycle.sessions.finalise`) do nothing here."""
+    (written by :func:`core.lifecycle.finalise.finalise`) do nothing here."""
     out = Applied()
     queued: list[tuple[ItemView, Decision]] = []
     changed: list[UserVersion] = []
