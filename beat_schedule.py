@@ -7,19 +7,20 @@ A test checks every name is registered.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from core.settings import Settings
 
 from tasks import _options as names
 
 
-def build_schedule(settings: Any) -> dict[str, dict[str, Any]]:
-    from core.lifecycle.config import lifecycle_settings
-
+def build_schedule(settings: Settings) -> dict[str, dict[str, Any]]:
     sweep_s = float(settings.sweep_interval_s)
     ltm_s = float(settings.ltm.reconcile_interval_s)
     idle_s = float(settings.compress_idle_check_s)
     reconcile_s = float(settings.ingest_reconcile_interval_s)
-    lc = lifecycle_settings(settings)
+    lc = settings.lifecycle
     scan_s, batch_s = float(lc.scan_interval_s), float(lc.batch_interval_s)
     session_s, maintain_s = float(lc.idle_check_s), float(lc.maintain_interval_s)
     forget_s = float(lc.forget_interval_s)

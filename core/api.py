@@ -1,8 +1,10 @@
-"""The agent-facing API: ``record_turn()`` (and, later, ``recall()``).
+"""The agent-facing write API: ``record_turn()``.
 
 ``record_turn`` costs the agent one fsync-ed append to L0 plus one Redis call; the
 extraction happens later on a worker.  The Celery wiring lives in ``tasks.client`` and
-reaches this module as a ``Kicker`` callable, so ``core`` never imports Celery.
+reaches this module as a ``Kicker`` callable, so ``core`` never imports Celery.  The read
+path is ``recall()`` on a :class:`core.recall.service.Recaller`, built by
+:meth:`core.runtime.Runtime.recaller`.
 """
 
 from __future__ import annotations
@@ -57,7 +59,7 @@ def parse_messages(
 
 
 class MemoryClient:
-    """What an agent process holds: the write hand-off now, the read path later."""
+    """What an agent process holds to hand finished turns to memory (the write path)."""
 
     def __init__(self, *, transcript: TranscriptStore, queue: IngestQueue, kicker: Kicker) -> None:
         self.transcript = transcript

@@ -9,6 +9,7 @@ from typing import TypeVar
 import redis
 
 from core.adapters.redis import redis_errors
+from core.keys import GlobalKeys
 
 T = TypeVar("T")
 
@@ -20,7 +21,7 @@ def run_locked(
 
     The lock expires after ``ttl_s`` seconds so a crashed holder cannot block the job.
     """
-    lock = client.lock(f"{namespace}:lock:{name}", timeout=ttl_s, blocking=False)
+    lock = client.lock(GlobalKeys(namespace).lock(name), timeout=ttl_s, blocking=False)
     with redis_errors():
         if not lock.acquire(blocking=False):
             return None

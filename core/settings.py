@@ -51,6 +51,12 @@ class Settings(BaseSettings):
     profile_cache_version_ttl_s: int = Field(7 * 24 * 3600, ge=3600, le=90 * 24 * 3600)
     max_fact_value_bytes: int = Field(16 * 1024, ge=64, le=1024 * 1024)
 
+    # recall's circuit breakers, one per layer (authority, stm, ltm, history): a layer
+    # that failed this many times in a row is skipped, at no cost, for the cool-down
+    # (seconds); then one probe call decides whether it is back (docs/OPERATIONS.md)
+    recall_breaker_failures: int = Field(1, ge=1, le=100)
+    recall_breaker_cooldown_s: float = Field(5.0, gt=0, le=3600)
+
     # write policy
     write_threshold: float = 3.0
     ttl: TtlPolicy = TtlPolicy()

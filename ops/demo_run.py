@@ -22,9 +22,9 @@ from core.api import MemoryClient
 from core.errors import InvalidInput
 from core.ingest.drain import drain_shard
 from core.ingest.pipeline import read_decisions
+from core.keys import UserKeys
 from core.models.candidate import Verdict
 from core.runtime import Runtime
-from core.stm.keys import UserKeys
 from ops.report import decisions_block, items_block
 
 TURN_KEYS = {"task_id", "messages"}
@@ -266,3 +266,56 @@ def recall_report(res: Runtime, session: DemoSession) -> str:
     finally:
         recaller.close()
     return "\n".join(lines)
+
+
+def run_demo(
+    res: Runtime,
+    names: Sequence[str] | None,
+    *,
+    inline: bool,
+    timeout_s: float,
+    keep: bool = False,
+    verbose: bool = False,
+    alive: Callable[[], bool] | None = None,
+) -> int:
+    """Feed the bundled sessions, wait for the workers, print the report; 0 when complete.
+
+    ``memstrata demo`` and ``memstrata up`` both run this; ``inline`` drains the queue in
+    this process instead of waiting for the workers.
+    """
+    sessions = load_sessions(names)
+    ensure_demo_authority(res, sessions)
+    if not keep:
+        for s in sessions:
+            reset_user(res, s.user_id)
+    if inline:
+        client = MemoryClient(transcript=res.transcript, queue=res.queue, kicker=lambda _s: None)
+    else:
+        from tasks.app import app
+        from tasks.client import connect
+
+        client = connect()
+        with app.producer_or_acquire() as producer:  # connect now, not inside the first turn
+            producer.connection.ensure_connection(max_retries=3)
+    print(f"Feeding {len(sessions)} demo session(s) through record_turn() …", flush=True)
+    fed = [feed(client, s) for s in sessions]
+    shards = set().union(*(f.shards for f in fed))
+    t0 = time.monotonic()
+    if inline:
+        drain_inline(res, shards)
+        done = True
+    else:
+        done = wait_until_drained(res, shards, timeout_s=timeout_s, alive=alive)
+    waited = time.monotonic() - t0
+    where = "in this process" if inline else "by the workers"
+    state = "processed" if done else "NOT fully processed"
+    print(f"All turns {state} {where} after {waited * 1000:.0f} ms.", flush=True)
+    for f in fed:
+        print(session_report(res, f, verbose=verbose), flush=True)
+        print(recall_report(res, f.session), flush=True)
+    dead = dead_letters(res, {t for f in fed for t in f.turn_ids})
+    if dead:
+        print(f"\nDead-lettered turns ({len(dead)}):")
+        for turn_id, reason in dead:
+            print(f"  {turn_id}: {reason}")
+    return 0 if done and not dead else 1

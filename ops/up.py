@@ -22,6 +22,7 @@ from types import FrameType
 from urllib.parse import urlparse
 
 from core.settings import load_settings
+from ops.demo_run import run_demo
 from ops.procs import (
     Child,
     beat_argv,
@@ -31,6 +32,7 @@ from ops.procs import (
     wait_for,
     worker_argv,
 )
+from ops.runtime import CliError, absolute_transcript_dir, connected_runtime, workers_answering
 
 STOP_TIMEOUT_S = 20.0
 
@@ -53,9 +55,7 @@ def _ensure_flower_password() -> bool:
 
 
 def _children(args: argparse.Namespace) -> list[Child]:
-    from ops.cli import _absolute_transcript_dir
-
-    _absolute_transcript_dir()
+    absolute_transcript_dir()
     settings = load_settings()
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     logs = Path(args.log_dir)
@@ -89,14 +89,12 @@ def _report_death(child: Child) -> None:
 
 
 def _wait_ready(children: list[Child], args: argparse.Namespace) -> None:
-    from ops.cli import CliError, _workers_answering
-
     settings = load_settings()
 
     def worker_ready() -> bool:
         if _dead(children):
             return True
-        return bool(_workers_answering(timeout_s=0.5))
+        return bool(workers_answering(timeout_s=0.5))
 
     def flower_ready() -> bool:
         return bool(_dead(children)) or port_in_use(args.flower_address, settings.flower_port)
@@ -150,12 +148,10 @@ def _stop_all(children: list[Child]) -> None:
 
 
 def up(args: argparse.Namespace) -> int:
-    from ops.cli import CliError, _absolute_transcript_dir, _resources, run_demo
-
-    _absolute_transcript_dir()
+    absolute_transcript_dir()
     if hasattr(sys.stdout, "reconfigure"):
         sys.stdout.reconfigure(line_buffering=True)
-    res = _resources()
+    res = connected_runtime()
     settings = res.settings
     if port_in_use(args.flower_address, settings.flower_port):
         raise CliError(

@@ -9,6 +9,7 @@ from celery import Celery
 from celery.signals import worker_process_init, worker_process_shutdown
 from kombu.entity import Queue
 
+from core.keys import GlobalKeys
 from core.runtime import close_runtime, reset_runtime
 from core.settings import Settings, load_settings
 
@@ -31,7 +32,7 @@ def celery_config(settings: Settings) -> dict[str, Any]:
             "visibility_timeout": settings.broker_visibility_timeout_s,
             "socket_timeout": settings.redis_socket_timeout_s,
             # one namespace = one isolated set of queues (tests, demo and prod can share a Redis)
-            "global_keyprefix": f"{settings.key_namespace}:celery:",
+            "global_keyprefix": GlobalKeys(settings.key_namespace).celery_prefix,
         },
         "task_serializer": "json",
         "accept_content": ["json"],

@@ -17,13 +17,14 @@ from typing import Any, Literal, TypeVar
 from pydantic import Field, model_validator
 
 from core.ids import SafeId
+from core.lifecycle.finalise import finalise, finalise_idle
 from core.lifecycle.maintenance import forget, summarise, sync_access
+from core.lifecycle.preload import preload
 from core.lifecycle.rebuild import rebuild_session
 from core.lifecycle.retract import retract_card, retract_pg_fact
 from core.lifecycle.runtime import Lifecycle
 from core.lifecycle.scan import scan
 from core.lifecycle.scheduler import run_batch
-from core.lifecycle.sessions import finalise, finalise_idle, preload
 from core.maintenance import run_locked
 from core.models.inputs import Text
 from core.runtime import get_runtime

@@ -1,6 +1,7 @@
 """Redis cache of authority snapshots, stamped with the PG version (seed 八.2).
 
-Keys (same hash tag as the user's STM keys, so both scripts below touch one slot)::
+Keys (``core.keys.AuthorityKeys``; same hash tag as the user's STM keys, so both scripts
+below touch one slot)::
 
     <ns>:user:{<tenant_id>/<user_id>}:authority:snapshot  STRING snapshot JSON (PX entry TTL)
     <ns>:user:{<tenant_id>/<user_id>}:authority:version    STRING newest version (PX version TTL)
@@ -31,7 +32,7 @@ from core.authority.read import read_snapshot, read_version
 from core.authority.schemas import UserVersion
 from core.authority.snapshot import AuthoritySnapshot
 from core.ids import validate_id
-from core.stm.keys import user_scope
+from core.keys import AuthorityKeys
 
 _FILL = """
 local known = tonumber(redis.call('GET', KEYS[2]) or '0')
@@ -56,32 +57,6 @@ else
 end
 return 1
 """
-
-
-@dataclass(frozen=True)
-class AuthorityKeys:
-    """Key builder for one user's cached authority snapshot."""
-
-    namespace: str
-    tenant_id: str
-    user_id: str
-
-    def __post_init__(self) -> None:
-        validate_id(self.namespace, kind="key namespace")
-        validate_id(self.tenant_id, kind="tenant_id")
-        validate_id(self.user_id, kind="user_id")
-
-    @property
-    def prefix(self) -> str:
-        return f"{self.namespace}:user:{{{user_scope(self.user_id, self.tenant_id)}}}:authority:"
-
-    @property
-    def snapshot(self) -> str:
-        return f"{self.prefix}snapshot"
-
-    @property
-    def version(self) -> str:
-        return f"{self.prefix}version"
 
 
 class CacheStatus(StrEnum):

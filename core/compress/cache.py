@@ -8,22 +8,16 @@
   find long sessions that went idle.  Counting is one Lua call per turn and idempotent:
   a message is counted once (``HSETNX`` on its id), so a redelivered turn changes nothing.
 
-Key shapes (kept here until they join ``core/stm/keys.py``).  They sit beside the STM
-keys, not under them (compression state is derived and has its own lifetime); deleting a
-user must also delete ``<ns>:compress:{<scope>}:*``:
-
-``<ns>:compress:{<scope>}:view:<session>:<last message id>:<budget>`` STRING view JSON, TTL
-``<ns>:compress:{<scope>}:ctx:<session>`` HASH tokens, last_message_id, at, compressed_mid
-``<ns>:compress:{<scope>}:ctok:<session>`` HASH message id → tokens (counted at ingest)
-``<ns>:compress:active`` ZSET "<scope>|<session>" → last activity (seconds since the epoch)
-
-``<scope>`` is the STM hash tag: ``<user>``, or ``<tenant>/<user>`` in a tenant.
+Key shapes are built in ``core/keys.py`` (``CompressKeys``, ``GlobalKeys.compress_active``;
+docs/KEYS.md).  They sit beside the STM keys, not under them (compression state is derived
+and has its own lifetime); deleting a user must also delete ``<ns>:compress:{<scope>}:*``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import cast
 
 import redis
 from redis.commands.core import Script
@@ -33,8 +27,8 @@ from core.compress.model import CompressedView
 from core.compress.tokens import TokenCounter, message_tokens
 from core.errors import CorruptRecord
 from core.ids import validate_id
+from core.keys import CompressKeys, GlobalKeys, parse_user_scope, scope_member
 from core.models.transcript import TranscriptRecord
-from core.stm.keys import parse_user_scope, user_scope
 
 VIEW_TTL_S = 24 * 3600
 ACTIVITY_TTL_S = 7 * 24 * 3600  # a session quiet for a week is done; its counters go
@@ -59,46 +53,11 @@ return {after - added, after}
 """
 
 
-@dataclass(frozen=True)
-class CompressKeys:
-    """Key builder for one user's compression state (hash-tagged by user, like STM)."""
-
-    namespace: str
-    user_id: str
-    tenant_id: str | None = None
-
-    def __post_init__(self) -> None:
-        validate_id(self.namespace, kind="key namespace")
-
-    @property
-    def scope(self) -> str:
-        return user_scope(self.user_id, self.tenant_id)
-
-    @property
-    def prefix(self) -> str:
-        return f"{self.namespace}:compress:{{{self.scope}}}:"
-
-    def view(self, session_id: str, last_message_id: str, budget: int | None) -> str:
-        validate_id(session_id, kind="session_id")
-        validate_id(last_message_id, kind="message_id")
-        return f"{self.prefix}view:{session_id}:{last_message_id}:{budget or 0}"
-
-    def ctx(self, session_id: str) -> str:
-        return f"{self.prefix}ctx:{validate_id(session_id, kind='session_id')}"
-
-    def ctok(self, session_id: str) -> str:
-        return f"{self.prefix}ctok:{validate_id(session_id, kind='session_id')}"
-
-
-def active_key(namespace: str) -> str:
-    return f"{namespace}:compress:active"
-
-
 class ViewCache:
     """Compressed views by (session, last message id, budget); entries expire after a day."""
 
     def __init__(self, client: redis.Redis, *, namespace: str, ttl_s: int = VIEW_TTL_S) -> None:
-        self.r = client
+        self._r = client
         self.namespace = validate_id(namespace, kind="key namespace")
         self.ttl_s = ttl_s
 
@@ -114,7 +73,7 @@ class ViewCache:
         keys = CompressKeys(self.namespace, user_id, tenant_id)
         key = keys.view(session_id, last_message_id, budget)
         with redis_errors():
-            raw = self.r.get(key)
+            raw = self._r.get(key)
         if raw is None:
             return None
         try:
@@ -126,7 +85,7 @@ class ViewCache:
         keys = CompressKeys(self.namespace, view.user_id, view.tenant_id)
         key = keys.view(view.session_id, view.last_message_id, view.budget_tokens)
         with redis_errors():
-            pipe = self.r.pipeline(transaction=True)  # one hash tag: also a Cluster MULTI
+            pipe = self._r.pipeline(transaction=True)  # one hash tag: also a Cluster MULTI
             pipe.set(key, view.model_dump_json(), ex=self.ttl_s)
             pipe.hset(keys.ctx(view.session_id), "compressed_mid", view.last_message_id)
             pipe.execute()
@@ -147,9 +106,10 @@ class SessionActivity:
     """Running raw-context size of each session, and which sessions went idle."""
 
     def __init__(self, client: redis.Redis, *, namespace: str) -> None:
-        self.r = client
+        self._r = client
         self.namespace = validate_id(namespace, kind="key namespace")
         self._note: Script = client.register_script(_NOTE_TURN)
+        self._active = GlobalKeys(self.namespace).compress_active
 
     def note_turn(
         self, records: Sequence[TranscriptRecord], counter: TokenCounter
@@ -166,12 +126,12 @@ class SessionActivity:
         args: list[str | int | float] = [ACTIVITY_TTL_S, last.message_id, repr(last.at)]
         for r in records:
             args += [r.message_id, message_tokens(counter, r)]
-        member = f"{keys.scope}|{first.session_id}"  # "|" occurs in neither part
+        member = scope_member(keys.scope, first.session_id)
         with redis_errors():
-            pipe = self.r.pipeline(transaction=False)  # the ZSET is global: another slot
+            pipe = self._r.pipeline(transaction=False)  # the ZSET is global: another slot
             self._note(keys=[keys.ctx(first.session_id), keys.ctok(first.session_id)],
                        args=args, client=pipe)  # fmt: skip
-            pipe.zadd(active_key(self.namespace), {member: last.at}, gt=True)
+            pipe.zadd(self._active, {member: last.at}, gt=True)
             before, after = pipe.execute()[0]
         return int(before), int(after)
 
@@ -181,7 +141,7 @@ class SessionActivity:
         """Tokens of each message counted at ingest, so compression need not count again."""
         keys = CompressKeys(self.namespace, user_id, tenant_id)
         with redis_errors():
-            row = self.r.hgetall(keys.ctok(session_id))
+            row = self._r.hgetall(keys.ctok(session_id))
         return {str(k): int(v) for k, v in row.items()}
 
     def get(
@@ -189,7 +149,7 @@ class SessionActivity:
     ) -> SessionContext | None:
         keys = CompressKeys(self.namespace, user_id, tenant_id)
         with redis_errors():
-            row = self.r.hgetall(keys.ctx(session_id))
+            row = self._r.hgetall(keys.ctx(session_id))
         if not row:
             return None
         data = {str(k): str(v) for k, v in row.items()}  # the client decodes; be explicit
@@ -203,6 +163,24 @@ class SessionActivity:
             data.get("compressed_mid"),
         )
 
+    def last_activity(
+        self, user_id: str, session_id: str, *, tenant_id: str | None = None
+    ) -> float | None:
+        """When the session was last active (its newest turn), ``None`` if not tracked."""
+        member = scope_member(CompressKeys(self.namespace, user_id, tenant_id).scope, session_id)
+        with redis_errors():
+            at = self._r.zscore(self._active, member)
+        return None if at is None else float(at)
+
+    def quiet_since(self, cutoff: float, *, limit: int) -> list[tuple[str, float]]:
+        """Up to ``limit`` ``(<scope>|<session>, last activity)`` quiet since ``cutoff``,
+        oldest first (read only: sessions quiet for a week leave in :meth:`idle`)."""
+        with redis_errors():
+            raw = self._r.zrangebyscore(
+                self._active, "-inf", cutoff, start=0, num=limit, withscores=True
+            )
+        return [(str(m), float(s)) for m, s in cast(list[tuple[str, float]], raw)]
+
     def idle(
         self, *, now: float, idle_s: float, min_tokens: int, limit: int = 100
     ) -> list[SessionContext]:
@@ -211,10 +189,10 @@ class SessionActivity:
         Sessions quiet for more than a week leave the index (their views would expire
         unused anyway).
         """
-        key = active_key(self.namespace)
+        key = self._active
         with redis_errors():
-            self.r.zremrangebyscore(key, "-inf", now - ACTIVITY_TTL_S)
-            members = self.r.zrangebyscore(key, "-inf", now - idle_s, start=0, num=limit * 4)
+            self._r.zremrangebyscore(key, "-inf", now - ACTIVITY_TTL_S)
+            members = self._r.zrangebyscore(key, "-inf", now - idle_s, start=0, num=limit * 4)
         out = []
         for member in members:
             scope, _, session_id = str(member).rpartition("|")

@@ -9,20 +9,17 @@ the same as if the turns had been processed one by one.
 from __future__ import annotations
 
 import hashlib
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
-from core.adapters.redis import redis_errors
 from core.extract.rules import ExtractionContext, Extractor, clip
-from core.ids import validate_id
+from core.keys import user_scope
 from core.models.candidate import Candidate, Verdict, WriteDecision
 from core.models.identity import fingerprint
 from core.models.memory import MemoryItem, MemoryStatus
 from core.models.transcript import TranscriptRecord, TurnPointer
 from core.policy.write import Existing, WritePolicy, judge
-from core.stm.keys import user_scope
-from core.stm.store import StmStore, UpsertResult
+from core.stm.store import DecisionRow, StmStore, UpsertResult
 
 DECISION_PREVIEW_CHARS = 160
 
@@ -229,38 +226,26 @@ class IngestPipeline:
         to_write = [p for p in planned if p.item is not None]
         results = self.store.upsert_many([p.item for p in to_write if p.item is not None])
         by_plan = {id(p): r for p, r in zip(to_write, results, strict=True)}
-        r = self.store.r
-        with redis_errors():
-            pipe = r.pipeline(transaction=False)
-            touched: set[str] = set()
-            for p in planned:
-                out = outcomes[p.turn]
-                res = by_plan.get(id(p))
-                decision = p.decision
-                if res is not None:
-                    out.upserts.append(res)
-                    update: dict[str, object] = {"memory_id": res.memory_id}
-                    if res.op == "stale":
-                        update["reason"] = "older than the stored version; kept as history"
+        rows: list[DecisionRow] = []
+        for p in planned:
+            out = outcomes[p.turn]
+            res = by_plan.get(id(p))
+            decision = p.decision
+            if res is not None:
+                out.upserts.append(res)
+                update: dict[str, object] = {"memory_id": res.memory_id}
+                if res.op == "stale":
+                    update["reason"] = "older than the stored version; kept as history"
 
-                    decision = decision.model_copy(update=update)
-                out.decisions.append(decision)
-                key = self.store.keys(out.user_id, out.tenant_id).decisions(out.session_id)
-                # write-once: a redelivery must not rewrite why the turn was (not) stored
-                pipe.hsetnx(key, decision.decision_id, decision.model_dump_json())
-                touched.add(key)
-            for key in touched:
-                pipe.expire(key, self.decision_ttl_s)
-            pipe.execute()
+                decision = decision.model_copy(update=update)
+            out.decisions.append(decision)
+            rows.append((out.user_id, out.tenant_id, out.session_id, decision))
+        # write-once: a redelivery must not rewrite why the turn was (not) stored
+        self.store.record_decisions(rows, ttl_s=self.decision_ttl_s)
 
 
 def read_decisions(
     store: StmStore, user_id: str, session_id: str, *, tenant_id: str | None = None
 ) -> list[WriteDecision]:
     """Every recorded write decision of a session, in turn order ("why was X (not) stored?")."""
-    validate_id(session_id, kind="session_id")
-    with redis_errors():
-        raw = store.r.hgetall(store.keys(user_id, tenant_id).decisions(session_id))
-    decisions = [WriteDecision.model_validate(json.loads(v)) for v in raw.values()]
-    decisions.sort(key=lambda d: (d.at, d.decision_id))
-    return decisions
+    return store.decisions(user_id, session_id, tenant_id=tenant_id)

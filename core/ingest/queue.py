@@ -30,8 +30,8 @@ from typing import Any
 import redis
 
 from core.adapters.redis import redis_errors
+from core.keys import GlobalKeys, user_scope
 from core.models.transcript import TurnPointer
-from core.stm.keys import GlobalKeys, user_scope
 
 GROUP = "ingest"
 
@@ -98,7 +98,7 @@ class IngestQueue:
         claim_idle_ms: int = 60_000,
         watermark_ttl_ms: int = 25 * 3600 * 1000,
     ) -> None:
-        self.r = client
+        self._r = client
         self.keys = GlobalKeys(namespace)
         self.shards = shards
         self.kick_ttl_ms = kick_ttl_ms
@@ -113,7 +113,7 @@ class IngestQueue:
             return
         with redis_errors():
             try:
-                self.r.xgroup_create(self.keys.ingest_stream(shard), GROUP, id="0", mkstream=True)
+                self._r.xgroup_create(self.keys.ingest_stream(shard), GROUP, id="0", mkstream=True)
             except redis.ResponseError as exc:
                 if "BUSYGROUP" not in str(exc):
                     raise
@@ -145,7 +145,7 @@ class IngestQueue:
         if not keys:
             return []
         with redis_errors():
-            pipe = self.r.pipeline(transaction=False)  # GETs, not MGET: the keys span slots
+            pipe = self._r.pipeline(transaction=False)  # GETs, not MGET: the keys span slots
             for key in keys:
                 pipe.get(key)
             values: list[str | None] = pipe.execute()
@@ -154,7 +154,7 @@ class IngestQueue:
     def start_watermark(self, key: str, offset: int) -> bool:
         """Set a session's watermark to ``offset`` unless it has one (the reconciler's baseline)."""
         with redis_errors():
-            return bool(self.r.set(key, offset, nx=True, px=self.watermark_ttl_ms))
+            return bool(self._r.set(key, offset, nx=True, px=self.watermark_ttl_ms))
 
     def _add(self, pointer: TurnPointer, *, generation: str, base: int, once: bool) -> Enqueued:
         shard = shard_for(pointer.user_id, self.shards)
@@ -176,11 +176,12 @@ class IngestQueue:
     def try_kick(self, shard: int) -> bool:
         """Take the shard's kick flag if nobody holds it (Beat's safety net, continuations)."""
         with redis_errors():
-            return bool(self.r.set(self.keys.ingest_kick(shard), "1", nx=True, px=self.kick_ttl_ms))
+            kick = self.keys.ingest_kick(shard)
+            return bool(self._r.set(kick, "1", nx=True, px=self.kick_ttl_ms))
 
     def hold_kick(self, shard: int) -> None:
         with redis_errors():
-            self.r.set(self.keys.ingest_kick(shard), "1", px=self.kick_ttl_ms)
+            self._r.set(self.keys.ingest_kick(shard), "1", px=self.kick_ttl_ms)
 
     def claim_or_release(self, shard: int, consumer: str, count: int) -> list[Entry]:
         """Read up to ``count`` new entries; if there are none, release the kick flag."""
@@ -200,7 +201,7 @@ class IngestQueue:
         """
         self.ensure_group(shard)
         with redis_errors():
-            res: Any = self.r.xreadgroup(
+            res: Any = self._r.xreadgroup(
                 GROUP, consumer, {self.keys.ingest_stream(shard): ">"}, count=count,
                 block=block_ms,
             )  # fmt: skip
@@ -212,7 +213,7 @@ class IngestQueue:
         """Entries this consumer read before and did not acknowledge (a retried drain)."""
         self.ensure_group(shard)
         with redis_errors():
-            res: Any = self.r.xreadgroup(
+            res: Any = self._r.xreadgroup(
                 GROUP, consumer, {self.keys.ingest_stream(shard): "0"}, count=count
             )
         if not res:
@@ -223,7 +224,7 @@ class IngestQueue:
         """Take over entries another consumer read but never acknowledged (it crashed)."""
         self.ensure_group(shard)
         with redis_errors():
-            res: Any = self.r.xautoclaim(
+            res: Any = self._r.xautoclaim(
                 self.keys.ingest_stream(shard), GROUP, consumer,
                 min_idle_time=self.claim_idle_ms, start_id="0-0", count=count,
             )  # fmt: skip
@@ -235,7 +236,7 @@ class IngestQueue:
             return
         stream = self.keys.ingest_stream(shard)
         with redis_errors():
-            pipe = self.r.pipeline(transaction=False)
+            pipe = self._r.pipeline(transaction=False)
             pipe.xack(stream, GROUP, *entry_ids)
             pipe.xdel(stream, *entry_ids)
             pipe.execute()
@@ -243,7 +244,7 @@ class IngestQueue:
     def dead_letter(self, entry: Entry, reason: str) -> None:
         """Keep a turn that failed permanently, with the reason, for an operator."""
         with redis_errors():
-            self.r.xadd(
+            self._r.xadd(
                 self.keys.dead_letters,
                 {"p": entry.raw, "reason": reason[:1000]},
                 maxlen=100_000,
@@ -255,8 +256,8 @@ class IngestQueue:
         self.ensure_group(shard)
         stream = self.keys.ingest_stream(shard)
         with redis_errors():
-            length = int(self.r.xlen(stream))
-            pending = self.r.xpending(stream, GROUP)
+            length = int(self._r.xlen(stream))
+            pending = self._r.xpending(stream, GROUP)
         return length, int(pending["pending"])
 
 

@@ -12,7 +12,9 @@ Applying them (each with an audit row in ``lifecycle_audit``):
 * :mod:`scheduler`              - the batch queue job
 * :mod:`retract`, :mod:`rebuild` - undo a promotion; re-derive a session's STM from L0
 * :mod:`maintenance`            - recall counts, topic summaries, forgetting
-* :mod:`sessions`               - preload at session start; finalisation at its end
+* :mod:`preload`                - related LTM into a new session's STM
+* :mod:`finalise`               - a session's end: summary card, STM cleaned; idle sessions
+* :mod:`episodes`               - episode cards from a session's statements (at its end)
 
 :mod:`runtime` (``Lifecycle``) is not imported here: the settings module nests
 :class:`LifecycleSettings`, and ``Lifecycle`` holds the stores (built by
@@ -20,7 +22,7 @@ Applying them (each with an audit row in ``lifecycle_audit``):
 """
 
 from core.lifecycle.batch import BatchEntry, BatchPlan, BatchPolicy, plan_batch
-from core.lifecycle.config import ForgetPolicy, LifecycleSettings, lifecycle_settings
+from core.lifecycle.config import ForgetPolicy, LifecycleSettings
 from core.lifecycle.policy import Decision, ItemView, PromotionPolicy, Route, decide
 
 __all__ = [
@@ -34,6 +36,5 @@ __all__ = [
     "PromotionPolicy",
     "Route",
     "decide",
-    "lifecycle_settings",
     "plan_batch",
 ]

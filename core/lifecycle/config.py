@@ -1,8 +1,8 @@
 """Settings of the lifecycle layer (env prefix ``MEMSTRATA_LIFECYCLE__``).
 
-Meant to hang off :class:`core.settings.Settings` as ``lifecycle`` (the nested variable
-names are then the same); until then :func:`lifecycle_settings` builds it alone, like
-``core.ltm.config``.  Intervals, ages and time budgets are seconds.
+Nested in :class:`core.settings.Settings` as ``lifecycle``: a process reads it as
+``settings.lifecycle`` (variables ``MEMSTRATA_LIFECYCLE__<FIELD>``).  Intervals, ages and
+time budgets are seconds.
 """
 
 from __future__ import annotations
@@ -57,9 +57,3 @@ class LifecycleSettings(BaseSettings):
     # what recall injects of a session summary (its content keeps every item): a summary
     # as long as the session would cost more prompt than the memories it stands for
     session_summary_chars: int = Field(400, ge=80, le=2000)
-
-
-def lifecycle_settings(settings: object | None = None) -> LifecycleSettings:
-    """The ``lifecycle`` part of the process settings, or one read from the environment."""
-    nested = getattr(settings, "lifecycle", None)
-    return nested if isinstance(nested, LifecycleSettings) else LifecycleSettings()

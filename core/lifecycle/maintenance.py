@@ -12,18 +12,15 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import cast
 
 from sqlalchemy import func, literal, select, text, tuple_, update
 
 from core.adapters.pg import pg_errors
-from core.adapters.redis import redis_errors
 from core.lifecycle.audit import Action, AuditEvent, record
 from core.lifecycle.forgetting import CardFacts, Forget, select_for_forgetting
 from core.lifecycle.promote import topic_tag
 from core.lifecycle.runtime import Lifecycle
 from core.ltm.card import CardDraft, CardStatus
-from core.ltm.ledger import set_status, write_card
 from core.ltm.tables import cards
 
 SUMMARY_TYPE = "topic_summary"
@@ -31,8 +28,7 @@ SUMMARY_TYPE = "topic_summary"
 
 def _owners(lc: Lifecycle, limit: int) -> list[tuple[str, str]]:
     """The next ``limit`` card owners after the saved cursor (round robin over all owners)."""
-    with redis_errors():
-        after = str(lc.redis.get(lc.keys.access_cursor) or "")
+    after = lc.store.cursor("access")
     tenant0, _, user0 = after.partition("/")
     stmt = (
         select(cards.c.tenant_id, cards.c.user_id)
@@ -46,11 +42,8 @@ def _owners(lc: Lifecycle, limit: int) -> list[tuple[str, str]]:
     )
     with pg_errors("list card owners"), lc.engine.connect() as conn:
         owners = [(r.tenant_id, r.user_id) for r in conn.execute(stmt)]
-    with redis_errors():
-        if len(owners) < limit:
-            lc.redis.delete(lc.keys.access_cursor)  # wrapped: start over next run
-        else:
-            lc.redis.set(lc.keys.access_cursor, "/".join(owners[-1]))
+    # fewer than asked: the pass wrapped, start over next run
+    lc.store.set_cursor("access", None if len(owners) < limit else "/".join(owners[-1]))
     return owners
 
 
@@ -58,16 +51,13 @@ def sync_access(lc: Lifecycle, *, now: float, max_users: int = 1000) -> int:
     """Copy recall hit counts of LTM cards into the ledger; returns cards updated."""
     changed: list[tuple[str, str, str, int]] = []  # tenant, user, card id, count
     for tenant, user in _owners(lc, max_users):
-        stm_tenant = tenant
-        with redis_errors():
-            raw = lc.redis.zrange(lc.keys.access(user, stm_tenant), 0, -1, withscores=True)
-            hits = cast(list[tuple[str, float]], raw)
-            known = lc.redis.hgetall(lc.keys.card_access(user, stm_tenant))
+        hits = lc.store.access_hits(user, tenant)
+        known = lc.store.card_access(user, tenant)
         for member, score in hits:
-            src, _, cid = str(member).partition(":")
+            src, _, cid = member.partition(":")
             if src != "ltm":
                 continue
-            before = int(str(known.get(cid, "0|0")).split("|")[0])
+            before = int(known.get(cid, "0|0").split("|")[0])
             if int(score) > before:
                 changed.append((tenant, user, cid, int(score)))
     if not changed:
@@ -76,11 +66,10 @@ def sync_access(lc: Lifecycle, *, now: float, max_users: int = 1000) -> int:
         for _t, _u, cid, count in changed:
             # access_count is outside the content hash: no version bump, no re-indexing
             conn.execute(update(cards).where(cards.c.memory_id == cid).values(access_count=count))
-    with redis_errors():
-        pipe = lc.redis.pipeline(transaction=False)
-        for tenant, user, cid, count in changed:
-            pipe.hset(lc.keys.card_access(user, lc.tenant(tenant)), cid, f"{count}|{now}")
-        pipe.execute()
+    counts = [
+        ((user, lc.tenant(tenant), cid), f"{count}|{now}") for tenant, user, cid, count in changed
+    ]
+    lc.store.set_card_access(counts)
     return len(changed)
 
 
@@ -143,9 +132,9 @@ def summarise(lc: Lifecycle, *, now: float, over: int, limit: int = 100) -> list
                 source_type="topic_summary",
                 importance=max(float(r.importance) for r in sources),
             )  # fmt: skip
-            res = write_card(conn, draft, now=now, max_content_chars=lc.ledger.max_content_chars)
+            res = lc.ledger.write(draft, now=now, conn=conn)
             for r in sources:
-                set_status(conn, r.memory_id, CardStatus.SUPERSEDED, now=now)
+                lc.ledger.set_status(r.memory_id, CardStatus.SUPERSEDED, now=now, conn=conn)
             ids = tuple(r.memory_id for r in sources)
             record(conn, [AuditEvent(Action.SUMMARISE, g.tenant_id, g.user_id, res.memory_id,
                                      f"{len(sources)} > {over} cards on topic {topic!r}", now,
@@ -174,17 +163,17 @@ def forget(lc: Lifecycle, *, now: float, apply: bool = False, limit: int = 1000)
     with pg_errors("plan forgetting"), lc.engine.connect() as conn:
         facts = [CardFacts(*r) for r in conn.execute(stmt)]
     last: dict[str, float] = {}
-    with redis_errors():
-        for c in facts:
-            raw = lc.redis.hget(lc.keys.card_access(c.user_id, lc.tenant(c.tenant_id)),
-                                c.memory_id)  # fmt: skip
-            if raw:
-                last[c.memory_id] = float(str(raw).split("|")[1])
+    seen = lc.store.card_access_of(
+        [(c.user_id, lc.tenant(c.tenant_id), c.memory_id) for c in facts]
+    )
+    for c, raw in zip(facts, seen, strict=True):
+        if raw:
+            last[c.memory_id] = float(raw.split("|")[1])
     plan = select_for_forgetting(facts, policy=pol, now=now, last_access=last)
     if apply and plan:
         with pg_errors("forget cards"), lc.engine.begin() as conn:
             for f in plan:
-                set_status(conn, f.card.memory_id, CardStatus.DELETED, now=now)
+                lc.ledger.set_status(f.card.memory_id, CardStatus.DELETED, now=now, conn=conn)
             record(conn, [AuditEvent(Action.FORGET, f.card.tenant_id, f.card.user_id,
                                      f.card.memory_id, f.reason, now, (),
                                      {"memory_type": f.card.memory_type},

@@ -13,7 +13,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from core.adapters.pg import pg_errors
-from core.adapters.redis import redis_errors
 from core.authority.facts import promote_fact
 from core.authority.schemas import PromotionRecord, UserVersion
 from core.errors import InvalidInput, NotFound
@@ -23,9 +22,7 @@ from core.lifecycle.policy import Decision, ItemView, Route
 from core.lifecycle.runtime import Lifecycle
 from core.lifecycle.states import Event, Record, State, current, next_state
 from core.ltm.card import CardDraft
-from core.ltm.ledger import write_card
 from core.models.identity import PROMOTED, card_key
-from core.stm.keys import user_scope
 
 log = logging.getLogger(__name__)
 
@@ -88,12 +85,8 @@ def _event(action: Action, view: ItemView, tenant: str, target: str, d: Decision
 def _set_state(lc: Lifecycle, view: ItemView, event: Event, ref: str, now: float,
                prior: Record | None) -> None:  # fmt: skip
     state = next_state(current(prior, view.fingerprint), event)
-    with redis_errors():
-        lc.redis.hset(
-            lc.keys.state(view.user_id, view.tenant_id),
-            view.memory_id,
-            Record(state, view.fingerprint, ref, now).dumps(),
-        )
+    ref_ = (view.user_id, view.tenant_id, view.memory_id)
+    lc.store.set_records([(ref_, Record(state, view.fingerprint, ref, now).dumps())])
 
 
 def promote_to_pg(lc: Lifecycle, view: ItemView, d: Decision, now: float) -> UserVersion | None:
@@ -125,7 +118,7 @@ def promote_to_card(lc: Lifecycle, view: ItemView, d: Decision, now: float) -> s
     tenant = lc.tenant(view.tenant_id)
     draft = card_for(view, d, tenant)
     with pg_errors("promote card"), lc.engine.begin() as conn:
-        res = write_card(conn, draft, now=now, max_content_chars=lc.ledger.max_content_chars)
+        res = lc.ledger.write(draft, now=now, conn=conn)
         record(conn, [_event(Action.PROMOTE_CARD, view, tenant, res.memory_id, d, now)])
     return res.memory_id
 
@@ -144,12 +137,10 @@ def enqueue(lc: Lifecycle, items: Sequence[tuple[ItemView, Decision]], now: floa
     """Seed 2: 0.3-0.7 goes to the batch queue (HSETNX: a decayed entry keeps its decay)."""
     if not items:
         return []
-    with redis_errors():
-        pipe = lc.redis.pipeline(transaction=False)
-        for view, d in items:
-            field_ = f"{user_scope(view.user_id, view.tenant_id)}|{view.memory_id}"
-            pipe.hsetnx(lc.keys.batch, field_, batch_entry(view, d, now).model_dump_json())
-        pipe.execute()
+    entries = [batch_entry(v, d, now) for v, d in items]
+    lc.store.batch_add(
+        [((e.user_id, e.tenant_id, e.memory_id), e.model_dump_json()) for e in entries]
+    )
     lc.audit.write([_event(Action.ENQUEUE, v, lc.tenant(v.tenant_id), "batch", d, now)
                     for v, d in items])  # fmt: skip
     return [v.memory_id for v, _ in items]
@@ -162,7 +153,7 @@ def apply(
     now: float,
 ) -> Applied:
     """Carry out the movable decisions (path A, path B, batch); STAY, NEVER and EPISODE
-    (written by :func:`core.lifecycle.sessions.finalise`) do nothing here."""
+    (written by :func:`core.lifecycle.finalise.finalise`) do nothing here."""
     out = Applied()
     queued: list[tuple[ItemView, Decision]] = []
     changed: list[UserVersion] = []

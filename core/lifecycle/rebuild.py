@@ -12,7 +12,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from itertools import groupby
 
-from core.adapters.redis import redis_errors
 from core.errors import InvalidInput
 from core.lifecycle.audit import Action, AuditEvent
 from core.lifecycle.runtime import Lifecycle
@@ -33,12 +32,9 @@ def rebuild_session(
 ) -> RebuildReport:
     if lc.pipeline is None or lc.transcript is None:
         raise InvalidInput("rebuild needs the ingest pipeline and the transcript store")
-    k = lc.stm.keys(user_id, tenant_id)
-    with redis_errors():
-        ids = [str(m) for m in lc.redis.zrange(k.session(session_id), 0, -1)]
+    ids = lc.stm.session_members(user_id, session_id, tenant_id=tenant_id)
     deleted = lc.stm.delete(user_id, ids, tenant_id=tenant_id) if ids else 0
-    with redis_errors():
-        lc.redis.delete(k.session(session_id), k.decisions(session_id))
+    lc.stm.drop_session(user_id, session_id, tenant_id=tenant_id, decisions=True)
     records = lc.transcript.read_session(user_id=user_id, session_id=session_id,
                                          tenant_id=tenant_id)  # fmt: skip
     turns = []

@@ -11,7 +11,6 @@ from dataclasses import dataclass
 from sqlalchemy import select
 
 from core.adapters.pg import pg_errors
-from core.adapters.redis import redis_errors
 from core.authority.facts import retract_fact
 from core.errors import NotFound
 from core.ids import validate_id
@@ -19,7 +18,6 @@ from core.lifecycle.audit import Action, AuditEvent, audit_table, record
 from core.lifecycle.runtime import Lifecycle
 from core.lifecycle.states import Event, Record, State, next_state
 from core.ltm.card import CardStatus
-from core.ltm.ledger import load_cards, set_status
 
 
 @dataclass(frozen=True)
@@ -43,19 +41,18 @@ def _sources(lc: Lifecycle, target: str) -> set[str]:
 def _mark_retracted(
     lc: Lifecycle, user_id: str, tenant_id: str | None, ids: set[str], now: float
 ) -> None:
-    key = lc.keys.state(user_id, tenant_id)
-    with redis_errors():
-        raw = lc.redis.hmget(key, sorted(ids)) if ids else []
-        pipe = lc.redis.pipeline(transaction=False)
-        for mid, value in zip(sorted(ids), raw, strict=True):
-            if value is None:
-                continue
-            rec = Record.loads(str(value))
-            if rec.state is State.RETRACTED:
-                continue
-            state = next_state(rec.state, Event.RETRACT)
-            pipe.hset(key, mid, Record(state, rec.fingerprint, rec.ref, now).dumps())
-        pipe.execute()
+    order = sorted(ids)
+    marks = []
+    for mid, value in zip(order, lc.store.records(user_id, tenant_id, order), strict=True):
+        if value is None:
+            continue
+        rec = Record.loads(value)
+        if rec.state is State.RETRACTED:
+            continue
+        state = next_state(rec.state, Event.RETRACT)
+        rec = Record(state, rec.fingerprint, rec.ref, now)
+        marks.append(((user_id, tenant_id, mid), rec.dumps()))
+    lc.store.set_records(marks)
 
 
 def retract_pg_fact(
@@ -79,12 +76,12 @@ def retract_card(lc: Lifecycle, *, card_id: str, now: float, reason: str) -> Ret
     validate_id(card_id, kind="memory_id")
     ids = _sources(lc, card_id)
     with pg_errors("retract card"), lc.engine.begin() as conn:
-        card = load_cards(conn, [card_id]).get(card_id)
+        card = lc.ledger.cards([card_id], conn=conn).get(card_id)
         if card is None:
             raise NotFound(f"no LTM card {card_id}")
         changed = card.status is CardStatus.ACTIVE
         if changed:
-            set_status(conn, card_id, CardStatus.SUPERSEDED, now=now)
+            lc.ledger.set_status(card_id, CardStatus.SUPERSEDED, now=now, conn=conn)
         record(conn, [AuditEvent(Action.RETRACT, card.tenant_id, card.user_id, card_id,
                                  reason, now, tuple(sorted(ids)), {"kind": "card"})])  # fmt: skip
     lc.on_cards([card_id])

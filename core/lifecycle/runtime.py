@@ -4,6 +4,11 @@
 function that enqueues ``memstrata.ltm.index`` (which projects live cards and removes
 superseded or deleted ones); tests pass a list's ``extend``.  Missing it is safe: the
 ledger's reconciler re-drives every pending projection.
+
+Redis is reached through stores only: ``stm`` for the owners' short-term memory,
+``store`` for the lifecycle's own records, batch queue, cursors and access counts.
+``redis`` (the runtime's client) is for keys no store owns here: the job locks of the
+Celery layer and the compression activity it reads (``core.compress.cache``).
 """
 
 from __future__ import annotations
@@ -17,10 +22,11 @@ from sqlalchemy import Engine
 from core.authority.cache import ProfileCache
 from core.ids import owner_tenant
 from core.ingest.pipeline import IngestPipeline
+from core.keys import LifecycleKeys
 from core.lifecycle.audit import AuditLog
 from core.lifecycle.config import LifecycleSettings
-from core.lifecycle.keys import LifecycleKeys
 from core.ltm.ledger import Ledger
+from core.stm.lifecycle import LifecycleStore
 from core.stm.store import StmStore
 from core.transcript.store import TranscriptStore
 
@@ -33,6 +39,7 @@ def _ignore(_ids: Sequence[str]) -> None:
 class Lifecycle:
     redis: redis.Redis
     stm: StmStore
+    store: LifecycleStore
     engine: Engine
     ledger: Ledger
     settings: LifecycleSettings
@@ -43,7 +50,7 @@ class Lifecycle:
 
     @property
     def keys(self) -> LifecycleKeys:
-        return LifecycleKeys(self.stm.namespace)
+        return self.store.keys
 
     @property
     def audit(self) -> AuditLog:

@@ -14,7 +14,6 @@ from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-from core.adapters.redis import redis_errors
 from core.lifecycle.policy import Decision, ItemView, decide
 from core.lifecycle.promote import apply, is_open
 from core.lifecycle.runtime import Lifecycle
@@ -41,7 +40,7 @@ class ScanReport:
 
 def _read(lc: Lifecycle, scopes: Sequence[str], now: float) -> list[UserBatch]:
     pol = lc.settings.promotion
-    return read_users(lc.stm, scopes, now=now, never_types=pol.never_types,
+    return read_users(lc.store, scopes, now=now, never_types=pol.never_types,
                       never_subtypes=pol.never_subtypes)  # fmt: skip
 
 
@@ -77,8 +76,7 @@ def scan(
     """
     t0 = time.monotonic()
     report = ScanReport()
-    with redis_errors():
-        after = str(lc.redis.get(lc.keys.scan_cursor) or "")
+    after = lc.store.cursor("scan")
     scopes = list(user_scopes(lc.stm, after=after))
     chunks = [scopes[i : i + USERS_PER_ROUND] for i in range(0, len(scopes), USERS_PER_ROUND)]
     pol = lc.settings.promotion
@@ -88,7 +86,7 @@ def scan(
 
         def fetch(chunk: list[str]) -> Future[list[str]]:
             return pool.submit(
-                fetch_users, lc.stm, chunk, now=now,
+                fetch_users, lc.store, chunk, now=now,
                 never_types=pol.never_types, never_subtypes=pol.never_subtypes,
             )  # fmt: skip
 
@@ -116,11 +114,7 @@ def scan(
             pending.cancel()
     report.applied = dict(applied)
     if not dry_run:
-        with redis_errors():
-            if report.complete:
-                lc.redis.delete(lc.keys.scan_cursor)
-            else:
-                lc.redis.set(lc.keys.scan_cursor, last)
+        lc.store.set_cursor("scan", None if report.complete else last)
     return report
 
 

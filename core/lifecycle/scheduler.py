@@ -11,30 +11,22 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from core.adapters.pg import pg_errors
-from core.adapters.redis import redis_errors
 from core.lifecycle.audit import Action, AuditEvent, record
 from core.lifecycle.batch import BatchEntry, BatchPlan, Merge, plan_batch
 from core.lifecycle.promote import short_hash, topic_tag
 from core.lifecycle.runtime import Lifecycle
 from core.lifecycle.states import Event, Record, State, next_state
 from core.ltm.card import CardDraft
-from core.ltm.ledger import write_card
-from core.stm.keys import user_scope
+from core.stm.lifecycle import ItemRef
 
 
-def _field(e: BatchEntry) -> str:
-    return f"{user_scope(e.user_id, e.tenant_id)}|{e.memory_id}"
+def _ref(e: BatchEntry) -> ItemRef:
+    return (e.user_id, e.tenant_id, e.memory_id)
 
 
 def read_queue(lc: Lifecycle, *, limit: int) -> list[BatchEntry]:
     """Up to ``limit`` queued entries (HSCAN: bounded, no full read of a huge queue)."""
-    out: list[BatchEntry] = []
-    with redis_errors():
-        for _key, raw in lc.redis.hscan_iter(lc.keys.batch, count=min(limit, 1000)):
-            out.append(BatchEntry.model_validate_json(raw))
-            if len(out) >= limit:
-                break
-    return out
+    return [BatchEntry.model_validate_json(raw) for raw in lc.store.batch_entries(limit=limit)]
 
 
 def merged_card(m: Merge, tenant: str) -> CardDraft:
@@ -66,21 +58,20 @@ def _entry_inputs(entries: Sequence[BatchEntry]) -> dict[str, object]:
             "importance", "session_id", "decays", "enqueued_at"}) for e in entries]}  # fmt: skip
 
 
-def _state(lc: Lifecycle, e: BatchEntry, event: Event, ref: str, now: float) -> tuple[str, str]:
+def _state(e: BatchEntry, event: Event, ref: str, now: float) -> tuple[ItemRef, str]:
     state = next_state(State.QUEUED, event)
-    return (lc.keys.state(e.user_id, e.tenant_id),
-            Record(state, e.fingerprint, ref, now).dumps())  # fmt: skip
+    return _ref(e), Record(state, e.fingerprint, ref, now).dumps()
 
 
 def apply_plan(lc: Lifecycle, plan: BatchPlan, *, now: float) -> dict[str, int]:
     pol = lc.settings.batch
     cards: list[str] = []
-    states: list[tuple[str, str, str]] = []  # key, memory id, record
+    states: list[tuple[ItemRef, str]] = []  # item, record
     for m in plan.merges:
         tenant = lc.tenant(m.group[0])
         draft = merged_card(m, tenant)
         with pg_errors("merge batch"), lc.engine.begin() as conn:
-            res = write_card(conn, draft, now=now, max_content_chars=lc.ledger.max_content_chars)
+            res = lc.ledger.write(draft, now=now, conn=conn)
             record(conn, [AuditEvent(
                 action=Action.MERGE, tenant_id=tenant, user_id=m.group[1],
                 target=res.memory_id, at=now, memory_ids=tuple(e.memory_id for e in m.entries),
@@ -89,9 +80,7 @@ def apply_plan(lc: Lifecycle, plan: BatchPlan, *, now: float) -> dict[str, int]:
                 breakdown={"items": float(len(m.entries)), "importance": m.importance},
             )])  # fmt: skip
         cards.append(res.memory_id)
-        for e in m.entries:
-            key, rec = _state(lc, e, Event.MERGE, res.memory_id, now)
-            states.append((key, e.memory_id, rec))
+        states += [_state(e, Event.MERGE, res.memory_id, now) for e in m.entries]
     events = []
     for e, left in plan.decays:
         events.append(AuditEvent(
@@ -107,21 +96,14 @@ def apply_plan(lc: Lifecycle, plan: BatchPlan, *, now: float) -> dict[str, int]:
             reason=f"importance {e.importance} - {pol.decay_step} <= 0",
             inputs=_entry_inputs([e]), breakdown={"before": e.importance, "after": 0.0},
         ))  # fmt: skip
-        key, rec = _state(lc, e, Event.DROP, "", now)
-        states.append((key, e.memory_id, rec))
+        states.append(_state(e, Event.DROP, "", now))
     lc.audit.write(events)
-    with redis_errors():
-        pipe = lc.redis.pipeline(transaction=False)
-        for m in plan.merges:
-            pipe.hdel(lc.keys.batch, *[_field(e) for e in m.entries])
-        for e, left in plan.decays:
-            update = {"importance": left, "decays": e.decays + 1}
-            pipe.hset(lc.keys.batch, _field(e), e.model_copy(update=update).model_dump_json())
-        if plan.drops:
-            pipe.hdel(lc.keys.batch, *[_field(e) for e in plan.drops])
-        for key, mid, rec in states:
-            pipe.hset(key, mid, rec)
-        pipe.execute()
+    decayed = []
+    for e, left in plan.decays:
+        entry = e.model_copy(update={"importance": left, "decays": e.decays + 1})
+        decayed.append((_ref(e), entry.model_dump_json()))
+    gone = [_ref(e) for m in plan.merges for e in m.entries] + [_ref(e) for e in plan.drops]
+    lc.store.batch_apply(remove=gone, put=decayed, records=states)
     if cards:
         lc.on_cards(sorted(set(cards)))
     return {**plan.summary(), "cards": len(set(cards))}

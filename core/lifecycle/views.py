@@ -6,7 +6,9 @@ per user returns the user's live undecided items, lifecycle records and recall h
 ONE JSON string (many users per pipelined round trip): parsing one bulk reply per user
 instead of 17 RESP strings per item, and filtering never-promoted kinds and settled
 items in Redis, made the scan ~4x faster with redis-py's pure-Python parser
-(``memstrata bench sweep``).
+(``memstrata bench sweep``).  The script is ``core/stm/lua/lifecycle_read.lua``, run
+by :class:`core.stm.lifecycle.LifecycleStore`; this module builds its arguments and
+parses its replies.
 """
 
 from __future__ import annotations
@@ -15,11 +17,10 @@ import json
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
-from core.adapters.redis import redis_errors
-from core.lifecycle.keys import LifecycleKeys
+from core.keys import parse_user_scope
 from core.lifecycle.policy import ItemView
 from core.lifecycle.states import Record
-from core.stm.keys import parse_user_scope
+from core.stm.lifecycle import LifecycleStore
 from core.stm.store import StmStore
 
 FIELDS = (
@@ -27,42 +28,6 @@ FIELDS = (
     "canonical_fact_key", "fingerprint", "importance", "created_at", "updated_at",
     "mention_count", "seen_sessions", "entities", "detail", "source",
 )  # fmt: skip
-
-# Two filters run in Redis, so most items never cross the wire: items whose kind the
-# policy never promotes (counted, not sent) and items already settled for their current
-# fingerprint (queued, promoted, merged, dropped, retracted).
-_READ_USER = """
--- KEYS: user prefix, lifecycle state hash, access zset
--- ARGV: now, JSON {types = [...], subtypes = [...]} never promoted, fields...
-local ids = redis.call('ZRANGEBYSCORE', KEYS[1] .. 'expire', '(' .. ARGV[1], '+inf')
-local never = cjson.decode(ARGV[2])
-local skip_type, skip_sub = {}, {}
-for _, t in ipairs(never.types) do skip_type[t] = true end
-for _, t in ipairs(never.subtypes) do skip_sub[t] = true end
-local fields = {}
-for i = 3, #ARGV do fields[#fields + 1] = ARGV[i] end
-local flat = redis.call('HGETALL', KEYS[2])
-local settled = {}
-for i = 1, #flat, 2 do
-  local ok, rec = pcall(cjson.decode, flat[i + 1])
-  if ok and rec[1] ~= 'new' then settled[flat[i]] = rec[2] end
-end
-local rows, n_never, n_settled = {}, 0, 0
-for _, id in ipairs(ids) do
-  local r = redis.call('HMGET', KEYS[1] .. 'item:' .. id, unpack(fields))
-  if r[1] then
-    if skip_type[r[5]] or skip_sub[r[6]] then
-      n_never = n_never + 1
-    elseif settled[id] and settled[id] == r[9] then
-      n_settled = n_settled + 1
-    else
-      rows[#rows + 1] = r
-    end
-  end
-end
-local hits = redis.call('ZRANGE', KEYS[3], 0, -1, 'WITHSCORES')
-return cjson.encode({rows, flat, hits, n_never, n_settled})
-"""
 
 
 @dataclass
@@ -117,8 +82,7 @@ def parse_view(row: Sequence[object]) -> ItemView:
 
 def user_scopes(store: StmStore, *, after: str = "", page: int = 1000) -> Iterator[str]:
     """Every user scope that holds STM items (the sweep's ``sweep:users`` set), sorted."""
-    with redis_errors():
-        scopes = sorted(str(s) for s in store.r.zrange(store.gkeys.sweep_users, 0, -1))
+    scopes = sorted(store.user_scopes())
     start = 0
     if after:
         start = next((i for i, s in enumerate(scopes) if s > after), len(scopes))
@@ -127,7 +91,7 @@ def user_scopes(store: StmStore, *, after: str = "", page: int = 1000) -> Iterat
 
 
 def fetch_users(
-    store: StmStore,
+    store: LifecycleStore,
     scopes: Sequence[str],
     *,
     now: float,
@@ -139,16 +103,7 @@ def fetch_users(
     the socket wait)."""
     never = json.dumps({"types": sorted(never_types) or [""],
                         "subtypes": sorted(never_subtypes) or [""]})  # fmt: skip
-    lk = LifecycleKeys(store.namespace)
-    script = store.r.register_script(_READ_USER)
-    with redis_errors():
-        pipe = store.r.pipeline(transaction=False)
-        for scope in scopes:
-            user, tenant = parse_user_scope(scope)
-            keys = [store.keys(user, tenant).prefix, lk.state(user, tenant),
-                    lk.access(user, tenant)]  # fmt: skip
-            script(keys=keys, args=[repr(now), never, *FIELDS], client=pipe)
-        return [str(r) for r in pipe.execute()]
+    return store.read_users(scopes, now=now, never=never, fields=FIELDS)
 
 
 def parse_users(scopes: Sequence[str], replies: Sequence[str]) -> list[UserBatch]:
@@ -171,7 +126,7 @@ def parse_users(scopes: Sequence[str], replies: Sequence[str]) -> list[UserBatch
 
 
 def read_users(
-    store: StmStore,
+    store: LifecycleStore,
     scopes: Sequence[str],
     *,
     now: float,

@@ -9,10 +9,10 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from core.adapters.pg import pg_errors
+from core.ltm.history import project_transcripts
 from core.ltm.indexer import rebuild
-from core.ltm.ledger import requeue_failed
 from core.ltm.runtime import LtmRuntime
+from core.transcript.store import TranscriptStore
 
 
 def status(ltm: LtmRuntime) -> dict[str, Any]:
@@ -31,7 +31,18 @@ def reindex(ltm: LtmRuntime, *, drop: bool = True) -> dict[str, int]:
     }
 
 
+def reindex_history(
+    ltm: LtmRuntime, transcript: TranscriptStore, *, drop: bool = True
+) -> dict[str, int]:
+    """Rebuild the raw-history index from every L0 file (it is a projection of L0)."""
+    if ltm.history is None:
+        return {"indexed": 0}
+    if drop:
+        ltm.history.drop()
+        ltm.history.ensure_schema()
+    return {"indexed": project_transcripts(ltm.history, transcript)}
+
+
 def requeue(ltm: LtmRuntime) -> int:
     """Dead letters (``failed``) back to ``pending``; the reconciler picks them up."""
-    with pg_errors("requeue"), ltm.engine.begin() as conn:
-        return requeue_failed(conn, now=time.time())
+    return ltm.ledger.requeue(now=time.time())

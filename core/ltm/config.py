@@ -1,8 +1,7 @@
 """Settings of the LTM layer (env prefix ``MEMSTRATA_LTM__``).
 
-Meant to hang off :class:`core.settings.Settings` as ``ltm`` (so the nested variable
-names are the same either way); until then :func:`ltm_settings` builds it alone.
-Timeouts are seconds.
+Nested in :class:`core.settings.Settings` as ``ltm``: a process reads it as
+``settings.ltm`` (variables ``MEMSTRATA_LTM__<FIELD>``).  Timeouts are seconds.
 """
 
 from __future__ import annotations
@@ -76,9 +75,3 @@ class LtmSettings(BaseSettings):
             "api_key": key,
             "timeout_s": self.embedding_timeout_s,
         }
-
-
-def ltm_settings(settings: object | None = None) -> LtmSettings:
-    """The ``ltm`` part of the process settings, or one read from the environment."""
-    nested = getattr(settings, "ltm", None)
-    return nested if isinstance(nested, LtmSettings) else LtmSettings()

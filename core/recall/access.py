@@ -13,12 +13,9 @@ import atexit
 import collections
 import logging
 import threading
-from dataclasses import dataclass
 
-import redis
-
-from core.adapters.redis import redis_errors
 from core.errors import MemstrataError
+from core.stm.store import RecallMark, StmStore
 
 log = logging.getLogger(__name__)
 
@@ -26,25 +23,19 @@ FLAG_TTL_S = 3600
 ACCESS_TTL_S = 30 * 24 * 3600
 
 
-@dataclass(frozen=True)
-class AccessRecord:
-    flag_key: str
-    flag: str
-    access_key: str
-    members: tuple[str, ...]
-
-
 class AccessLog:
-    def __init__(self, client: redis.Redis, *, interval_s: float = 0.2) -> None:
-        self.r = client
+    """Buffers :class:`RecallMark` records and writes them through the STM store."""
+
+    def __init__(self, stm: StmStore, *, interval_s: float = 0.2) -> None:
+        self._stm = stm
         self.interval_s = interval_s
-        self._pending: collections.deque[AccessRecord] = collections.deque(maxlen=100_000)
+        self._pending: collections.deque[RecallMark] = collections.deque(maxlen=100_000)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="recall-access", daemon=True)
         self._thread.start()
         atexit.register(self.close)
 
-    def add(self, record: AccessRecord) -> None:
+    def add(self, record: RecallMark) -> None:
         self._pending.append(record)
 
     def flush(self) -> int:
@@ -55,14 +46,7 @@ class AccessLog:
         if not batch:
             return 0
         try:
-            with redis_errors():
-                pipe = self.r.pipeline(transaction=False)
-                for rec in batch:
-                    pipe.set(rec.flag_key, rec.flag, ex=FLAG_TTL_S)
-                    for member in rec.members:
-                        pipe.zincrby(rec.access_key, 1, member)
-                    pipe.expire(rec.access_key, ACCESS_TTL_S)
-                pipe.execute()
+            self._stm.record_recalls(batch, flag_ttl_s=FLAG_TTL_S, access_ttl_s=ACCESS_TTL_S)
         except MemstrataError as exc:
             log.warning("recall bookkeeping of %d records skipped: %s", len(batch), exc)
             return 0

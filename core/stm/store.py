@@ -20,11 +20,13 @@ from redis.commands.core import Script
 from core.adapters.redis import redis_errors
 from core.errors import InvalidInput, PayloadTooLarge
 from core.ids import validate_id
+from core.keys import GlobalKeys, UserKeys, index_suffixes, parse_user_scope
+from core.models.candidate import WriteDecision
 from core.models.memory import MemoryItem, MemoryStatus
-from core.stm.keys import GlobalKeys, UserKeys, index_suffixes, parse_user_scope
 
 
-def _lua(name: str) -> str:
+def lua(name: str) -> str:
+    """A script of ``core/stm/lua/`` (the store package's scripts live there, not inline)."""
     return (resources.files("core.stm") / "lua" / name).read_text(encoding="utf-8")
 
 
@@ -47,8 +49,30 @@ class DedupHit:
     mention_count: int = 1
 
 
+@dataclass(frozen=True)
+class RecallMark:
+    """What one recall leaves behind: the session's sufficiency flag and a hit per memory."""
+
+    user_id: str
+    tenant_id: str | None
+    session_id: str
+    flag: str  # ok | insufficient
+    members: tuple[str, ...]  # "<source>:<id>" of every memory the recall returned
+
+
+# (user_id, tenant_id, session_id, decision): one recorded write decision
+DecisionRow = tuple[str, str | None, str, WriteDecision]
+
+
 class StmStore:
-    """Short-term memory of all users in one Redis (DESIGN §3)."""
+    """Short-term memory of all users in one Redis (DESIGN §3).
+
+    Every write to an owner's STM keys goes through a method of this class (items,
+    indexes and expiry through one Lua script each; write decisions, session cleanup
+    and recall bookkeeping through the methods below); the client stays private, so no
+    caller can write an index without its item.  The lifecycle layer's own hashes are
+    written by :class:`core.stm.lifecycle.LifecycleStore`.
+    """
 
     def __init__(
         self,
@@ -60,17 +84,17 @@ class StmStore:
         max_summary_chars: int = 400,
         max_detail_chars: int = 4000,
     ) -> None:
-        self.r = client
+        self._r = client
         self.namespace = validate_id(namespace, kind="key namespace")
         self.session_cap = session_cap
         self.history_cap = history_cap
         self.max_summary_chars = max_summary_chars
         self.max_detail_chars = max_detail_chars
-        common = _lua("common.lua")
-        self._upsert: Script = client.register_script(common + _lua("upsert.lua"))
-        self._delete: Script = client.register_script(common + _lua("delete.lua"))
-        self._sweep: Script = client.register_script(common + _lua("sweep.lua"))
-        self._recall_read: Script = client.register_script(common + _lua("recall_read.lua"))
+        common = lua("common.lua")
+        self._upsert: Script = client.register_script(common + lua("upsert.lua"))
+        self._delete: Script = client.register_script(common + lua("delete.lua"))
+        self._sweep: Script = client.register_script(common + lua("sweep.lua"))
+        self._recall_read: Script = client.register_script(common + lua("recall_read.lua"))
         self.gkeys = GlobalKeys(self.namespace)
 
     def keys(self, user_id: str, tenant_id: str | None = None) -> UserKeys:
@@ -111,7 +135,7 @@ class StmStore:
             return []
 
         def send() -> list[Any]:
-            pipe = self.r.pipeline(transaction=False)
+            pipe = self._r.pipeline(transaction=False)
             for k, payload in payloads:
                 # plain EVALSHA: redis-py's Script object adds a SCRIPT EXISTS per pipeline
                 pipe.evalsha(self._upsert.sha, 1, k.prefix, payload, self.session_cap,
@@ -124,7 +148,7 @@ class StmStore:
             try:
                 raw = send()
             except redis.exceptions.NoScriptError:  # a restarted or flushed Redis
-                self.r.script_load(self._upsert.script)
+                self._r.script_load(self._upsert.script)
                 raw = send()
         out = []
         for res in raw[: len(items)]:
@@ -142,6 +166,64 @@ class StmStore:
         with redis_errors():
             return int(self._delete(keys=[self.keys(user_id, tenant_id).prefix], args=ids))
 
+    def session_members(
+        self, user_id: str, session_id: str, *, tenant_id: str | None = None
+    ) -> list[str]:
+        """Every memory id in the session's index (expired or gone ones included)."""
+        key = self.keys(user_id, tenant_id).session(session_id)
+        with redis_errors():
+            return [str(m) for m in self._r.zrange(key, 0, -1)]
+
+    def drop_session(
+        self,
+        user_id: str,
+        session_id: str,
+        *,
+        tenant_id: str | None = None,
+        decisions: bool = False,
+    ) -> None:
+        """Delete the session's index (and with ``decisions``, its recorded write decisions).
+
+        Items are deleted with :meth:`delete` first; an item the session shares with
+        others keeps its other indexes and its ``_idx`` (removing an entry from a deleted
+        index is a no-op for the scripts).
+        """
+        k = self.keys(user_id, tenant_id)
+        doomed = [k.session(session_id)] + ([k.decisions(session_id)] if decisions else [])
+        with redis_errors():
+            self._r.delete(*doomed)
+
+    # ------------------------------------------------------------------ write decisions
+    def record_decisions(self, rows: Sequence[DecisionRow], *, ttl_s: int) -> None:
+        """Record write decisions, one pipelined round trip; each session's hash expires
+        ``ttl_s`` seconds after its last write.
+
+        Write-once (``HSETNX``): a redelivered turn must not rewrite why it was (not) stored.
+        """
+        if not rows:
+            return
+        with redis_errors():
+            pipe = self._r.pipeline(transaction=False)
+            touched: dict[str, None] = {}
+            for user_id, tenant_id, session_id, decision in rows:
+                key = self.keys(user_id, tenant_id).decisions(session_id)
+                pipe.hsetnx(key, decision.decision_id, decision.model_dump_json())
+                touched[key] = None
+            for key in touched:
+                pipe.expire(key, ttl_s)
+            pipe.execute()
+
+    def decisions(
+        self, user_id: str, session_id: str, *, tenant_id: str | None = None
+    ) -> list[WriteDecision]:
+        """Every recorded write decision of a session, in turn order."""
+        validate_id(session_id, kind="session_id")
+        with redis_errors():
+            raw = self._r.hgetall(self.keys(user_id, tenant_id).decisions(session_id))
+        out = [WriteDecision.model_validate(json.loads(v)) for v in raw.values()]
+        out.sort(key=lambda d: (d.at, d.decision_id))
+        return out
+
     # ------------------------------------------------------------------ dedup lookups
     def lookup(
         self, user_id: str, pairs: Sequence[tuple[str, str]], *, tenant_id: str | None = None
@@ -151,12 +233,12 @@ class StmStore:
             return []
         k = self.keys(user_id, tenant_id)
         with redis_errors():
-            pipe = self.r.pipeline(transaction=False)
+            pipe = self._r.pipeline(transaction=False)
             pipe.hmget(k.canon, [c for c, _ in pairs])
             pipe.hmget(k.fp, [f for _, f in pairs])
             canon_ids, fp_ids = pipe.execute()
             wanted = {m for m in list(canon_ids) + list(fp_ids) if m}
-            pipe = self.r.pipeline(transaction=False)
+            pipe = self._r.pipeline(transaction=False)
             order = sorted(wanted)
             for mid in order:
                 pipe.hmget(k.item(mid), ["fingerprint", "source", "history", "mention_count"])
@@ -196,7 +278,7 @@ class StmStore:
         if not ids:
             return []
         with redis_errors():
-            pipe = self.r.pipeline(transaction=False)
+            pipe = self._r.pipeline(transaction=False)
             for mid in ids:
                 pipe.hgetall(k.item(mid))
             rows = pipe.execute()
@@ -216,7 +298,7 @@ class StmStore:
         if not 1 <= limit <= 1000:
             raise InvalidInput("limit must be within 1..1000")
         with redis_errors():
-            ids = [str(m) for m in self.r.zrevrange(key, 0, limit - 1)]
+            ids = [str(m) for m in self._r.zrevrange(key, 0, limit - 1)]
         return self.get_many(user_id, ids, now=now, tenant_id=tenant_id)
 
     def recent(
@@ -296,9 +378,10 @@ class StmStore:
         entities: Sequence[str],
         limit: int,
         now: float,
-        flag_suffix: str = "",
+        with_flag: bool = False,
     ) -> RecallRead:
-        """Session, task, entity and recent indexes in one round trip, only ranking fields.
+        """Session, task, entity and recent indexes in one round trip, only ranking fields,
+        and (``with_flag``) the session's last-recall flag.
 
         The recall hot path: one EVALSHA instead of a ZREVRANGE and a pipeline of
         HGETALLs per index, and no full model validation per item.
@@ -312,6 +395,7 @@ class StmStore:
         suffixes += [k.entity(e)[p:] for e in entities]
         # last, the user's most recent items: a fresh session still sees its recent past
         suffixes.append(k.recent[p:])
+        flag_suffix = k.last_recall(session_id)[p:] if with_flag else ""
         with redis_errors():
             raw = self._recall_read(keys=[k.prefix], args=[limit, now, flag_suffix, *suffixes])
         flag = raw[0] or None
@@ -334,7 +418,30 @@ class StmStore:
             )
         return RecallRead(flag=flag, hits=hits)
 
+    def record_recalls(
+        self, marks: Sequence[RecallMark], *, flag_ttl_s: int, access_ttl_s: int
+    ) -> None:
+        """Recall bookkeeping in one pipelined round trip: each session's last-recall flag
+        (expires after ``flag_ttl_s``) and one hit per returned memory in the owner's
+        ``access`` ZSET (expires ``access_ttl_s`` after the last recall)."""
+        if not marks:
+            return
+        with redis_errors():
+            pipe = self._r.pipeline(transaction=False)
+            for m in marks:
+                k = self.keys(m.user_id, m.tenant_id)
+                pipe.set(k.last_recall(m.session_id), m.flag, ex=flag_ttl_s)
+                for member in m.members:
+                    pipe.zincrby(k.access, 1, member)
+                pipe.expire(k.access, access_ttl_s)
+            pipe.execute()
+
     # ------------------------------------------------------------------ sweep
+    def user_scopes(self) -> list[str]:
+        """Every user scope that holds STM items (the ``sweep:users`` hint), unsorted."""
+        with redis_errors():
+            return [str(s) for s in self._r.zrange(self.gkeys.sweep_users, 0, -1)]
+
     def sweep_user(
         self, user_id: str, *, now: float, limit: int, tenant_id: str | None = None
     ) -> tuple[int, float | None]:
@@ -356,7 +463,7 @@ class StmStore:
         gk = self.gkeys.sweep_users
         while removed < max_items:
             with redis_errors():
-                due = [str(s) for s in self.r.zrangebyscore(gk, "-inf", now, start=0, num=256)]
+                due = [str(s) for s in self._r.zrangebyscore(gk, "-inf", now, start=0, num=256)]
             if not due:
                 break
             budgets: list[tuple[str, int]] = []
@@ -368,7 +475,7 @@ class StmStore:
                 budgets.append((scope, budget))
                 left -= budget
             with redis_errors():
-                pipe = self.r.pipeline(transaction=False)
+                pipe = self._r.pipeline(transaction=False)
                 for scope, budget in budgets:
                     user_id, tenant_id = parse_user_scope(scope)
                     self._sweep(
@@ -377,7 +484,7 @@ class StmStore:
                 replies = pipe.execute()
             progressed = False
             with redis_errors():
-                pipe = self.r.pipeline(transaction=False)
+                pipe = self._r.pipeline(transaction=False)
                 for (scope, budget), (n_raw, nxt_raw) in zip(budgets, replies, strict=True):
                     n = int(n_raw)
                     removed += n

@@ -31,15 +31,10 @@ from core.authority.cache import ProfileCache
 from core.authority.db import autocommit_reader, make_engine
 from core.authority.facts import grant_role, set_profile, upsert_fact
 from core.authority.read import read_snapshot
-from ops.bench.common import (
-    machine,
-    new_namespace,
-    percentile,
-    purge,
-    r3,
-    redis_url,
-    scratch_postgres,
-)
+from ops.bench.common.db import scratch_postgres
+from ops.bench.common.env import new_namespace, purge, redis_url
+from ops.bench.common.machine import machine
+from ops.bench.common.stats import percentile, r3
 
 TARGET_CACHED_P50_MS = 0.5
 TARGET_COLD_P50_MS = 3.0

@@ -39,7 +39,9 @@ from core.models.memory import MemoryItem, MemoryType
 from core.models.transcript import MessageIn, Role, TranscriptRecord
 from core.runtime import Runtime
 from core.settings import load_settings
-from ops.bench.common import machine, median, new_namespace, percentile, purge, r3, redis_url
+from ops.bench.common.env import new_namespace, purge, redis_url
+from ops.bench.common.machine import machine
+from ops.bench.common.stats import median, percentile, r3
 
 # ``../shared/bench`` beside the repository (read in place); MEMSTRATA_BENCH_DIR overrides.
 SHARED = Path(

@@ -28,10 +28,12 @@ from core.ltm.runtime import LtmRuntime
 from core.ltm.search import SearchMode, SearchPolicy
 from core.runtime import Runtime
 from core.settings import load_settings
-from ops.bench.common import load_average, percentile, r3, scratch_postgres
+from ops.bench.common.db import scratch_postgres
+from ops.bench.common.machine import load_average
+from ops.bench.common.stats import percentile, r3
 from ops.bench.ltm_data import (
     DEFAULT_MADIAL,
-    load_madial,
+    madial_cases,
     memory_draft,
     metrics,
     synthetic_draft,
@@ -67,7 +69,7 @@ def _quality(rt: LtmRuntime, root: Path) -> dict[str, Any]:
     out: dict[str, Any] = {}
     policy = SearchPolicy(candidates=20, top_k=10)
     for lang in ("en", "zh"):
-        memories, queries = load_madial(lang, root)
+        memories, queries = madial_cases(lang, root)
         tenant = f"madial-{lang}"
         written = rt.ledger.write_many([memory_draft(m, tenant) for m in memories])
         ids = {w.memory_id: m.key for w, m in zip(written, memories, strict=True)}

@@ -3,25 +3,22 @@
 MADial-Bench recipe (shared/bench/README.md): a user's memory archive entries become
 LTM cards (id = archive key), the query is the dialogue before the first ``test-turn``,
 candidates are that user's memories only, gold = ``relevant-id``.  The English archive
-has no ``user-id``; its owner is the user whose name (the dialogue speaker tag) the
-memory mentions - every English memory names exactly one of them.
+has no ``user-id``; its owner comes from the Chinese archive, which holds the same keys
+(:mod:`ops.bench.common.madial`, the one reader of those files).
 """
 
 from __future__ import annotations
 
-import json
 import math
 import random
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from core.ltm.card import CardDraft
+from ops.bench.common.madial import read_madial
 
 DEFAULT_MADIAL = Path(__file__).resolve().parents[3] / "shared" / "bench" / "madial-bench"
-_SPEAKER = re.compile(r"<([^>]+)>")
 
 
 @dataclass(frozen=True)
@@ -39,49 +36,16 @@ class Query:
     gold: frozenset[str]
 
 
-def _jsonl(path: Path) -> list[dict[str, Any]]:
-    return [
-        json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()
-    ]
-
-
-def _speaker(dialogue: Sequence[str]) -> str | None:
-    for line in dialogue:
-        match = _SPEAKER.match(line.strip())
-        if match and match.group(1) not in {"Assistant", "BOD", "EOD"}:
-            return match.group(1)
-    return None
-
-
-def load_madial(lang: str, root: Path = DEFAULT_MADIAL) -> tuple[list[Memory], list[Query]]:
-    """Memories and queries of one language (``en`` or ``zh``)."""
-    folder = root / lang
-    dialogues = _jsonl(folder / f"MADial-Bench-{lang}-dialogue.json")
-    names: dict[str, str] = {}
+def madial_cases(lang: str, root: Path = DEFAULT_MADIAL) -> tuple[list[Memory], list[Query]]:
+    """Memories and queries of one language (``en`` or ``zh``): the LTM bench's framing."""
+    folder = read_madial(root / lang, dialogue_file=f"MADial-Bench-{lang}-dialogue.json")
     queries = []
-    for d in dialogues:
-        user = str(d["user-id"])
-        turns = [str(t) for t in d["dialogue"]]
-        name = _speaker(turns)
-        if name:
-            names[user] = name
-        first = int(d["test-turn"][0])
-        text = "\n".join(t.strip() for t in turns[1:first])
-        gold = frozenset(str(g) for g in d["relevant-id"])
-        queries.append(Query(user, text, gold))
-    memories = []
-    for row in _jsonl(folder / f"MADial-Bench-{lang}-memory.json"):
-        for key, value in row.items():
-            entry = dict(value)
-            owner = entry.get("user-id")
-            user = str(owner) if owner is not None else _owner(str(entry["event"]), names)
-            memories.append(Memory(key, user, str(entry["event"]), str(entry.get("scene", ""))))
+    for d in folder.dialogues:
+        first = d.test_turns[0]
+        text = "\n".join(t.strip() for t in d.lines[1:first])
+        queries.append(Query(d.user, text, frozenset(d.relevant)))
+    memories = [Memory(e.key, e.owner or "unknown", e.event, e.scene) for e in folder.archive]
     return memories, queries
-
-
-def _owner(text: str, names: dict[str, str]) -> str:
-    found = [user for user, name in names.items() if name in text]
-    return found[0] if len(found) == 1 else "unknown"
 
 
 def memory_draft(memory: Memory, tenant: str) -> CardDraft:

@@ -28,16 +28,10 @@ from core.authority.facts import grant_role, set_profile
 from core.models.memory import MemoryItem, MemorySource, MemoryType
 from core.recall.service import Recaller, RecallRequest
 from core.runtime import Runtime
-from ops.bench.common import (
-    machine,
-    median,
-    new_namespace,
-    percentile,
-    purge,
-    r3,
-    redis_url,
-    scratch_postgres,
-)
+from ops.bench.common.db import scratch_postgres
+from ops.bench.common.env import new_namespace, purge, redis_url
+from ops.bench.common.machine import machine
+from ops.bench.common.stats import median, percentile, r3
 
 TENANT = "bench"
 USER = "u_bench"
@@ -137,9 +131,10 @@ def run(quick: bool = False) -> dict[str, Any]:
     ns = new_namespace("benchrecall")
     from ops.bench.ltm import ltm_stack
 
-    with migrated_postgres() as pg_url, ltm_stack(
-        pg_url, redis_url=redis_url(), key_namespace=ns
-    ) as res:
+    with (
+        migrated_postgres() as pg_url,
+        ltm_stack(pg_url, redis_url=redis_url(), key_namespace=ns) as res,
+    ):
         try:
             _seed_authority(res)
             now = time.time()

@@ -21,16 +21,10 @@ import redis
 from core.models.identity import fingerprint
 from core.models.memory import MemoryItem, MemorySource, MemoryType
 from core.stm.store import StmStore
-from ops.bench.common import (
-    busy_share,
-    machine,
-    machine_busy,
-    new_namespace,
-    percentile,
-    purge,
-    r3,
-    redis_url,
-)
+from ops.bench.common.cpu import busy_share, machine_busy
+from ops.bench.common.env import new_namespace, purge, redis_url
+from ops.bench.common.machine import machine
+from ops.bench.common.stats import percentile, r3
 
 TARGET_UPSERT_P99_MS = 1.0
 ROUNDS = 5

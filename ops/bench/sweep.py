@@ -17,12 +17,15 @@ from typing import Any
 
 import redis
 
+from core.keys import GlobalKeys
 from core.lifecycle.scan import scan
 from core.models.memory import MemoryItem, MemorySource, MemoryStatus, MemoryType
 from core.runtime import Runtime
 from core.settings import load_settings
 from core.stm.store import StmStore
-from ops.bench.common import machine, new_namespace, purge, r3, redis_url
+from ops.bench.common.env import new_namespace, purge, redis_url
+from ops.bench.common.machine import machine
+from ops.bench.common.stats import r3
 
 TARGET_SWEEP_PER_S = 50_000
 
@@ -92,7 +95,7 @@ def _timed_sweep(store: StmStore, now: float) -> tuple[int, float]:
 
 
 def _count_keys(client: redis.Redis, namespace: str) -> int:
-    return sum(1 for _ in client.scan_iter(match=f"{namespace}:user:*", count=5000))
+    return sum(1 for _ in client.scan_iter(match=GlobalKeys(namespace).user_glob, count=5000))
 
 
 def run(quick: bool) -> dict[str, Any]:

@@ -89,7 +89,7 @@ def _then_only_the_expired_user_is_gone(res: Runtime, fresh_before: dict[str, An
     # every item, index entry and dedup map entry of u_old is gone ...
     assert user_state(res, "u_old", decisions=False) == {}
     # ... while the "why (not) stored" record keeps its own TTL for explanations
-    assert res.stm.r.exists(res.stm.keys("u_old").decisions("s_1"))
+    assert res.redis.exists(res.stm.keys("u_old").decisions("s_1"))
     # ... u_new is untouched, and the sweep hint only holds u_new, due at its next expiry
     assert user_state(res, "u_new") == fresh_before
     hinted = res.redis.zrange(res.stm.gkeys.sweep_users, 0, -1, withscores=True)

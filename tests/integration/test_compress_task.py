@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 from celery import Celery
 
-from core.compress.cache import CompressKeys, SessionActivity, ViewCache
+from core.compress.cache import SessionActivity, ViewCache
+from core.keys import CompressKeys
 from core.models.transcript import MessageIn, Role
 from core.runtime import Runtime
 from ops.bench.compress import ingest, scripted_session
@@ -96,20 +97,6 @@ def test_beat_job_compresses_long_idle_sessions(
     wait_until(lambda: len(_views(res)) == 1, "the idle session's view", worker=compress_worker)
 
 
-def _trigger_wired() -> bool:
-    """The ingest hook and the settings fields land with the lead's patch (COMPRESSION.md)."""
-    import inspect
-
-    from core.ingest.drain import drain_shard
-    from core.settings import Settings
-
-    return (
-        "compress_threshold_tokens" in Settings.model_fields
-        and "on_batch" in inspect.signature(drain_shard).parameters
-    )
-
-
-@pytest.mark.skipif(not _trigger_wired(), reason="ingest hook / settings not applied yet")
 def test_recording_past_the_threshold_compresses_the_session(
     res: Runtime, memory: Any, tmp_path: Path
 ) -> None:

@@ -5,12 +5,13 @@ from __future__ import annotations
 import pytest
 from sqlalchemy import Engine, select
 
-from core.compress.cache import active_key
+from core.keys import GlobalKeys
+from core.lifecycle.finalise import finalise, finalise_idle, idle_sessions
 from core.lifecycle.maintenance import forget, summarise, sync_access
+from core.lifecycle.preload import preload
 from core.lifecycle.rebuild import rebuild_session
 from core.lifecycle.runtime import Lifecycle
 from core.lifecycle.scan import scan_user
-from core.lifecycle.sessions import finalise, finalise_idle, idle_sessions, preload
 from core.ltm.card import CardDraft, CardStatus
 from core.ltm.tables import cards
 from core.models.memory import MemoryType
@@ -79,7 +80,8 @@ def test_an_idle_session_is_finalised_into_a_summary_card_and_its_stm_cleaned(
     step = res.stm.upsert(item(u, t, "s1", texts[2], "s1:next_step", subtype="next_step",
                                mtype=MemoryType.DECISION)).memory_id  # fmt: skip
     scope = res.stm.keys(u, t).scope
-    res.redis.zadd(active_key(lc.stm.namespace), {f"{scope}|s1": NOW, f"{scope}|s2": NOW + 3000})
+    active = GlobalKeys(lc.stm.namespace).compress_active
+    res.redis.zadd(active, {f"{scope}|s1": NOW, f"{scope}|s2": NOW + 3000})
     # When the idle check runs 40 minutes later (session_idle_s = 30 minutes)
     assert idle_sessions(lc, now=NOW + 2400, idle_s=1800, limit=10) == [(u, t, "s1")]
     [done] = finalise_idle(lc, now=NOW + 2400, limit=10, max_s=30)

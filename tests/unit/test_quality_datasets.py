@@ -9,15 +9,21 @@ from pathlib import Path
 import pytest
 
 from ops.bench.quality.datasets import (
+    BEAM_HEADLINE,
+    beam_answers,
     detect_format,
+    flatten_ids,
     load,
+    load_beam,
     load_locomo,
     load_madial,
     load_memdaily,
     madial_query,
     normalise_evidence,
+    parse_beam_time,
     parse_locomo_time,
     parse_memdaily_time,
+    strip_beam_artefact,
 )
 from ops.bench.quality.systems.base import bm25_tokens
 
@@ -87,6 +93,8 @@ def test_load_locomo(tmp_path: Path) -> None:
     assert [t.session for t in space.turns] == ["1", "1", "2"]
     golds = [q.gold for q in space.questions]
     assert golds == [("D1:1",), ("D2:1", "D1:1"), ("D1:2",), ()]
+    # containment looks for the answer; category 5's adversarial answer is not one
+    assert [q.answers for q in space.questions] == [("cat",), ("Tom",), ("red",), ()]
     assert ds.dropped_ids == 1  # D7:7 does not exist
     assert space.questions[1].category == "1 multi-hop"
     assert "5 adversarial" not in ds.headline
@@ -165,3 +173,140 @@ def test_madial_query_without_test_turn_takes_everything() -> None:
 def test_bm25_tokens() -> None:
     assert bm25_tokens("The Cat's toy, and Bob's BIKE!") == ["cat's", "toy", "bob's", "bike"]
     assert "北京" in bm25_tokens("论坛在北京。")
+
+
+# ---------------------------------------------------------------------- BEAM
+BEAM_SHARED = Path(__file__).resolve().parents[3] / "shared" / "bench" / "beam" / "100K"
+
+
+def _msg(mid: int, role: str, content: str, anchor: str | None = None) -> dict[str, object]:
+    m: dict[str, object] = {"role": role, "id": mid, "content": content}
+    if anchor:
+        m["time_anchor"] = anchor
+    return m
+
+
+def _beam(tmp_path: Path) -> Path:
+    """Two chats; chat 1 has two batches (anchors on the first message, as in the data)."""
+    root = tmp_path / "100K"
+    chat1 = [
+        {"batch_number": 1, "time_anchor": None, "turns": [
+            [_msg(0, "user", "My sprint ends on March 29. ->-> 1,1", "March-15-2024"),
+             _msg(1, "assistant", "Noted: March 29.")],
+            [_msg(2, "user", "I use Flask 2.3 ->->  1,2"), _msg(3, "assistant", "Good.")],
+        ]},
+        {"batch_number": 2, "turns": [
+            [_msg(4, "user", "Now it ends on April 5. ->-> 2,N/A", "April-05-2024"),
+             _msg(5, "assistant", "Updated. ->-> 2,1)")],
+        ]},
+    ]  # fmt: skip
+    probing = {
+        "abstention": [{"question": "What is my dog called?", "source_chat_ids": None}],
+        "information_extraction": [
+            {"question": "When does my sprint end?", "answer": "It ends on March 29.",
+             "rubric": ["LLM response should state: March 29"], "source_chat_ids": [0]},
+        ],
+        "knowledge_update": [
+            {"question": "When does the sprint end now?", "answer": "April 5",
+             "source_chat_ids": {"original_info": [0], "updated_info": [4, 99]}},
+        ],
+        "event_ordering": [
+            {"question": "Order?", "answer": "sprint, Flask", "source_chat_ids": [[0], [2]]},
+        ],
+        "contradiction_resolution": [
+            {"question": "Flask?", "ideal_answer": "Which is correct?",
+             "rubric": ["LLM response should state: there is contradictory information",
+                        "LLM response should mention: I use Flask 2.3"],
+             "source_chat_ids": {"first_statement": [2], "second_statement": [4]}},
+        ],
+    }  # fmt: skip
+    chat2 = [
+        {
+            "batch_number": 1,
+            "time_anchor": "May-01-2024",
+            "turns": [[_msg(0, "user", "Hello there friend."), _msg(1, "assistant", "Hi!")]],
+        }
+    ]
+    for name, chat, qs in (("1", chat1, probing), ("2", chat2, {})):
+        (root / name).mkdir(parents=True)
+        (root / name / "chat.json").write_text(json.dumps(chat))
+        (root / name / "probing_questions.json").write_text(json.dumps(qs))
+    return root
+
+
+def test_beam_helpers() -> None:
+    assert parse_beam_time("March-15-2024") == datetime(2024, 3, 15, tzinfo=UTC).timestamp()
+    assert strip_beam_artefact("Plan my week? ->-> 1,1") == "Plan my week?"
+    assert strip_beam_artefact("x ->->  3,8") == "x"
+    assert strip_beam_artefact("x ->-> 5,14)") == "x"
+    assert strip_beam_artefact("a -> b is an arrow") == "a -> b is an arrow"
+    assert flatten_ids([3, 1, 3]) == ["3", "1"]
+    assert flatten_ids([[1, 2], [2, 5]]) == ["1", "2", "5"]
+    assert flatten_ids({"old": [7], "new": [9, 7]}) == ["7", "9"]
+    assert flatten_ids(None) == []
+    fact = {"answer": "It is 250ms.", "rubric": ["LLM response should state: 250ms"]}
+    assert beam_answers(fact) == ("250ms",)
+    assert beam_answers({"answer": "Four", "rubric": ["LLM response should contain: x"]}) == (
+        "Four",
+    )
+    assert beam_answers({"rubric": []}) == ()
+
+
+def test_load_beam_follows_the_recipe(tmp_path: Path) -> None:
+    root = _beam(tmp_path)
+    assert detect_format(root) == "beam" and detect_format(root / "1") == "beam"
+    ds = load(root)
+    assert ds.fmt == "beam" and ds.name == "beam-100K"
+    assert [s.id for s in ds.spaces] == ["beam-1", "beam-2"]  # one space per chat
+    space = ds.spaces[0]
+    # both roles, in order, artefacts stripped, one session per batch dated by its anchor
+    assert [t.id for t in space.turns] == ["0", "1", "2", "3", "4", "5"]
+    assert [t.role for t in space.turns] == ["user", "assistant"] * 3
+    assert space.turns[0].text == "user: My sprint ends on March 29."
+    assert space.turns[2].text == "user: I use Flask 2.3"
+    assert space.turns[5].text == "assistant: Updated."
+    assert [t.session for t in space.turns] == ["1", "1", "1", "1", "2", "2"]
+    assert space.turns[0].at == parse_beam_time("March-15-2024")
+    assert space.turns[3].at == parse_beam_time("March-15-2024") + 3
+    assert space.turns[4].at == parse_beam_time("April-05-2024")
+    by_cat = {q.category: q for q in space.questions}
+    assert by_cat["abstention"].gold == ()  # no gold: never asked
+    assert by_cat["information_extraction"].gold == ("0",)
+    assert by_cat["information_extraction"].answers == ("March 29",)  # the rubric's fact
+    assert by_cat["knowledge_update"].gold == ("0", "4")  # old and new; 99 does not exist
+    assert by_cat["knowledge_update"].answers == ("April 5",)
+    assert by_cat["event_ordering"].gold == ("0", "2")
+    assert by_cat["contradiction_resolution"].gold == ("2", "4")
+    assert ds.dropped_ids == 1
+    assert ds.headline == BEAM_HEADLINE and "event_ordering" not in ds.headline
+    assert "abstention" not in ds.headline
+
+
+def test_beam_slices(tmp_path: Path) -> None:
+    root = _beam(tmp_path)
+    assert [s.id for s in load_beam(root, limit_chats=1).spaces] == ["beam-1"]
+    assert [s.id for s in load_beam(root / "2").spaces] == ["beam-2"]
+    (space,) = load_beam(root, limit_chats=1, limit_batches=1).spaces
+    assert [t.id for t in space.turns] == ["0", "1", "2", "3"]
+    # only the questions whose every gold message lies in the first batch
+    assert sorted(q.category for q in space.questions) == [
+        "event_ordering",
+        "information_extraction",
+    ]
+
+
+def test_the_shared_beam_data_loads_by_the_recipe() -> None:
+    if not BEAM_SHARED.exists():
+        pytest.skip(f"BEAM data not found at {BEAM_SHARED}")
+    ds = load(BEAM_SHARED)
+    assert ds.fmt == "beam" and len(ds.spaces) == 10
+    for space in ds.spaces:
+        ids = {t.id for t in space.turns}
+        assert {t.role for t in space.turns} == {"user", "assistant"}
+        assert not any("->->" in t.text for t in space.turns)
+        times = [t.at for t in space.turns]
+        assert times == sorted(times)
+        assert all(set(q.gold) <= ids for q in space.questions)
+        heads = {q.category for q in space.questions if q.gold and q.category in ds.headline}
+        assert heads == BEAM_HEADLINE
+        assert not [q for q in space.questions if q.category == "abstention" and q.gold]

@@ -7,15 +7,21 @@ import math
 import pytest
 
 from ops.bench.quality.metrics import (
+    answer_containment,
     average,
+    average_budgets,
+    contains_answer,
     hit_at,
     mrr,
     ndcg_at,
+    normalise_answer,
     recall_all_at,
     recall_at,
+    score_budgets,
     score_question,
     turn_budget,
 )
+from ops.bench.quality.systems.base import Hit, Injection, cl100k, pack
 from ops.bench.quality.systems.raw import rrf
 
 
@@ -72,3 +78,65 @@ def test_rrf_fuses_by_reciprocal_rank() -> None:
     fused = rrf([[1, 2], [2, 3]])
     assert fused[0] == 2  # in both lists
     assert set(fused) == {1, 2, 3}
+
+
+# ---------------------------------------------------------------------- token budgets
+def test_normalise_answer() -> None:
+    assert normalise_answer("The  Red-Bike, an OLD one!") == "red bike old one"
+    assert normalise_answer('"Nothing is Impossible"') == "nothing is impossible"
+    assert normalise_answer("北京。") == "北京"
+    assert normalise_answer("  ...  ") == ""
+
+
+def test_containment_is_whole_words_after_normalising() -> None:
+    assert contains_answer("She adopted a CAT, called Tom.", "the cat")
+    assert not contains_answer("a category of its own", "cat")  # not inside a word
+    assert contains_answer("around 250ms now", "250ms")
+    assert not contains_answer("2500ms", "250ms")
+    assert contains_answer("论坛在北京举行", "北京")  # CJK needs no word boundary
+    assert not contains_answer("anything", "")
+
+
+def test_answer_containment_scores_the_share_of_key_facts() -> None:
+    text = "Sprint 1 ends March 29; we use Flask."
+    assert answer_containment(text, ["March 29"]) == 1.0
+    assert answer_containment(text, ["March 29", "Django"]) == 0.5
+    assert answer_containment(text, []) is None  # no answer: not scored
+    assert answer_containment(text, ["", "?"]) is None
+
+
+def test_score_and_average_budgets() -> None:
+    row = score_budgets(
+        {128: ("cat Tom", ["a"], 100), 256: ("cat Tom bike", ["a", "b"], 300)},
+        ["a", "b"],
+        ["Tom"],
+    )
+    assert row == {
+        "evidence@128": 0.5, "containment@128": 1.0, "tokens@128": 100.0, "over@128": 0.0,
+        "evidence@256": 1.0, "containment@256": 1.0, "tokens@256": 300.0, "over@256": 1.0,
+    }  # fmt: skip
+    other = score_budgets({128: ("", [], 0), 256: ("", [], 0)}, ["a"], [])
+    avg = average_budgets([row, other], budgets=(128, 256))
+    assert avg["128"] == {"evidence_recall": 0.25, "answer_containment": 1.0,
+                          "injected_tokens": 50.0, "over_budget": 0.0,
+                          "answer_questions": 1}  # fmt: skip
+    assert avg["256"]["over_budget"] == 0.5
+    assert average_budgets([]) == {}
+
+
+def test_pack_injects_the_top_memories_until_the_budget_is_spent() -> None:
+    count = cl100k().count
+    big = Hit("word " * 200, ("big",))
+    small = Hit("The cat is called Tom.", ("t1", "t2"))
+    again = Hit("Tom likes fish.", ("t2", "t3"))
+    assert 128 < count(big.text) < 1000
+    inj = pack([small, again, big], 128)
+    assert inj.text == "The cat is called Tom.\nTom likes fish."
+    assert inj.turns == ("t1", "t2", "t3")  # source turns de-duplicated, in rank order
+    assert count(inj.text) <= 128
+    # a prefix of the ranking: what does not fit ends the injection, nothing is cut
+    assert pack([big, small], 128) == Injection("", ())
+    assert pack([big, small], 1024).turns == ("big", "t1", "t2")
+    # the line breaks are charged: many one-token memories never exceed the budget
+    many = pack([Hit("x", (str(i),)) for i in range(100)], 32)
+    assert count(many.text) <= 32 and len(many.turns) == 16

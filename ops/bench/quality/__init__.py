@@ -1,13 +1,15 @@
 """Retrieval quality on public benchmarks: memstrata against baselines and a peer.
 
-``run(quick, dataset, fmt)`` loads a LoCoMo / MemDaily / MADial-Bench file (read in
-place), runs every system on it in the same process with the same embedder, scores the
-turn-budget metrics, attributes memstrata's lost gold turns to the stage that lost them,
-and writes ``results.json``, ``results.md`` and PNG plots to ``out_dir`` (default
+``run(quick, dataset, fmt)`` loads a LoCoMo / MemDaily / MADial-Bench / BEAM dataset
+(read in place), runs every system on it in the same process with the same embedder,
+scores the turn-budget metrics and what each system injects within token budgets,
+attributes memstrata's lost gold turns to the stage that lost them, and writes
+``results.json``, ``results.md`` and PNG plots to ``out_dir`` (default
 ``var/bench-quality/<dataset>[-quick]``).  The returned dict holds
 ``{"systems": {<name>: {"recall@1", "recall@5", "recall@10", "recall@25",
-"stored_items", "ingested_turns", "tokens_per_query", ...}}, "per_category": {...}}``.
-See docs/QUALITY.md for the method.
+"stored_items", "stored_tokens", "memory_ratio", "budget", "errors", ...}},
+"per_category": {...}, "errors": {...}}``.  A run with errors still writes its results;
+:func:`failures` lists them, and the CLI exits non-zero.  See docs/QUALITY.md.
 """
 
 from __future__ import annotations
@@ -16,11 +18,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ops.bench.common.machine import machine
 from ops.bench.quality.datasets import FORMATS, Format
 from ops.bench.quality.report import markdown as _markdown
-from ops.bench.quality.runner import DEFAULT_DATASET, SYSTEMS, evaluate, load_dataset, machine, save
+from ops.bench.quality.runner import DEFAULT_DATASET, SYSTEMS, evaluate, load_dataset, save
 
-__all__ = ["FORMATS", "SYSTEMS", "markdown", "run"]
+__all__ = ["FORMATS", "SYSTEMS", "failures", "markdown", "run"]
 
 
 def run(
@@ -61,6 +64,7 @@ def run(
     save(figures, target)  # the file keeps the per-question scores and stage losses
     if not keep_questions:
         figures.pop("per_question", None)
+        figures.pop("per_question_budget", None)
         losses = [figures.get("stage_loss") or {}]
         losses += list(figures.get("stage_loss_variants", {}).values())
         for sl in losses:
@@ -77,3 +81,23 @@ def _format(fmt: str | None) -> Format | None:
 
 def markdown(figures: dict[str, Any]) -> str:
     return _markdown(figures)
+
+
+def failures(figures: dict[str, Any]) -> list[str]:
+    """One line per recorded error of a run (or of every run of the suite, ``run_errors``);
+    empty when everything ran."""
+    runs: dict[str, Any] = {"": figures}
+    runs.update(figures.get("run_errors") or {})
+    lines = []
+    for run_key, run in runs.items():
+        ran = {**run.get("systems", {}), **run.get("diagnostics", {})}
+        for name, records in (run.get("errors") or {}).items():
+            where = f"{run_key}: {name}" if run_key else name
+            for r in records:
+                part = " ".join(x for x in (r.get("space"), r.get("item")) if x)
+                lines.append(f"{where}: {r.get('stage')}{' ' + part if part else ''}: "
+                             f"{r.get('error')}")  # fmt: skip
+            more = ran.get(name, {}).get("error_count", len(records)) - len(records)
+            if more > 0:
+                lines.append(f"{where}: … and {more} more errors")
+    return lines

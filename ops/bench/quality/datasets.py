@@ -1,8 +1,8 @@
-"""Loaders for the three benchmark formats, into one shape: memory spaces of turns + questions.
+"""Loaders for the four benchmark formats, into one shape: memory spaces of turns + questions.
 
 A :class:`Space` is what one user's memory holds (a LoCoMo conversation, a MemDaily
-trajectory with its distractors, a MADial user's archive); its questions may only be
-answered from it.  Files are read in place; nothing is copied.
+trajectory with its distractors, a MADial user's archive, a BEAM chat); its questions may
+only be answered from it.  Files are read in place; nothing is copied.
 """
 
 from __future__ import annotations
@@ -16,8 +16,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
-Format = Literal["locomo", "memdaily", "madial"]
-FORMATS: tuple[Format, ...] = ("locomo", "memdaily", "madial")
+from ops.bench.common.madial import read_madial
+
+Format = Literal["locomo", "memdaily", "madial", "beam"]
+FORMATS: tuple[Format, ...] = ("locomo", "memdaily", "madial", "beam")
 
 
 @dataclass(frozen=True)
@@ -27,6 +29,7 @@ class Turn:
     text: str  # what every system indexes: "<speaker>: <text>" for dialogue turns
     at: float  # event time, seconds since the epoch (the simulated clock)
     session: str  # session key within the space ("1", "2", ...)
+    role: str = "user"  # the chat role it is recorded with (BEAM: "user" or "assistant")
 
 
 @dataclass(frozen=True)
@@ -36,6 +39,8 @@ class Question:
     gold: tuple[str, ...]
     category: str
     answer: str = ""
+    # the strings answer containment looks for in the injected text (none: not scored)
+    answers: tuple[str, ...] = ()
 
 
 @dataclass
@@ -70,6 +75,13 @@ _LOCOMO_CATEGORIES = {
     "4": "4 single-hop",
     "5": "5 adversarial",
 }
+
+
+def _answers(value: object) -> tuple[str, ...]:
+    """The answer containment looks for: the answer field, if there is one."""
+    if value is None or str(value).strip() == "":
+        return ()
+    return (str(value),)
 
 
 def normalise_evidence(evidence: Iterable[str], known: set[str] | None = None) -> list[str]:
@@ -144,8 +156,10 @@ def load_locomo(
             dropped += len(normalise_evidence(evidence)) - len(gold)
             cat = _LOCOMO_CATEGORIES.get(str(qa["category"]), str(qa["category"]))
             answer = qa.get("answer", qa.get("adversarial_answer", ""))
+            # category 5's adversarial answer is the bait, not something to find
+            answers = _answers(qa.get("answer"))
             qid = f"{sample['sample_id']}:q{qi}"
-            questions.append(Question(qid, qa["question"], tuple(gold), cat, str(answer)))
+            questions.append(Question(qid, qa["question"], tuple(gold), cat, str(answer), answers))
         spaces.append(Space(str(sample["sample_id"]), turns, questions))
     return Dataset(
         name=path.name,
@@ -221,6 +235,7 @@ def load_memdaily(
                     tuple(f"{stem}:{traj['tid']}:{g}" for g in q.get("target_step_id", [])),
                     _memdaily_type(stem),
                     str(q.get("answer", "")),
+                    _answers(q.get("answer")),
                 )
                 for q in traj["question_list"]
             ]
@@ -239,22 +254,6 @@ def load_memdaily(
 _SPEAKER_LINE = re.compile(r"^<([^>]+)>:\s*(.*)$", re.DOTALL)
 
 
-def _jsonl(path: Path) -> list[dict[str, Any]]:
-    text = path.read_text("utf-8").strip()
-    if text.startswith("["):
-        data: list[dict[str, Any]] = json.loads(text)
-        return data
-    return [json.loads(line) for line in text.splitlines() if line.strip()]
-
-
-def _madial_memory(path: Path) -> dict[str, dict[str, Any]]:
-    out: dict[str, dict[str, Any]] = {}
-    for row in _jsonl(path):
-        for key, value in row.items():
-            out[str(key)] = value
-    return out
-
-
 def madial_query(dialogue: Sequence[str], test_turns: Sequence[int]) -> str:
     """The dialogue text before the first test turn (``<BOD>``/``<EOD>`` dropped)."""
     first = min(test_turns) if test_turns else len(dialogue)
@@ -270,50 +269,29 @@ def madial_query(dialogue: Sequence[str], test_turns: Sequence[int]) -> str:
     return "\n".join(lines)
 
 
-def _madial_owner(
-    memory: dict[str, dict[str, Any]], sibling: dict[str, dict[str, Any]]
-) -> dict[str, str]:
-    owners: dict[str, str] = {}
-    for key, value in memory.items():
-        uid = value.get("user-id", sibling.get(key, {}).get("user-id"))
-        owners[key] = "" if uid is None else str(uid)
-    return owners
-
-
 def load_madial(path: Path, *, dialogue_file: str | None = None) -> Dataset:
     """``path`` is a language folder (``en`` / ``zh``) holding ``*-memory.json`` and
     ``*-dialogue.json``.  Memories without a ``user-id`` take it from the sibling
     language's archive (same ids); if none is known they are candidates for every user."""
-    mem_file = next(iter(sorted(path.glob("*memory.json"))))
-    dlg_file = (
-        path / dialogue_file
-        if dialogue_file
-        else min(path.glob("*dialogue*.json"), key=lambda p: len(p.name))
-    )
-    memory = _madial_memory(mem_file)
-    sibling: dict[str, dict[str, Any]] = {}
-    for other in path.parent.glob("*/*memory.json"):
-        if other != mem_file:
-            sibling.update(_madial_memory(other))
-    owners = _madial_owner(memory, sibling)
-    dialogues = _jsonl(dlg_file)
-    users = sorted({str(d.get("user-id", "")) for d in dialogues})
+    folder = read_madial(path, dialogue_file=dialogue_file)
+    dlg_file = folder.dialogue_file
+    users = sorted({d.user for d in folder.dialogues})
     spaces: list[Space] = []
     for uid in users:
         turns = []
-        for key, value in memory.items():
-            if owners[key] not in ("", uid):
+        for entry in folder.archive:
+            if entry.owner not in ("", uid):
                 continue
-            when = datetime.strptime(str(value["time"]), "%Y-%m-%d").replace(tzinfo=UTC)
-            turns.append(Turn(key, "archive", str(value["event"]), when.timestamp(), "1"))
+            when = datetime.strptime(entry.time, "%Y-%m-%d").replace(tzinfo=UTC)
+            turns.append(Turn(entry.key, "archive", entry.event, when.timestamp(), "1"))
         turns.sort(key=lambda t: (t.at, t.id))
         known = {t.id for t in turns}
         qs = []
-        for n, d in enumerate(dialogues):
-            if str(d.get("user-id", "")) != uid:
+        for n, d in enumerate(folder.dialogues):
+            if d.user != uid:
                 continue
-            gold = tuple(str(g) for g in d.get("relevant-id", []) if str(g) in known)
-            query = madial_query(d["dialogue"], d.get("test-turn", []))
+            gold = tuple(g for g in d.relevant if g in known)
+            query = madial_query(d.lines, d.test_turns)
             qs.append(Question(f"{dlg_file.stem}:{n}", query, gold, f"user {uid}"))
         spaces.append(Space(f"madial-{path.name}-u{uid}", turns, qs))
     return Dataset(
@@ -325,9 +303,140 @@ def load_madial(path: Path, *, dialogue_file: str | None = None) -> Dataset:
     )
 
 
+# ---------------------------------------------------------------------- BEAM
+BEAM_HEADLINE = frozenset({
+    "information_extraction", "multi_session_reasoning", "knowledge_update",
+    "temporal_reasoning", "contradiction_resolution",
+})  # fmt: skip
+# the generator's " ->-> <batch>,<index>" tag at a message's end (seen as "2,N/A", " 3,8",
+# "5,14)" too; a few assistant messages of chat 5 carry it as well)
+_BEAM_ARTEFACT = re.compile(r"\s*->->[^\n]{0,24}\Z")
+# the key facts a grader checks: "LLM response should state: March 29"
+_BEAM_KEY_FACT = re.compile(r"^LLM response should (?:state|mention):\s*(.+?)\s*$", re.DOTALL)
+
+
+def parse_beam_time(text: str) -> float:
+    """``March-15-2024`` → epoch seconds (UTC, midnight)."""
+    return datetime.strptime(text.strip(), "%B-%d-%Y").replace(tzinfo=UTC).timestamp()
+
+
+def strip_beam_artefact(text: str) -> str:
+    return _BEAM_ARTEFACT.sub("", text)
+
+
+def flatten_ids(value: object) -> list[str]:
+    """``source_chat_ids`` → message ids in order, de-duplicated: a list, nested lists, or
+    a dict whose values hold them (knowledge_update: old and new information both)."""
+    out: list[str] = []
+
+    def walk(v: object) -> None:
+        if isinstance(v, dict):
+            for x in v.values():
+                walk(x)
+        elif isinstance(v, list | tuple):
+            for x in v:
+                walk(x)
+        elif isinstance(v, int) or (isinstance(v, str) and v.strip().isdigit()):
+            tid = str(int(v))
+            if tid not in out:
+                out.append(tid)
+
+    walk(value)
+    return out
+
+
+def beam_answers(q: dict[str, Any]) -> tuple[str, ...]:
+    """The strings answer containment looks for: the rubric's key facts ("should state:" /
+    "should mention:"), else the answer field.  BEAM's ``answer`` is a sentence that
+    restates the question ("My first sprint ends on March 29."); the rubric holds the
+    fact itself ("March 29")."""
+    facts = []
+    for item in q.get("rubric") or []:
+        m = _BEAM_KEY_FACT.match(str(item))
+        if m and m.group(1):
+            facts.append(m.group(1))
+    if facts:
+        return tuple(facts)
+    return _answers(q.get("answer", q.get("ideal_answer")))
+
+
+def _beam_chats(path: Path) -> list[Path]:
+    if (path / "chat.json").exists():
+        return [path]
+    chats = [p.parent for p in path.glob("*/chat.json")]
+    return sorted(chats, key=lambda p: (not p.name.isdigit(), int(p.name) if p.name.isdigit()
+                                        else 0, p.name))  # fmt: skip
+
+
+def _beam_turns(chat: list[dict[str, Any]], limit_batches: int | None) -> list[Turn]:
+    turns: list[Turn] = []
+    last = float("-inf")
+    batches = sorted(chat, key=lambda b: int(b.get("batch_number", 0)))[:limit_batches]
+    for batch in batches:
+        messages = [m for group in batch.get("turns", []) for m in group]
+        anchor = batch.get("time_anchor") or next(
+            (m["time_anchor"] for m in messages if m.get("time_anchor")), None
+        )
+        if anchor is None:
+            raise ValueError(f"BEAM batch {batch.get('batch_number')} has no time_anchor")
+        # one session per batch, dated by its anchor; messages one second apart
+        start = max(parse_beam_time(str(anchor)), last + 1)
+        for i, m in enumerate(messages):
+            role = str(m["role"])
+            content = strip_beam_artefact(str(m.get("content", "")))
+            at = start + i
+            turns.append(Turn(str(int(m["id"])), role, f"{role}: {content}", at,
+                              str(batch.get("batch_number")), role))  # fmt: skip
+            last = at
+    return turns
+
+
+def load_beam(
+    path: Path, *, limit_chats: int | None = None, limit_batches: int | None = None
+) -> Dataset:
+    """One space per chat (``<n>/chat.json`` + ``probing_questions.json``; ``path`` is the
+    folder of chats or one chat).  ``limit_batches`` keeps the first n batches and only the
+    questions whose gold lies in them."""
+    spaces: list[Space] = []
+    dropped = 0
+    for folder in _beam_chats(path)[:limit_chats]:
+        chat = json.loads((folder / "chat.json").read_text("utf-8"))
+        turns = _beam_turns(chat, limit_batches)
+        known = {t.id for t in turns}
+        probing = json.loads((folder / "probing_questions.json").read_text("utf-8"))
+        questions = []
+        for category, items in probing.items():
+            for i, q in enumerate(items):
+                cited = flatten_ids(q.get("source_chat_ids"))
+                gold = [t for t in cited if t in known]
+                if limit_batches is not None and (not gold or len(gold) < len(cited)):
+                    continue  # the slice holds only questions answerable from its batches
+                dropped += len(cited) - len(gold)
+                answer = q.get("answer", q.get("ideal_answer", ""))
+                questions.append(Question(f"beam-{folder.name}:{category}:{i}",
+                                          str(q["question"]), tuple(gold), str(category),
+                                          str(answer or ""), beam_answers(q)))  # fmt: skip
+        spaces.append(Space(f"beam-{folder.name}", turns, questions))
+    return Dataset(
+        name=f"beam-{path.name}",
+        fmt="beam",
+        spaces=spaces,
+        headline=BEAM_HEADLINE,
+        dropped_ids=dropped,
+        notes=[
+            "headline = information_extraction, multi_session_reasoning, knowledge_update, "
+            "temporal_reasoning, contradiction_resolution; the other categories reported "
+            "apart; abstention has no gold",
+            "answer containment looks for the rubric's key facts (should state / mention)",
+        ],
+    )
+
+
 # ---------------------------------------------------------------------- entry
 def detect_format(path: Path) -> Format:
     if path.is_dir():
+        if (path / "chat.json").exists() or any(path.glob("*/chat.json")):
+            return "beam"
         if any(path.glob("*memory.json")):
             return "madial"
         return "memdaily"
@@ -347,4 +456,6 @@ def load(path: Path, fmt: Format | None = None, **kw: Any) -> Dataset:
         return load_memdaily(path, **kw)
     if fmt == "madial":
         return load_madial(path, **kw)
+    if fmt == "beam":
+        return load_beam(path, **kw)
     raise ValueError(f"unknown format {fmt!r}; choose from {', '.join(FORMATS)}")

@@ -1,18 +1,27 @@
-"""Turn-budget retrieval metrics (bench README recipe, step 6-7).
+"""Turn-budget retrieval metrics (bench README recipe, step 6-7), and what an injected
+text of a token budget holds.
 
 A system returns ranked *memories*, each covering one or more source turns.  The ranked
 list is expanded into turn ids in rank order, de-duplicated and cut at ``k`` unique
 turns, so a summary of 20 turns spends 20 of the budget.
+
+An agent pays in tokens, not turns: at each token budget (cl100k) the harness takes the
+text a system would inject and scores its *evidence recall* (gold turns among the
+injected memories' source turns) and its *answer containment* (the normalised gold
+answer appears in the normalised injected text).
 """
 
 from __future__ import annotations
 
 import math
+import re
+import unicodedata
 from collections.abc import Iterable, Mapping, Sequence
 from statistics import mean
 
 KS: tuple[int, ...] = (1, 3, 5, 10, 25)
 METRICS: tuple[str, ...] = ("recall", "hit", "recall_all", "ndcg")
+TOKEN_BUDGETS: tuple[int, ...] = (128, 256, 512, 1024)  # injected cl100k tokens
 
 
 def turn_budget(ranked: Iterable[Sequence[str]], k: int) -> list[str]:
@@ -83,3 +92,80 @@ def average(rows: Sequence[Mapping[str, float]]) -> dict[str, float]:
     if not rows:
         return {}
     return {key: round(mean(r[key] for r in rows), 4) for key in rows[0]}
+
+
+# ---------------------------------------------------------------------- token budgets
+_ARTICLES = re.compile(r"\b(?:a|an|the)\b")
+_SPACE = re.compile(r"\s+")
+# a match must not start or end inside a latin word or number ("cat" is not in
+# "category"); CJK text has no spaces, so a CJK edge needs no boundary
+_WORD = "0-9a-z\u00c0-\u024f"
+
+
+def normalise_answer(text: str) -> str:
+    """Casefold, punctuation to spaces, English articles out, whitespace collapsed."""
+    folded = text.casefold()
+    chars = [" " if unicodedata.category(ch).startswith("P") else ch for ch in folded]
+    return _SPACE.sub(" ", _ARTICLES.sub(" ", "".join(chars))).strip()
+
+
+def contains_answer(text: str, answer: str) -> bool:
+    """Whether the normalised ``answer`` appears in the normalised ``text``."""
+    needle = normalise_answer(answer)
+    if not needle:
+        return False
+    pattern = rf"(?<![{_WORD}]){re.escape(needle)}(?![{_WORD}])"
+    return re.search(pattern, normalise_answer(text)) is not None
+
+
+def answer_containment(text: str, answers: Sequence[str]) -> float | None:
+    """The share of ``answers`` (one answer, or a question's key facts) found in ``text``;
+    None when the question has no answer to look for."""
+    wanted = [a for a in answers if normalise_answer(a)]
+    if not wanted:
+        return None
+    return sum(contains_answer(text, a) for a in wanted) / len(wanted)
+
+
+def average_present(values: Iterable[float | None]) -> float | None:
+    """Mean of the values that exist (None when none does)."""
+    present = [v for v in values if v is not None]
+    return round(mean(present), 4) if present else None
+
+
+def score_budgets(
+    injected: Mapping[int, tuple[str, Sequence[str], int]],
+    gold: Sequence[str],
+    answers: Sequence[str],
+) -> dict[str, float | None]:
+    """One question at every token budget ``b`` → ``(text, source turns, cl100k tokens)``:
+    ``evidence@b`` (recall of the gold turns), ``containment@b`` (None: no answer),
+    ``tokens@b`` and ``over@b`` (1.0 when the text exceeds the budget)."""
+    out: dict[str, float | None] = {}
+    for b, (text, turns, tokens) in sorted(injected.items()):
+        out[f"evidence@{b}"] = recall_at(turns, gold)
+        out[f"containment@{b}"] = answer_containment(text, answers)
+        out[f"tokens@{b}"] = float(tokens)
+        out[f"over@{b}"] = 1.0 if tokens > b else 0.0
+    return out
+
+
+def average_budgets(
+    rows: Sequence[Mapping[str, float | None]], budgets: Sequence[int] = TOKEN_BUDGETS
+) -> dict[str, dict[str, float | int | None]]:
+    """Macro averages per budget, keyed ``"128"`` …: evidence_recall, answer_containment
+    (over the questions with an answer; None if none has), injected_tokens (mean cl100k),
+    over_budget (share of injections longer than the budget), answer_questions."""
+    out: dict[str, dict[str, float | int | None]] = {}
+    for b in budgets:
+        if not rows:
+            break
+        contained = [r.get(f"containment@{b}") for r in rows]
+        out[str(b)] = {
+            "evidence_recall": average_present(r.get(f"evidence@{b}") for r in rows),
+            "answer_containment": average_present(contained),
+            "injected_tokens": average_present(r.get(f"tokens@{b}") for r in rows),
+            "over_budget": average_present(r.get(f"over@{b}") for r in rows),
+            "answer_questions": sum(1 for c in contained if c is not None),
+        }
+    return out

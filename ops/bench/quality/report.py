@@ -5,8 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ops.bench.quality.metrics import KS
+from ops.bench.quality.metrics import KS, TOKEN_BUDGETS
 from ops.bench.quality.stageloss import STAGES
+
+ERRORS_SHOWN = 5  # per system, in the markdown (results.json keeps up to MAX_ERRORS)
 
 
 def _f(v: Any) -> str:
@@ -15,6 +17,8 @@ def _f(v: Any) -> str:
 
 def markdown(figures: dict[str, Any]) -> str:
     lines = _systems_table(figures)
+    lines += _errors(figures)
+    lines += _budget_table(figures)
     lines += _diagnostics_table(figures)
     lines += _category_table(figures)
     lines += _stage_table(figures)
@@ -37,19 +41,93 @@ def _systems_table(figures: dict[str, Any]) -> list[str]:
         "expanded into source turns, de-duplicated, cut at k.",
         "",
         "| system | " + " | ".join(f"R@{k}" for k in KS) + " | hit@10 | all@10 | nDCG@10 | MRR "
-        "| stored items | turns in | tokens/query | add p50 ms | search p50 ms |",
-        "|---" * (len(KS) + 10) + "|",
+        "| stored items | turns in | tokens/query | add p50 ms | search p50 ms | errors |",
+        "|---" * (len(KS) + 11) + "|",
     ]
-    for name, s in figures.get("systems", {}).items():
+    systems = figures.get("systems", {})
+    for name, s in systems.items():
         cells = [_f(s.get(f"recall@{k}", 0.0)) for k in KS]
         cells += [_f(s.get("hit@10", 0.0)), _f(s.get("recall_all@10", 0.0)),
                   _f(s.get("ndcg@10", 0.0)), _f(s.get("mrr", 0.0))]  # fmt: skip
         cells += [str(s.get("stored_items")), str(s.get("ingested_turns")),
-                  _f(s.get("tokens_per_query")), _f(s["add_ms"]["p50"]),
-                  _f(s["search_ms"]["p50"])]  # fmt: skip
+                  _f(s.get("tokens_per_query")), _f(s.get("add_ms", {}).get("p50")),
+                  _f(s.get("search_ms", {}).get("p50")),
+                  f"**{n}**" if (n := s.get("error_count", 0)) else "0"]  # fmt: skip
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
-    for name, err in figures.get("errors", {}).items():
-        lines.append(f"| {name} | did not run: {err} |")
+    for name, records in figures.get("errors", {}).items():
+        if name not in systems and name not in figures.get("diagnostics", {}):
+            first = records[0]["error"] if records else "?"
+            lines.append(f"| {name} | did not run: {first} |")
+    return lines
+
+
+def _errors(figures: dict[str, Any]) -> list[str]:
+    """The failures of the run, loudly: the run exits non-zero when there are any."""
+    errors = figures.get("errors") or {}
+    if not errors:
+        return []
+    ran = {**figures.get("systems", {}), **figures.get("diagnostics", {})}
+    lines = ["", "**This run had errors** (failed parts are scored as misses; the command "
+             "exits non-zero):", ""]  # fmt: skip
+    for name, records in errors.items():
+        total = ran.get(name, {}).get("error_count", len(records))
+        for r in records[:ERRORS_SHOWN]:
+            where = " ".join(x for x in (r.get("space"), r.get("item")) if x)
+            lines.append(f"- {name}, {r.get('stage')}{' ' + where if where else ''}: "
+                         f"`{r.get('error')}`")  # fmt: skip
+        if total > min(len(records), ERRORS_SHOWN):
+            lines.append(f"- {name}: {total} errors in all (results.json lists the first "
+                         f"{len(records)})")  # fmt: skip
+    return lines
+
+
+def _budget_cell(row: dict[str, Any] | None) -> str:
+    if not row:
+        return "—"
+    ans = row.get("answer_containment")
+    tokens = row.get("injected_tokens")
+    return (f"{_f(row.get('evidence_recall'))} / {'—' if ans is None else _f(ans)}"
+            f" ({'—' if tokens is None else round(tokens)})")  # fmt: skip
+
+
+def _budget_table(figures: dict[str, Any]) -> list[str]:
+    systems = {**figures.get("systems", {}), **figures.get("diagnostics", {})}
+    if not any(s.get("budget") for s in systems.values()):
+        return []
+    transcript = figures.get("transcript_tokens")
+    answered = next((s["budget"][str(TOKEN_BUDGETS[0])].get("answer_questions")
+                     for s in systems.values() if s.get("budget")), None)  # fmt: skip
+    lines = [
+        "",
+        "#### What an agent pays for: evidence and answer within a token budget",
+        "",
+        "Per injected-token budget (cl100k): evidence recall / answer containment (mean "
+        "tokens injected), headline questions"
+        + (f" (answer containment over the {answered} with an answer)" if answered else "")
+        + ". Memory ratio = transcript tokens"
+        + (f" ({transcript:,})" if isinstance(transcript, int) else "")
+        + " ÷ tokens stored in the curated layers.",
+        "",
+        "| system | stored items | stored tokens | memory ratio | "
+        + " | ".join(f"{b} tokens" for b in TOKEN_BUDGETS)
+        + " |",
+        "|---" * (len(TOKEN_BUDGETS) + 4) + "|",
+    ]
+    for name, s in systems.items():
+        budget = s.get("budget") or {}
+        cells = [
+            str(s.get("stored_items")),
+            str(s.get("stored_tokens")),
+            _f(s.get("memory_ratio")) if s.get("memory_ratio") is not None else "—",
+        ]
+        cells += [_budget_cell(budget.get(str(b))) for b in TOKEN_BUDGETS]  # fmt: skip
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    layers = {n: s.get("stored_tokens_by_layer") for n, s in systems.items()
+              if len(s.get("stored_tokens_by_layer") or {}) > 1}  # fmt: skip
+    for name, by_layer in layers.items():
+        parts = ", ".join(f"{k} {v:,}" for k, v in (by_layer or {}).items())
+        lines += ["", f"Stored tokens of {name} by layer: {parts} (a raw_history layer is "
+                  "reported, never counted as curated)."]  # fmt: skip
     return lines
 
 
@@ -163,6 +241,10 @@ def plots(figures: dict[str, Any], out_dir: Path) -> list[Path]:
         plt.close(fig)
         out.append(p)
 
+    budget_png = _budget_plot(plt, figures, out_dir, stem)
+    if budget_png is not None:
+        out.append(budget_png)
+
     sl = figures.get("stage_loss") or {}
     if sl.get("totals"):
         fig, ax = plt.subplots(figsize=(7.4, 3.6))
@@ -177,3 +259,33 @@ def plots(figures: dict[str, Any], out_dir: Path) -> list[Path]:
         plt.close(fig)
         out.append(p)
     return out
+
+
+def _budget_plot(plt: Any, figures: dict[str, Any], out_dir: Path, stem: str) -> Path | None:
+    """Evidence recall (solid) and answer containment (dashed) against the token budget."""
+    systems = {**figures.get("systems", {}), **figures.get("diagnostics", {})}
+    systems = {n: s for n, s in systems.items() if s.get("budget")}
+    if not systems:
+        return None
+    fig, ax = plt.subplots(figsize=(7.2, 4.4))
+    for name, s in systems.items():
+        rows = [s["budget"].get(str(b)) or {} for b in TOKEN_BUDGETS]
+        (line,) = ax.plot(TOKEN_BUDGETS, [r.get("evidence_recall") or 0.0 for r in rows],
+                          marker="o", label=f"{name} evidence")  # fmt: skip
+        answers = [r.get("answer_containment") for r in rows]
+        if any(a is not None for a in answers):
+            ax.plot(TOKEN_BUDGETS, [a or 0.0 for a in answers], marker=".", ls="--",
+                    color=line.get_color(), label=f"{name} answer")  # fmt: skip
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(TOKEN_BUDGETS, [str(b) for b in TOKEN_BUDGETS])
+    ax.set_ylim(0, 1)
+    ax.set_xlabel("injected tokens (cl100k budget)")
+    ax.set_ylabel("evidence recall (solid), answer containment (dashed)")
+    ax.set_title(f"What fits in a token budget — {stem}", fontsize=10)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=6, ncol=2)
+    p = out_dir / f"quality-budget-{stem}.png"
+    fig.tight_layout()
+    fig.savefig(p, dpi=110)
+    plt.close(fig)
+    return p

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import json
 import logging
-import platform
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from statistics import median
 from typing import Any
@@ -16,8 +16,16 @@ from core.recall.pool import estimate_tokens
 from ops.bench.quality import stageloss
 from ops.bench.quality.datasets import Dataset, Format, Question, Space, load
 from ops.bench.quality.embed import shared_embedder
-from ops.bench.quality.metrics import KS, average, score_question, turn_budget
-from ops.bench.quality.systems.base import Hit, System
+from ops.bench.quality.metrics import (
+    KS,
+    TOKEN_BUDGETS,
+    average,
+    average_budgets,
+    score_budgets,
+    score_question,
+    turn_budget,
+)
+from ops.bench.quality.systems.base import Hit, Injection, System, cl100k, count_tokens
 
 log = logging.getLogger(__name__)
 
@@ -27,6 +35,7 @@ DEFAULT_DATASET = Path(__file__).resolve().parents[4] / "shared/bench/locomo/loc
 TOKENS_AT = 10  # tokens injected per query = the memories that fill a 10-turn budget
 ATTRIBUTION_K = 10
 QUICK_SESSIONS = 6
+QUICK_CHATS = 1  # BEAM --quick: the first chat (about 190 messages, 18 questions with gold)
 
 
 def _pct(values: Sequence[float], q: float) -> float:
@@ -101,6 +110,8 @@ def load_dataset(
     if fmt == "memdaily":
         n = distractors if distractors is not None else (10 if quick else 50)
         return load(path, fmt, distractors=n, per_file=1 if quick else 10)
+    if fmt == "beam" and quick:
+        return load(path, fmt, limit_chats=QUICK_CHATS)
     return load(path, fmt)
 
 
@@ -115,24 +126,63 @@ def _tokens(hits: list[Hit], k: int) -> int:
     return sum(estimate_tokens(h.text) for h in used)
 
 
+OnQuestion = Callable[[Space, Question, list[Hit], dict[int, Injection]], None]
+
+
+def _injections(system: System, space: Space, q: Question) -> dict[int, Injection]:
+    out: dict[int, Injection] = {}
+    for b in TOKEN_BUDGETS:
+        try:
+            out[b] = system.inject(space, q, b)
+        except Exception as exc:
+            system.stats.error(f"inject@{b}", space.id, q.id, exc)
+            out[b] = Injection("", ())
+    return out
+
+
 def run_system(
-    system: System, ds: Dataset, *, on_question: Callable[[Space, Question, list[Hit]], None]
+    system: System,
+    ds: Dataset,
+    *,
+    on_question: OnQuestion,
+    transcript_tokens: int | None = None,
 ) -> dict[str, Any]:
+    """Ingest every space, ask every question with gold.  A part that raises (a space's
+    ingest, one search, one injection) is recorded in ``system.stats`` and scored as a
+    miss; the run goes on, and the caller fails at the end."""
     t0 = time.perf_counter()
+    broken: set[str] = set()
     for space in ds.spaces:
-        system.ingest(space)
+        try:
+            system.ingest(space)
+        except Exception as exc:
+            system.stats.error("ingest", space.id, "", exc)
+            broken.add(space.id)
     t_ingest = time.perf_counter() - t0
     tokens: list[int] = []
     for space in ds.spaces:
         for q in space.questions:
             if not q.gold:
                 continue
-            hits = system.search(space, q, max(KS))
+            hits: list[Hit] = []
+            injected = {b: Injection("", ()) for b in TOKEN_BUDGETS}
+            if space.id not in broken:  # a space that never went in: its questions miss
+                try:
+                    hits = system.search(space, q, max(KS))
+                except Exception as exc:
+                    system.stats.error("search", space.id, q.id, exc)
+                injected = _injections(system, space, q)
             tokens.append(_tokens(hits, TOKENS_AT))
-            on_question(space, q, hits)
+            on_question(space, q, hits, injected)
     st = system.stats
+    if transcript_tokens is None:
+        transcript_tokens = count_tokens(t.text for s in ds.spaces for t in s.turns)
     return {
         "stored_items": st.stored_items,
+        "stored_tokens": st.stored_tokens,
+        "stored_tokens_by_layer": dict(st.stored_layers),
+        "memory_ratio": round(transcript_tokens / st.stored_tokens, 3) if st.stored_tokens
+        else None,
         "ingested_turns": st.ingested_turns,
         "tokens_per_query": round(sum(tokens) / len(tokens), 1) if tokens else 0.0,
         "add_ms": _ms(st.add_seconds),
@@ -141,7 +191,16 @@ def run_system(
         "total_s": round(time.perf_counter() - t0, 2),
         "notes": list(st.notes),
         "degraded": dict(st.degraded.most_common()),
-    }
+    }  # fmt: skip
+
+
+def _budget_row(q: Question, injected: dict[int, Injection]) -> dict[str, float | None]:
+    counter = cl100k()
+    return score_budgets(
+        {b: (i.text, i.turns, counter.count(i.text)) for b, i in injected.items()},
+        q.gold,
+        q.answers,
+    )
 
 
 def evaluate(
@@ -151,43 +210,63 @@ def evaluate(
     system_kw: dict[str, dict[str, Any]] | None = None,
     attribution_k: int = ATTRIBUTION_K,
 ) -> dict[str, Any]:
-    """Every system on every space of ``ds``; the figures as one JSON-able dict."""
+    """Every system on every space of ``ds``; the figures as one JSON-able dict.
+
+    Nothing is dropped quietly: a system that does not start, or fails on any part of the
+    data, has its errors in ``errors`` (per system: the records of the first failures,
+    and ``error_count``); the systems that ran keep their figures, the failed parts
+    scored as misses.  :func:`ops.bench.quality.failures` lists them for the exit code.
+    """
     out: dict[str, Any] = {"systems": {}, "per_category": {}, "diagnostics": {}, "errors": {}}
     per_question: dict[str, dict[str, dict[str, float]]] = {}
+    per_budget: dict[str, dict[str, dict[str, float | None]]] = {}
     stage: dict[str, Any] = {}  # memstrata (and variants) stage-loss attribution
+    transcript = count_tokens(t.text for s in ds.spaces for t in s.turns)
+    out["transcript_tokens"] = transcript
     emb = None
     for name in systems:
         try:
             system = make_system(name, **(system_kw or {}).get(name, {}))
-        except Exception as exc:  # a peer that cannot start is reported, not fatal
+        except Exception as exc:  # recorded, the other systems still run
             log.exception("system %s did not start", name)
-            out["errors"][name] = f"{type(exc).__name__}: {exc}"
+            out["errors"][name] = [_record("start", exc)]
             continue
         rows: dict[str, dict[str, float]] = {}
+        brows: dict[str, dict[str, float | None]] = {}
 
-        def record(space: Space, q: Question, hits: list[Hit], rows: dict[str, Any] = rows) -> None:
+        def record(
+            space: Space,
+            q: Question,
+            hits: list[Hit],
+            injected: dict[int, Injection],
+            rows: dict[str, Any] = rows,
+            brows: dict[str, Any] = brows,
+        ) -> None:
             rows[q.id] = score_question([h.turns for h in hits], q.gold)
+            brows[q.id] = _budget_row(q, injected)
 
         try:
-            info = run_system(system, ds, on_question=record)
+            info = run_system(system, ds, on_question=record, transcript_tokens=transcript)
             if name.startswith("memstrata"):
                 stage.setdefault("variants", {})[name] = attribute_losses(system, ds, attribution_k)
-        except Exception as exc:
+        except Exception as exc:  # the harness itself broke: no figures to show
             log.exception("system %s failed", name)
-            out["errors"][name] = f"{type(exc).__name__}: {exc}"
+            out["errors"][name] = [*system.stats.errors, _record("run", exc)]
+            _close(system)
             continue
-        finally:
-            system.close()
+        _close(system)
+        info["errors"] = list(system.stats.errors)
+        info["error_count"] = system.stats.error_count
+        if system.stats.error_count:
+            out["errors"][name] = info["errors"]
         per_question[name] = rows
+        per_budget[name] = brows
+        figures = {**_headline(ds, rows), **info, "budget": _budget(ds, brows)}
         if name in SYSTEMS:
-            out["systems"][name] = {**_headline(ds, rows), **info}
-            out["per_category"][name] = _by_category(ds, rows)
+            out["systems"][name] = figures
+            out["per_category"][name] = _by_category(ds, rows, brows)
         else:  # a diagnostic variant: same figures, kept out of the systems table
-            out["diagnostics"][name] = {
-                **_headline(ds, rows),
-                **info,
-                "per_category": _by_category(ds, rows),
-            }
+            out["diagnostics"][name] = {**figures, "per_category": _by_category(ds, rows, brows)}
     if any(s.startswith(("dense", "hybrid", "mem0")) for s in systems):
         emb = shared_embedder()
         emb.save()
@@ -197,7 +276,20 @@ def evaluate(
     out["stage_loss"] = variants.get("memstrata") or next(iter(variants.values()), {})
     out["stage_loss_variants"] = {k: v for k, v in variants.items() if k != "memstrata"}
     out["per_question"] = per_question
+    out["per_question_budget"] = per_budget
     return out
+
+
+def _record(stage: str, exc: BaseException) -> dict[str, str]:
+    return {"stage": stage, "space": "", "item": "", "error": f"{type(exc).__name__}: {exc}"}
+
+
+def _close(system: System) -> None:
+    try:
+        system.close()
+    except Exception as exc:
+        log.exception("system %s did not close", system.name)
+        system.stats.error("close", "", "", exc)
 
 
 def _questions(ds: Dataset) -> list[Question]:
@@ -210,67 +302,102 @@ def _headline(ds: Dataset, rows: dict[str, dict[str, float]]) -> dict[str, Any]:
     return {**avg, "questions": len(head)}
 
 
-def _by_category(ds: Dataset, rows: dict[str, dict[str, float]]) -> dict[str, Any]:
-    cats: dict[str, list[dict[str, float]]] = {}
+def _budget(ds: Dataset, brows: dict[str, dict[str, float | None]]) -> dict[str, Any]:
+    """The headline questions' figures per token budget (keys "128" … "1024")."""
+    head = [brows[q.id] for q in _questions(ds) if q.category in ds.headline and q.id in brows]
+    return average_budgets(head)
+
+
+def _by_category(
+    ds: Dataset,
+    rows: dict[str, dict[str, float]],
+    brows: dict[str, dict[str, float | None]] | None = None,
+) -> dict[str, Any]:
+    cats: dict[str, list[Question]] = {}
     for q in _questions(ds):
         if q.id in rows:
-            cats.setdefault(q.category, []).append(rows[q.id])
-    return {c: {**average(r), "questions": len(r)} for c, r in sorted(cats.items())}
+            cats.setdefault(q.category, []).append(q)
+    out: dict[str, Any] = {}
+    for c, qs in sorted(cats.items()):
+        out[c] = {**average([rows[q.id] for q in qs]), "questions": len(qs)}
+        if brows:
+            out[c]["budget"] = average_budgets([brows[q.id] for q in qs if q.id in brows])
+    return out
+
+
+@dataclass
+class _Losses:
+    """Stage-loss counts, summed over the spaces attributed so far."""
+
+    totals: Counter[str] = field(default_factory=Counter)
+    by_cat: dict[str, Counter[str]] = field(default_factory=dict)
+    refusals: Counter[str] = field(default_factory=Counter)
+    funnel: Counter[str] = field(default_factory=Counter)
+    rules: Counter[str] = field(default_factory=Counter)
+    questions: list[dict[str, Any]] = field(default_factory=list)
+
+    def add(self, other: _Losses) -> None:
+        self.totals.update(other.totals)
+        for c, n in other.by_cat.items():
+            self.by_cat.setdefault(c, Counter()).update(n)
+        self.refusals.update(other.refusals)
+        self.funnel.update(other.funnel)
+        self.rules.update(other.rules)
+        self.questions += other.questions
+
+
+def _space_losses(system: Any, space: Space, k: int) -> _Losses:
+    out = _Losses()
+    ledger = stageloss.build_ledger(system, space.id)
+    seen: set[str] = set()
+    for ds_ in ledger.decisions.values():
+        for d in ds_:
+            if d.decision_id not in seen:
+                seen.add(d.decision_id)
+                out.rules[f"{d.rule} {d.verdict.value}"] += 1
+    for t in space.turns:
+        out.funnel[stageloss.write_stage(t.id, ledger)] += 1
+    for q in space.questions:
+        if not q.gold:
+            continue
+        fates = stageloss.attribute(system, space.id, ledger, q, k)
+        for f in fates:
+            out.totals[f.stage] += 1
+            out.by_cat.setdefault(q.category, Counter())[f.stage] += 1
+            if f.stage == "refused":
+                out.refusals[f.detail] += 1
+        out.questions.append(
+            {"id": q.id, "category": q.category, "question": q.text,
+             "fates": [f.as_dict() for f in fates]}
+        )  # fmt: skip
+    return out
 
 
 def attribute_losses(system: Any, ds: Dataset, k: int) -> dict[str, Any]:
-    """Stage-loss attribution of every gold turn (all questions) plus the write funnel."""
-    totals: Counter[str] = Counter()
-    by_cat: dict[str, Counter[str]] = {}
-    refusals: Counter[str] = Counter()
-    funnel: Counter[str] = Counter()
-    rules: Counter[str] = Counter()
-    questions = []
+    """Stage-loss attribution of every gold turn (all questions) plus the write funnel.
+
+    A space that never went in, or whose attribution raises, is left out (its error is
+    recorded in ``system.stats``)."""
+    losses = _Losses()
     for space in ds.spaces:
-        ledger = stageloss.build_ledger(system, space.id)
-        seen: set[str] = set()
-        for ds_ in ledger.decisions.values():
-            for d in ds_:
-                if d.decision_id not in seen:
-                    seen.add(d.decision_id)
-                    rules[f"{d.rule} {d.verdict.value}"] += 1
-        for t in space.turns:
-            funnel[stageloss.write_stage(t.id, ledger)] += 1
-        for q in space.questions:
-            if not q.gold:
-                continue
-            fates = stageloss.attribute(system, space.id, ledger, q, k)
-            for f in fates:
-                totals[f.stage] += 1
-                by_cat.setdefault(q.category, Counter())[f.stage] += 1
-                if f.stage == "refused":
-                    refusals[f.detail] += 1
-            questions.append(
-                {"id": q.id, "category": q.category, "question": q.text,
-                 "fates": [f.as_dict() for f in fates]}
-            )  # fmt: skip
+        if space.id not in system.spaces:
+            continue  # its ingest failed: recorded by run_system
+        try:
+            losses.add(_space_losses(system, space, k))
+        except Exception as exc:
+            system.stats.error("attribution", space.id, "", exc)
     return {
         "k": k,
         "system": system.name,
-        "gold_turns": sum(totals.values()),
-        "totals": {s: totals.get(s, 0) for s in stageloss.STAGES},
+        "gold_turns": sum(losses.totals.values()),
+        "totals": {s: losses.totals.get(s, 0) for s in stageloss.STAGES},
         "by_category": {
-            c: {s: n.get(s, 0) for s in stageloss.STAGES} for c, n in sorted(by_cat.items())
+            c: {s: n.get(s, 0) for s in stageloss.STAGES} for c, n in sorted(losses.by_cat.items())
         },
-        "refusal_reasons": dict(refusals.most_common(10)),
-        "write_funnel": dict(funnel.most_common()),
-        "decisions_by_rule": dict(rules.most_common()),
-        "questions": questions,
-    }
-
-
-def machine() -> dict[str, Any]:
-    import os
-
-    return {
-        "python": platform.python_version(),
-        "platform": platform.platform(),
-        "cpus": os.cpu_count(),
+        "refusal_reasons": dict(losses.refusals.most_common(10)),
+        "write_funnel": dict(losses.funnel.most_common()),
+        "decisions_by_rule": dict(losses.rules.most_common()),
+        "questions": losses.questions,
     }
 
 

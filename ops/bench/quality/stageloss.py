@@ -3,6 +3,7 @@
 For every gold turn outside the top-k turn budget, the furthest stage the turn reached
 on the way from ``record_turn()`` to the injected memory:
 
+    not_recorded     ``record_turn()`` raised on the turn (the run records the error)
     never_proposed   the extractor proposed no candidate from the turn
     refused          candidates were proposed, the write policy refused them all
                      (the recorded reason is kept: ``read_decisions``)
@@ -32,6 +33,7 @@ from ops.bench.quality.systems.memstrata import TENANT, MemstrataSystem, SpaceSt
 
 STAGES: tuple[str, ...] = (
     "retrieved",
+    "not_recorded",
     "never_proposed",
     "refused",
     "evicted",
@@ -65,6 +67,7 @@ class SpaceLedger:
     evicted: set[str]
     now: float
     cards: dict[str, list[str]] = field(default_factory=dict)  # message id → active LTM cards
+    failed: dict[str, str] = field(default_factory=dict)  # message id → record_turn's error
 
 
 def build_ledger(system: MemstrataSystem, space_id: str) -> SpaceLedger:
@@ -76,8 +79,9 @@ def build_ledger(system: MemstrataSystem, space_id: str) -> SpaceLedger:
     ids = sorted({d.memory_id for ds in by_msg.values() for d in ds if d.memory_id})
     items = system.res.stm.get_many(st.user_id, ids, include_expired=True, tenant_id=TENANT)
     return SpaceLedger(
-        by_msg, {i.id: i for i in items}, set(st.evicted), st.query_now, _cards(system, st)
-    )
+        by_msg, {i.id: i for i in items}, set(st.evicted), st.query_now, _cards(system, st),
+        dict(st.failed),
+    )  # fmt: skip
 
 
 def _cards(system: MemstrataSystem, st: SpaceState) -> dict[str, list[str]]:
@@ -101,6 +105,8 @@ def _cards(system: MemstrataSystem, st: SpaceState) -> dict[str, list[str]]:
 
 def _write_fate(mid: str, ledger: SpaceLedger) -> tuple[str, str, list[str]]:
     """(stage, detail, alive memory ids) after the write path, before recall."""
+    if mid in ledger.failed:
+        return "not_recorded", ledger.failed[mid], []
     decisions = ledger.decisions.get(mid, [])
     if not decisions:
         return "never_proposed", "", []

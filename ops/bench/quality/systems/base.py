@@ -2,14 +2,23 @@
 
 from __future__ import annotations
 
+import logging
 import re
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from functools import cache
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from ops.bench.quality.datasets import Question, Space
+
+if TYPE_CHECKING:
+    from core.compress.tokens import Cl100kCounter
+
+log = logging.getLogger(__name__)
+
+MAX_ERRORS = 50  # error records kept per system (all are counted)
+RAW_HISTORY = "raw_history"  # a layer that keeps raw turns: reported, never counted as curated
 
 
 @dataclass(frozen=True)
@@ -20,6 +29,14 @@ class Hit:
     turns: tuple[str, ...]
 
 
+@dataclass(frozen=True)
+class Injection:
+    """What a system would put into the prompt within a token budget."""
+
+    text: str
+    turns: tuple[str, ...]  # source turns of the injected memories
+
+
 @dataclass
 class SystemStats:
     stored_items: int = 0
@@ -28,6 +45,23 @@ class SystemStats:
     search_seconds: list[float] = field(default_factory=list)  # per query
     notes: list[str] = field(default_factory=list)
     degraded: Counter[str] = field(default_factory=Counter)  # answers a layer was missing from
+    # cl100k tokens of the memories held at query time, per layer; curated layers count
+    # towards ``stored_tokens``, a raw-history index (``raw_history``) is kept apart
+    stored_layers: Counter[str] = field(default_factory=Counter)
+    errors: list[dict[str, str]] = field(default_factory=list)  # the first MAX_ERRORS
+    error_count: int = 0
+
+    @property
+    def stored_tokens(self) -> int:
+        return sum(n for layer, n in self.stored_layers.items() if layer != RAW_HISTORY)
+
+    def error(self, stage: str, space: str, item: str, exc: BaseException) -> None:
+        """Record a failure of one part of the run (the run goes on, and fails at the end)."""
+        self.error_count += 1
+        log.warning("%s failed on %s %s: %s: %s", stage, space, item, type(exc).__name__, exc)
+        if len(self.errors) < MAX_ERRORS:
+            self.errors.append({"stage": stage, "space": space, "item": item,
+                                "error": f"{type(exc).__name__}: {exc}"[:500]})  # fmt: skip
 
 
 class System(Protocol):
@@ -42,7 +76,46 @@ class System(Protocol):
         """Ranked memories for the question, enough to fill ``depth`` unique turns."""
         ...
 
+    def inject(self, space: Space, question: Question, budget: int) -> Injection:
+        """The text the system would inject for the question within ``budget`` cl100k
+        tokens (not timed: the latencies are ``search``'s)."""
+        ...
+
     def close(self) -> None: ...
+
+
+# ---------------------------------------------------------------------- token budgets
+@cache
+def cl100k() -> Cl100kCounter:
+    """The project's offline cl100k counter (core.compress.tokens), one per process."""
+    from core.compress.tokens import Cl100kCounter
+
+    return Cl100kCounter()
+
+
+def count_tokens(texts: Iterable[str]) -> int:
+    return sum(cl100k().count_many(list(texts)))
+
+
+def pack(hits: Iterable[Hit], budget: int) -> Injection:
+    """The top memories concatenated (one per line) until the next one would overflow
+    ``budget`` cl100k tokens: always a prefix of the ranking, so a larger budget injects
+    a superset; a memory is never cut.  Each line break is charged one token, so the
+    text never exceeds the budget."""
+    counter = cl100k()
+    texts: list[str] = []
+    turns: list[str] = []
+    used = 0
+    for h in hits:
+        need = counter.count(h.text) + (1 if texts else 0)
+        if used + need > budget:
+            break
+        used += need
+        texts.append(h.text)
+        for t in h.turns:
+            if t not in turns:
+                turns.append(t)
+    return Injection("\n".join(texts), tuple(turns))
 
 
 # ---------------------------------------------------------------------- shared text helpers

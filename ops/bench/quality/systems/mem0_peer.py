@@ -27,7 +27,9 @@ from typing import Any
 
 from ops.bench.quality.datasets import Question, Space
 from ops.bench.quality.embed import Embedder
-from ops.bench.quality.systems.base import Hit, SystemStats
+from ops.bench.quality.systems.base import Hit, Injection, SystemStats, count_tokens, pack
+
+BUDGET_DEPTH = 200  # ranked memories offered to the token-budget packer
 
 
 def _quiet_mem0() -> None:
@@ -94,29 +96,47 @@ class Mem0System:
             # the embedding is computed first so the measured time is mem0's own
             self.embedder.passages([t.text])
             t0 = time.perf_counter()
-            self.memory.add(
-                [{"role": "user", "content": t.text}],
-                user_id=user,
-                metadata={"turn_id": t.id, "session": t.session},
-                infer=False,
-            )
+            try:
+                self.memory.add(
+                    [{"role": t.role, "content": t.text}],
+                    user_id=user,
+                    metadata={"turn_id": t.id, "session": t.session},
+                    infer=False,
+                )
+            except Exception as exc:  # one refused turn must not lose the rest of the space
+                self.stats.error("ingest", space.id, t.id, exc)
+                continue
             self.stats.add_seconds.append(time.perf_counter() - t0)
         self.stats.ingested_turns += len(space.turns)
         got = self.memory.get_all(filters={"user_id": user}, top_k=100_000)
-        self.stats.stored_items += len(got.get("results", []))
+        stored = [str(r.get("memory", "")) for r in got.get("results", [])]
+        self.stats.stored_items += len(stored)
+        self.stats.stored_layers["qdrant memories"] += count_tokens(stored)
 
-    def search(self, space: Space, question: Question, depth: int) -> list[Hit]:
-        self.embedder.query(question.text)
-        t0 = time.perf_counter()
-        res = self.memory.search(
+    def _search(self, space: Space, question: Question, depth: int) -> dict[str, Any]:
+        res: dict[str, Any] = self.memory.search(
             question.text, filters={"user_id": self._user(space)}, top_k=depth, threshold=0.0
         )
-        self.stats.search_seconds.append(time.perf_counter() - t0)
+        return res
+
+    @staticmethod
+    def _hits(res: dict[str, Any]) -> list[Hit]:
         hits = []
         for r in res.get("results", []):
             turn = (r.get("metadata") or {}).get("turn_id")
             hits.append(Hit(str(r.get("memory", "")), (str(turn),) if turn else ()))
         return hits
+
+    def search(self, space: Space, question: Question, depth: int) -> list[Hit]:
+        self.embedder.query(question.text)
+        t0 = time.perf_counter()
+        res = self._search(space, question, depth)
+        self.stats.search_seconds.append(time.perf_counter() - t0)
+        return self._hits(res)
+
+    def inject(self, space: Space, question: Question, budget: int) -> Injection:
+        """mem0's top memories, concatenated while they fit the budget."""
+        return pack(self._hits(self._search(space, question, BUDGET_DEPTH)), budget)
 
     def close(self) -> None:
         client = getattr(self.memory.vector_store, "client", None)

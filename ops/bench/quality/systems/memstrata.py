@@ -10,7 +10,7 @@ rank order, are expanded into their ``source.message_ids`` (turn budget).
 
 Beat on the same clock: whenever the next turn comes more than ``session_idle_s`` +
 ``idle_check_s`` after the previous one, the idle-session job runs at the time Beat
-would (``core.lifecycle.sessions.finalise_idle``): the quiet sessions' items get the
+would (``core.lifecycle.finalise.finalise_idle``): the quiet sessions' items get the
 promotion pass, episodic statements become LTM cards, the session summary card is
 written; new cards are projected into Milvus right away (what the
 ``memstrata.ltm.index`` task does).  Then the STM expiry sweep runs at the next turn's
@@ -49,10 +49,10 @@ from core.policy.write import TtlPolicy
 from core.recall.service import RecallRequest, RecallSettings
 from core.runtime import Runtime
 from core.settings import Settings, load_settings
-from ops.bench.common import scratch_postgres
+from ops.bench.common.db import scratch_postgres
 from ops.bench.quality.datasets import Question, Space, Turn
 from ops.bench.quality.embed import SharedEmbedder, Vector, shared_embedder
-from ops.bench.quality.systems.base import Hit, SystemStats
+from ops.bench.quality.systems.base import RAW_HISTORY, Hit, Injection, SystemStats, count_tokens
 
 if TYPE_CHECKING:
     from core.lifecycle.runtime import Lifecycle
@@ -90,6 +90,7 @@ class SpaceState:
     turn_of: dict[str, str]  # message id → dataset turn id
     query_now: float
     evicted: set[str] = field(default_factory=set)
+    failed: dict[str, str] = field(default_factory=dict)  # message id → why record_turn failed
     explained: dict[str, list[Candidate]] = field(default_factory=dict)  # question id →
 
 
@@ -195,7 +196,7 @@ class MemstrataSystem:
         from core.models.transcript import Role, TranscriptRecord
 
         rec = TranscriptRecord(message_id=mid, turn_id="t-" + mid, user_id=user,
-                               tenant_id=TENANT, session_id=session, role=Role.USER,
+                               tenant_id=TENANT, session_id=session, role=Role(t.role),
                                content=t.text, name=t.speaker[:256] or None, at=t.at)  # fmt: skip
         self._activity.note_turn([rec], self._counter)
 
@@ -203,7 +204,7 @@ class MemstrataSystem:
         """Celery Beat's idle-session job at simulated time ``now``."""
         if self.lifecycle is None:
             return
-        from core.lifecycle.sessions import finalise_idle
+        from core.lifecycle.finalise import finalise_idle
 
         while finalise_idle(self.lifecycle, now=now, limit=100, max_s=600.0):
             pass
@@ -258,6 +259,20 @@ class MemstrataSystem:
                 self._kicked.add(shard)
             self._last_outcomes.extend(report.outcomes)
 
+    def _record(self, user: str, session: str, mid: str, t: Turn) -> None:
+        """One turn through the write path: L0 + stream, the drain, the session activity."""
+        self.client.record_turn(
+            user_id=user,
+            tenant_id=TENANT,
+            session_id=session,
+            turn_id="t-" + mid,
+            messages=[{"role": t.role, "content": t.text, "message_id": mid,
+                       "name": t.speaker[:256]}],
+            at=t.at,
+        )  # fmt: skip
+        self._drain()
+        self._note_activity(user, session, mid, t)
+
     def ingest(self, space: Space) -> None:
         user = message_id(space.id)[:100]
         self._ensure_user(user)
@@ -285,17 +300,13 @@ class MemstrataSystem:
             mid = message_id(t.id)
             state.turn_of[mid] = t.id
             t0 = time.perf_counter()
-            self.client.record_turn(
-                user_id=user,
-                tenant_id=TENANT,
-                session_id=session,
-                turn_id="t-" + mid,
-                messages=[{"role": "user", "content": t.text, "message_id": mid,
-                           "name": t.speaker[:256]}],
-                at=t.at,
-            )  # fmt: skip
-            self._drain()
-            self._note_activity(user, session, mid, t)
+            try:
+                self._record(user, session, mid, t)
+            except Exception as exc:  # recorded, and the run fails at the end; the rest
+                # of the space still goes in (one refused message must not lose a run)
+                state.failed[mid] = f"{type(exc).__name__}: {exc}"[:300]
+                self.stats.error("ingest", space.id, t.id, exc)
+                continue
             self.stats.add_seconds.append(time.perf_counter() - t0)
             last_at = t.at
         for outcome in self._last_outcomes:
@@ -304,41 +315,71 @@ class MemstrataSystem:
         state.query_now = max((t.at for t in space.turns), default=0.0) + QUERY_DELAY_S
         self.spaces[space.id] = state
         self.stats.ingested_turns += len(space.turns)
-        self.stats.stored_items += self.stored(space.id)
+        held = self.inventory(space.id)
+        self.stats.stored_items += self.stored(held)
+        for layer, texts in held.items():
+            self.stats.stored_layers[layer] += count_tokens(texts)
 
     # ------------------------------------------------------------------ inspection
-    def card_keys(self, space_id: str) -> set[str]:
-        """Canonical keys of the space user's active LTM cards (episodes, summaries)."""
-        if self.ltm_runtime is None:
-            return set()
-        from sqlalchemy import select
-
-        from core.ltm.tables import cards
-
-        q = select(cards.c.canonical_key).where(
-            cards.c.tenant_id == TENANT,
-            cards.c.user_id == self.spaces[space_id].user_id,
-            cards.c.status == "active",
-        )
-        with self.ltm_runtime.engine.connect() as conn:
-            return {str(k) for k in conn.execute(q).scalars()}
-
     def alive(self, space_id: str) -> list[MemoryItem]:
         st = self.spaces[space_id]
         keys = self.res.stm.keys(st.user_id, TENANT)
         ids = [str(m) for m in self.res.redis.zrange(keys.recent, 0, -1)]
         return self.res.stm.get_many(st.user_id, ids, now=st.query_now, tenant_id=TENANT)
 
-    def stored(self, space_id: str) -> int:
-        """Distinct memories held at query time: active LTM cards, plus STM items alive
-        that no episode card holds yet (an item finalised into a card lives on in STM
-        until its TTL: counted once)."""
-        held = self.card_keys(space_id)
+    @staticmethod
+    def stored(inventory: dict[str, list[str]]) -> int:
+        """Distinct curated memories of an :meth:`inventory` (raw history not counted)."""
+        return sum(len(v) for k, v in inventory.items() if k != RAW_HISTORY)
+
+    def inventory(self, space_id: str) -> dict[str, list[str]]:
+        """The text of every distinct memory held at query time, by layer: active LTM cards
+        (summary and content), STM items alive that no episode card or PG fact holds yet
+        (an item finalised into a card lives on in STM until its TTL: counted once), PG
+        facts (key and value).  Cards that keep raw history are reported apart."""
         from core.models.identity import EPISODE
 
-        stm_only = [i for i in self.alive(space_id)
-                    if f"{EPISODE}:{i.canonical_fact_key}"[:256] not in held]  # fmt: skip
-        return len(held) + len(stm_only)
+        cards = self._cards(space_id)
+        held = {key for key, _, _ in cards}
+        facts = self._facts(space_id)
+        promoted = {m for _, _, sources in facts for m in sources}
+        stm = [i.summary for i in self.alive(space_id)
+               if f"{EPISODE}:{i.canonical_fact_key}"[:256] not in held
+               and i.id not in promoted]  # fmt: skip
+        out: dict[str, list[str]] = {"stm": stm, "pg facts": [t for _, t, _ in facts],
+                                     "ltm cards": [], RAW_HISTORY: []}  # fmt: skip
+        for _key, source_type, text in cards:
+            out[RAW_HISTORY if source_type == RAW_HISTORY else "ltm cards"].append(text)
+        return out
+
+    def _cards(self, space_id: str) -> list[tuple[str, str, str]]:
+        """(canonical key, source type, stored text) of the user's active LTM cards."""
+        if self.ltm_runtime is None:
+            return []
+        from sqlalchemy import select
+
+        from core.ltm.tables import cards
+
+        q = select(cards.c.canonical_key, cards.c.source_type, cards.c.summary,
+                   cards.c.content).where(
+            cards.c.tenant_id == TENANT,
+            cards.c.user_id == self.spaces[space_id].user_id,
+            cards.c.status == "active",
+        )  # fmt: skip
+        with self.ltm_runtime.engine.connect() as conn:
+            return [(str(k), str(src), "\n".join(t for t in (summary, content) if t))
+                    for k, src, summary, content in conn.execute(q)]  # fmt: skip
+
+    def _facts(self, space_id: str) -> list[tuple[str, str, tuple[str, ...]]]:
+        """(key, "key: value" text, source memory ids) of the user's current PG facts."""
+        import json
+
+        from core.authority.read import read_snapshot
+
+        with self.res.engine.connect() as conn:
+            snap = read_snapshot(db=conn, tenant_id=TENANT, user_id=self.spaces[space_id].user_id)
+        return [(key, f"{key}: {json.dumps(f.value, ensure_ascii=False)}", f.source_memory_ids)
+                for key, f in snap.facts.items()]  # fmt: skip
 
     def decisions(self, space_id: str) -> list[WriteDecision]:
         from core.ingest.pipeline import read_decisions
@@ -377,6 +418,31 @@ class MemstrataSystem:
                 hits.append(Hit(c.summary, turns))
         st.explained[question.id] = cands
         return hits
+
+    def inject(self, space: Space, question: Question, budget: int) -> Injection:
+        """What recall renders within ``token_budget=budget`` (its own session, so the
+        question's main recall and its flags are untouched), with the kept memories'
+        source turns."""
+        st = self.spaces[space.id]
+        req = RecallRequest(
+            tenant_id=TENANT,
+            user_id=st.user_id,
+            session_id=f"b{budget}-" + message_id(question.id)[-56:],
+            query=question.text[:4000],
+            top_k=RECALL_TOP_K,
+            token_budget=budget,
+            now=st.query_now,
+        )
+        result = self.recaller.recall(req)
+        for layer, why in result.degraded.items():
+            self.stats.degraded[f"budget recall, {layer}: {why}"] += 1
+        turns: list[str] = []
+        for line in (*result.memory.short_term, *result.memory.long_term):
+            for m in line.message_ids:
+                t = st.turn_of.get(m, m)
+                if t not in turns:
+                    turns.append(t)
+        return Injection(result.text, tuple(turns))
 
     def close(self) -> None:
         self.recaller.close()  # flushes recall bookkeeping, stops its helper threads

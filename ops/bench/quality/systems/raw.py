@@ -17,9 +17,17 @@ import numpy as np
 
 from ops.bench.quality.datasets import Question, Space
 from ops.bench.quality.embed import Embedder, Vector
-from ops.bench.quality.systems.base import Hit, SystemStats, bm25_tokens
+from ops.bench.quality.systems.base import (
+    Hit,
+    Injection,
+    SystemStats,
+    bm25_tokens,
+    count_tokens,
+    pack,
+)
 
 RRF_K = 60
+BUDGET_DEPTH = 500  # ranked turns offered to the token-budget packer
 
 
 def ltm_tokens(text: str) -> list[str]:
@@ -79,6 +87,7 @@ class RawSystem:
         self.stats.add_seconds.extend([elapsed / n] * len(ids))
         self.stats.ingested_turns += len(ids)
         self.stats.stored_items += len(ids)
+        self.stats.stored_layers["raw turns"] += count_tokens(texts)
 
     def _bm25_rank(self, idx: _Index, query: str) -> list[int]:
         q = self._tokens(query)
@@ -94,24 +103,28 @@ class RawSystem:
         sims = idx.vectors @ self.embedder.query(query)
         return [int(i) for i in np.argsort(-sims, kind="stable")]
 
+    def _order(self, idx: _Index, query: str) -> list[int]:
+        if self.mode == "bm25":
+            return self._bm25_rank(idx, query)
+        if self.mode == "dense":
+            return self._dense_rank(idx, query)
+        lexical = self._bm25_rank(idx, query)[:FUSION_DEPTH]
+        return rrf([lexical, self._dense_rank(idx, query)[:FUSION_DEPTH]])
+
     def search(self, space: Space, question: Question, depth: int) -> list[Hit]:
         idx = self._spaces[space.id]
         if self.mode != "bm25" and self.embedder is not None:
             self.embedder.query(question.text)  # warm the cache: latency excludes embedding
         t0 = time.perf_counter()
-        if self.mode == "bm25":
-            order = self._bm25_rank(idx, question.text)
-        elif self.mode == "dense":
-            order = self._dense_rank(idx, question.text)
-        else:
-            order = rrf(
-                [
-                    self._bm25_rank(idx, question.text)[:FUSION_DEPTH],
-                    self._dense_rank(idx, question.text)[:FUSION_DEPTH],
-                ]
-            )
+        order = self._order(idx, question.text)
         self.stats.search_seconds.append(time.perf_counter() - t0)
         return [Hit(idx.texts[i], (idx.turns[i],)) for i in order[:depth]]
+
+    def inject(self, space: Space, question: Question, budget: int) -> Injection:
+        """The top turns, concatenated while they fit the budget."""
+        idx = self._spaces[space.id]
+        order = self._order(idx, question.text)[:BUDGET_DEPTH]
+        return pack((Hit(idx.texts[i], (idx.turns[i],)) for i in order), budget)
 
     def close(self) -> None:
         self._spaces.clear()

@@ -1,0 +1,35 @@
+-- The promotion scan's read of one user (core/lifecycle/views.py parses the reply).
+-- KEYS: user prefix, lifecycle state hash, access zset
+-- ARGV: now, JSON {types = [...], subtypes = [...]} never promoted, fields...
+-- Two filters run in Redis, so most items never cross the wire: items whose kind the
+-- policy never promotes (counted, not sent) and items already settled for their current
+-- fingerprint (queued, promoted, merged, dropped, retracted).
+-- Returns ONE JSON string {rows, lifecycle records (flat), access hits (flat), never, settled}.
+local ids = redis.call('ZRANGEBYSCORE', KEYS[1] .. 'expire', '(' .. ARGV[1], '+inf')
+local never = cjson.decode(ARGV[2])
+local skip_type, skip_sub = {}, {}
+for _, t in ipairs(never.types) do skip_type[t] = true end
+for _, t in ipairs(never.subtypes) do skip_sub[t] = true end
+local fields = {}
+for i = 3, #ARGV do fields[#fields + 1] = ARGV[i] end
+local flat = redis.call('HGETALL', KEYS[2])
+local settled = {}
+for i = 1, #flat, 2 do
+  local ok, rec = pcall(cjson.decode, flat[i + 1])
+  if ok and rec[1] ~= 'new' then settled[flat[i]] = rec[2] end
+end
+local rows, n_never, n_settled = {}, 0, 0
+for _, id in ipairs(ids) do
+  local r = redis.call('HMGET', KEYS[1] .. 'item:' .. id, unpack(fields))
+  if r[1] then
+    if skip_type[r[5]] or skip_sub[r[6]] then
+      n_never = n_never + 1
+    elseif settled[id] and settled[id] == r[9] then
+      n_settled = n_settled + 1
+    else
+      rows[#rows + 1] = r
+    end
+  end
+end
+local hits = redis.call('ZRANGE', KEYS[3], 0, -1, 'WITHSCORES')
+return cjson.encode({rows, flat, hits, n_never, n_settled})

@@ -1,0 +1,92 @@
+"""The ``memstrata`` console entry point: one subcommand per role.
+
+    memstrata up [--exit-after-demo]   worker + Beat + Flower, the demo, then run until Ctrl-C
+    memstrata worker | beat | flower   one Celery role in the foreground (exec)
+    memstrata demo [--inline]          feed the bundled sessions through record_turn()
+    memstrata inspect | explain        what is in STM, and why each candidate was (not) stored
+    memstrata sweep [--dry-run]        run the expire sweep once
+    memstrata migrate                  bring every PostgreSQL table up to date (Alembic)
+    memstrata replay [...]             replay public agent sessions (ops/replay/)
+    memstrata bench <name>             benchmarks (ops/bench)
+    memstrata ltm status|reindex|requeue  LTM projections: counts, rebuild, dead letters
+    memstrata milvus [DB_FILE] [ADDR]  the local milvus-lite server in the foreground
+    memstrata retract fact|card ...    undo a promotion (PG fact or LTM card), audited
+    memstrata rebuild --user --session re-derive a session's STM from its L0 transcript
+    memstrata forget [--dry-run]       forget long-inactive low-importance LTM cards
+
+Settings come from ``MEMSTRATA_*`` environment variables (``core.settings``), read when a
+command starts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+
+from pydantic import ValidationError
+
+from core.errors import MemstrataError
+from core.redact import redact
+from core.runtime import close_runtime
+from ops.cli import bench, lifecycle, ltm, memory, roles
+from ops.runtime import CliError
+
+
+def _replay(argv: Sequence[str]) -> int:
+    """Everything after ``replay`` goes to ``ops.replay`` untouched (its own options)."""
+    from ops import replay
+
+    code: int = replay.main(list(argv))
+    return code
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="memstrata", description=__doc__, formatter_class=argparse.RawTextHelpFormatter
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    bench.add_bench(sub)
+    roles.add_up(sub)
+    roles.add_celery_roles(sub)
+    roles.add_demo(sub)
+    memory.add_inspect_explain(sub)
+    memory.add_sweep(sub)
+    roles.add_migrate(sub)
+    # listed for --help only: main() hands `replay ...` to ops.replay before parsing
+    sub.add_parser("replay", help="replay public agent sessions (ops/replay/; --help there)")
+    memory.add_recall(sub)
+    memory.add_compress(sub)
+    ltm.add_ltm(sub)
+    lifecycle.add_lifecycle(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args_in = list(sys.argv[1:] if argv is None else argv)
+    if args_in[:1] == ["replay"]:
+        return _replay(args_in[1:])
+    parser = build_parser()
+    args = parser.parse_args(args_in)
+    try:
+        code: int = args.func(args)
+    except (CliError, MemstrataError, ValidationError) as exc:
+        # one line, never a traceback, never a password (a URL in a vendor error)
+        if isinstance(exc, ValidationError):  # bad input or settings: the first problem
+            first = exc.errors(include_url=False, include_input=False)[0]
+            cause = first.get("ctx", {}).get("error")
+            what = str(cause) if isinstance(cause, MemstrataError) else first["msg"]
+            message = f"{'.'.join(str(p) for p in first['loc']) or exc.title}: {what}"
+        else:
+            message = str(exc)
+        print(f"memstrata {args.command}: {' '.join(redact(message).split())}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:  # `memstrata … | head`: stop quietly, like other CLI tools
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
+    finally:
+        close_runtime()
+    return code

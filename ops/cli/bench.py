@@ -1,0 +1,74 @@
+"""``memstrata bench <name>|all``: run benchmarks (``ops/bench``) and print their figures."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import sys
+from typing import Any
+
+
+def _bench(args: argparse.Namespace) -> int:
+    from ops.bench import BENCHES
+
+    if args.name == "all":
+        from ops.bench.report import run_all
+
+        results = run_all(BENCHES, quick=args.quick, progress=lambda m: print(m, file=sys.stderr))
+        if args.json:
+            print(json.dumps(results))
+        else:
+            print("docs/BENCHMARKS.md and docs/benchmarks.json regenerated", file=sys.stderr)
+        failed = _quality_failed(results.get("quality") or {})
+        return 0 if not any("error" in f for f in results.values()) and not failed else 1
+    names = [args.name]
+    unknown = [n for n in names if n not in BENCHES]
+    if unknown:
+        print(
+            f"unknown benchmark {unknown[0]!r}; choose from: all, {', '.join(BENCHES)}",
+            file=sys.stderr,
+        )
+        return 2
+    results = {}
+    for name in names:
+        module = importlib.import_module(BENCHES[name])
+        if name == "quality":
+            results[name] = module.run(quick=args.quick, dataset=args.dataset, fmt=args.format)
+        else:
+            results[name] = module.run(quick=args.quick)
+        if not args.json:
+            print(module.markdown(results[name]))
+    if args.json:
+        print(json.dumps(results[names[0]] if len(names) == 1 else results))
+    return 1 if "quality" in results and _quality_failed(results["quality"]) else 0
+
+
+def _quality_failed(figures: dict[str, Any]) -> bool:
+    """Print a quality run's errors (its results are written all the same); True if any."""
+    from ops.bench.quality import failures
+
+    lines = failures(figures)
+    if lines:
+        print(f"memstrata bench quality: {len(lines)} error(s) in this run:", file=sys.stderr)
+        for line in lines:
+            print(f"  {line}", file=sys.stderr)
+    return bool(lines)
+
+
+def add_bench(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    b = sub.add_parser("bench", help="run a benchmark and print its figures")
+    b.add_argument("name", help="benchmark name, or 'all'")
+    b.add_argument("--quick", action="store_true", help="a short run (under a minute)")
+    b.add_argument("--json", action="store_true", help="print one JSON object of figures")
+    b.add_argument(
+        "--dataset",
+        help="quality: benchmark file or folder, read in place (default: the whole suite of "
+        "docs/QUALITY.md, which it regenerates; with --quick the LoCoMo quick slice)",
+    )
+    b.add_argument(
+        "--format",
+        choices=["locomo", "memdaily", "madial", "beam"],
+        help="quality: dataset format (default: detected from the file)",
+    )
+    b.set_defaults(func=_bench)

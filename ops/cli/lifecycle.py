@@ -1,0 +1,95 @@
+"""Undoing and re-deriving memory: ``retract`` (a PG fact or an LTM card), ``rebuild``
+(a session's STM from L0) and ``forget`` (long-inactive low-importance cards)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from collections.abc import Sequence
+
+from core.lifecycle.runtime import Lifecycle
+from ops.runtime import CliError, connected_runtime
+
+
+def _lifecycle() -> Lifecycle:
+    return connected_runtime().lifecycle(on_cards=_index_cards)
+
+
+def _index_cards(ids: Sequence[str]) -> None:
+    from tasks._options import LTM_INDEX, MAX_IDS
+    from tasks.app import app
+
+    for i in range(0, len(ids), MAX_IDS):
+        app.send_task(LTM_INDEX, args=[list(ids[i : i + MAX_IDS])], queue="ltm")
+
+
+def _retract(args: argparse.Namespace) -> int:
+    from core.lifecycle.retract import retract_card, retract_pg_fact
+
+    lc = _lifecycle()
+    if args.kind == "card":
+        out = retract_card(lc, card_id=args.target, now=time.time(), reason=args.reason)
+    else:
+        if not (args.tenant and args.user):
+            raise CliError("retract fact needs --tenant and --user")
+        out = retract_pg_fact(
+            lc, tenant_id=args.tenant, user_id=args.user, fact_key=args.target,
+            now=time.time(), reason=args.reason,
+        )  # fmt: skip
+    state = "retracted" if out.changed else "already not current"
+    sources = ", ".join(out.memory_ids) or "-"
+    print(f"{args.kind} {out.target}: {state}; source STM items {sources}")
+    return 0
+
+
+def _rebuild(args: argparse.Namespace) -> int:
+    from core.lifecycle.rebuild import rebuild_session
+
+    out = rebuild_session(_lifecycle(), user_id=args.user, session_id=args.session,
+                          tenant_id=args.tenant, now=time.time())  # fmt: skip
+    print(f"session {args.session}: {out.deleted} items removed, {out.turns} turns replayed, "
+          f"{out.written} written")  # fmt: skip
+    return 0
+
+
+def _forget(args: argparse.Namespace) -> int:
+    from core.lifecycle.maintenance import forget
+
+    plan = forget(_lifecycle(), now=time.time() + args.ahead, apply=args.apply, limit=args.limit)
+    rows = [
+        {"card": f.card.memory_id, "user": f.card.user_id, "tenant": f.card.tenant_id,
+         "reason": f.reason}
+        for f in plan
+    ]  # fmt: skip
+    if args.json:
+        print(json.dumps(rows))
+        return 0
+    for r in rows:
+        print(f"{r['card']}  {r['tenant']}/{r['user']}  {r['reason']}")
+    verb = "forgotten" if args.apply else "would be forgotten (dry run; --apply to forget)"
+    print(f"{len(plan)} cards {verb}")
+    return 0
+
+
+def add_lifecycle(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    r = sub.add_parser("retract", help="undo a promotion: a PG fact or an LTM card")
+    r.add_argument("kind", choices=["fact", "card"])
+    r.add_argument("target", help="fact key (profile.answer_style) or card id (ltm_...)")
+    r.add_argument("--tenant", help="tenant of a fact")
+    r.add_argument("--user", help="user of a fact")
+    r.add_argument("--reason", default="retracted from the CLI")
+    r.set_defaults(func=_retract)
+    b = sub.add_parser("rebuild", help="re-derive a session's STM from its L0 transcript")
+    b.add_argument("--user", required=True)
+    b.add_argument("--session", required=True)
+    b.add_argument("--tenant")
+    b.set_defaults(func=_rebuild)
+    f = sub.add_parser("forget", help="forget long-inactive low-importance LTM cards")
+    mode = f.add_mutually_exclusive_group()
+    mode.add_argument("--dry-run", action="store_true", default=True, help="list only (default)")
+    mode.add_argument("--apply", action="store_true", help="really forget them")
+    f.add_argument("--ahead", type=float, default=0.0, help="plan as if N seconds later")
+    f.add_argument("--limit", type=int, default=1000)
+    f.add_argument("--json", action="store_true")
+    f.set_defaults(func=_forget)

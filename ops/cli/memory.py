@@ -1,0 +1,208 @@
+"""Looking at memory: ``inspect`` (STM items), ``explain`` (write decisions), ``recall``
+(the read path), ``compress`` (a session's compressed context) and ``sweep`` (expiry)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+from ops.runtime import CliError, connected_runtime
+
+
+def _inspect(args: argparse.Namespace) -> int:
+    from ops.report import items_block
+
+    res = connected_runtime()
+    stm, user, limit = res.stm, args.user, args.limit
+    if args.session:
+        items, what = stm.by_session(user, args.session, limit=limit), f"session {args.session}"
+    elif args.task:
+        items, what = stm.by_task(user, args.task, limit=limit), f"task {args.task}"
+    elif args.entity:
+        items, what = stm.by_entity(user, args.entity, limit=limit), f"entity {args.entity}"
+    elif args.type:
+        items, what = stm.by_type(user, args.type, limit=limit), f"type {args.type}"
+    else:
+        items, what = stm.recent(user, limit=limit), "all sessions"
+    if args.json:
+        print(json.dumps([i.model_dump(mode="json") for i in items], ensure_ascii=False, indent=1))
+        return 0
+    print(f"STM of user {user}, {what}: {len(items)} item(s), newest first")
+    if items:
+        print(items_block(items))
+    return 0
+
+
+def _explain(args: argparse.Namespace) -> int:
+    from core.ingest.pipeline import read_decisions
+    from core.models.candidate import Verdict
+    from ops.report import decisions_block
+
+    res = connected_runtime()
+    decisions = read_decisions(res.stm, args.user, args.session)
+    if args.refused:
+        decisions = [d for d in decisions if d.verdict is Verdict.REFUSED]
+    if args.written:
+        decisions = [d for d in decisions if d.verdict is Verdict.WRITTEN]
+    if args.grep:
+        needle = args.grep.casefold()
+        decisions = [d for d in decisions if needle in d.summary.casefold()]
+    if args.json:
+        print(json.dumps([d.model_dump(mode="json") for d in decisions], ensure_ascii=False))
+        return 0
+    print(
+        f"Write decisions of user {args.user}, session {args.session}: {len(decisions)} "
+        f"(threshold {res.settings.write_threshold:g}; kept "
+        f"{res.settings.decision_ttl_s // 3600} h)"
+    )
+    if decisions:
+        print(decisions_block(decisions, verbose=True))
+    return 0
+
+
+def _compress(args: argparse.Namespace) -> int:
+    from core.compress.cache import SessionActivity, ViewCache
+    from core.compress.explain import explain
+    from core.compress.service import compress_cached
+
+    res = connected_runtime()
+    ns = res.settings.key_namespace
+    view, cached = compress_cached(
+        transcript=res.transcript,
+        stm=res.stm,
+        cache=ViewCache(res.redis, namespace=ns),
+        user_id=args.user,
+        session_id=args.session,
+        budget_tokens=args.budget or res.settings.compress_budget_tokens,
+        activity=SessionActivity(res.redis, namespace=ns),
+    )
+    if args.json:
+        print(view.model_dump_json())
+        return 0
+    if args.explain:
+        print(explain(view))
+        return 0
+    print(view.text())
+    print(
+        f"\n[{view.level.value}: {view.raw_tokens} → {view.view_tokens} tokens, "
+        f"{view.ratio:.1f}:1{', cached' if cached else ''}]"
+    )
+    return 0
+
+
+def _recall(args: argparse.Namespace) -> int:
+    from core.recall.service import RecallRequest
+
+    # bad input is refused before any store is touched (main() prints the first problem)
+    request = RecallRequest(
+        tenant_id=args.tenant, user_id=args.user, session_id=args.session, query=args.query,
+        task_id=args.task, project_id=args.project, workspace_id=args.workspace,
+        top_k=args.top_k, token_budget=args.budget, explain=args.explain,
+    )  # fmt: skip
+    res = connected_runtime()
+    res.warm_ltm()  # a one-shot process: load LTM before the recall's time budget starts
+    recaller = res.recaller()
+    try:
+        out = recaller.recall(request)
+    finally:
+        recaller.close()
+    if args.json:
+        print(out.model_dump_json())
+        return 0
+    print(out.text or "(nothing to inject)")
+    if out.degraded:
+        print(f"\ndegraded: {out.degraded}")
+    if out.explain is not None:
+        e = out.explain
+        print(f"\nprofile: {e.profile.model_dump()}")
+        print(f"route:   {e.route.model_dump(exclude={'reasons'})} reasons={e.route.reasons}")
+        print(f"cache:   {e.cache}   timings (ms): {e.timings_ms}")
+        for s in e.candidates:
+            c = s.candidate
+            print(f"  {s.verdict.value:24s} {s.score:6.3f} {c.source_type.value:9s} "
+                  f"{c.summary[:70]}  ({s.reason})")  # fmt: skip
+    return 0
+
+
+def _sweep(args: argparse.Namespace) -> int:
+    res = connected_runtime()
+    if args.ahead and not args.dry_run:
+        raise CliError("--ahead only goes with --dry-run (a real sweep uses the real clock)")
+    limit = args.max_items or res.settings.sweep_batch
+    if args.dry_run:
+        from ops.sweep_plan import plan_sweep, render_plan
+
+        plan = plan_sweep(res, now=time.time() + args.ahead, max_items=limit)
+        if args.json:
+            print(json.dumps([{"user_id": u, "memory_id": i.id} for u, i in plan]))
+        else:
+            print(render_plan(plan, ahead_s=args.ahead))
+        return 0
+    from tasks.maintenance import sweep_expired
+
+    out = sweep_expired(max_items=limit)
+    if args.json:
+        print(json.dumps(out))
+    elif out.get("skipped"):
+        print("sweep skipped: another sweep holds the lock (Beat's run); try again shortly")
+    else:
+        print(f"sweep removed {out['removed']} expired item(s) of {out['users']} user(s)")
+    return 0
+
+
+def add_inspect_explain(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    i = sub.add_parser("inspect", help="show a user's STM items (by session/task/entity/type)")
+    i.add_argument("--user", required=True)
+    scope = i.add_mutually_exclusive_group()
+    scope.add_argument("--session")
+    scope.add_argument("--task")
+    scope.add_argument("--entity")
+    scope.add_argument("--type", help="fact, decision, hypothesis, observation, ...")
+    i.add_argument("--limit", type=int, default=50)
+    i.add_argument("--json", action="store_true")
+    i.set_defaults(func=_inspect)
+    e = sub.add_parser("explain", help="why each candidate of a session was stored or refused")
+    e.add_argument("--user", required=True)
+    e.add_argument("--session", required=True)
+    only = e.add_mutually_exclusive_group()
+    only.add_argument("--refused", action="store_true", help="only refusals")
+    only.add_argument("--written", action="store_true", help="only writes")
+    e.add_argument("--grep", help="only decisions whose summary contains this text")
+    e.add_argument("--json", action="store_true")
+    e.set_defaults(func=_explain)
+
+
+def add_sweep(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    s = sub.add_parser("sweep", help="run the expire sweep once")
+    s.add_argument("--dry-run", action="store_true", help="list what would be removed")
+    s.add_argument("--ahead", type=float, default=0.0, help="dry run as if N seconds later")
+    s.add_argument("--max-items", type=int, help="bound (default MEMSTRATA_SWEEP_BATCH)")
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(func=_sweep)
+
+
+def add_recall(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    r = sub.add_parser("recall", help="build the memory block for a query (the read path)")
+    r.add_argument("query")
+    r.add_argument("--tenant", default=None, help="the user's tenant (default: the default tenant)")
+    r.add_argument("--user", required=True)
+    r.add_argument("--session", required=True)
+    r.add_argument("--task")
+    r.add_argument("--project")
+    r.add_argument("--workspace")
+    r.add_argument("--top-k", type=int, default=8)
+    r.add_argument("--budget", type=int, default=600, help="token budget of the block")
+    r.add_argument("--explain", action="store_true", help="show profile, route, every candidate")
+    r.add_argument("--json", action="store_true")
+    r.set_defaults(func=_recall)
+
+
+def add_compress(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    c = sub.add_parser("compress", help="a session's compressed context within a token budget")
+    c.add_argument("--user", required=True)
+    c.add_argument("--session", required=True)
+    c.add_argument("--budget", type=int, help="tokens (default MEMSTRATA_COMPRESS_BUDGET_TOKENS)")
+    c.add_argument("--explain", action="store_true", help="class and reason per tool result")
+    c.add_argument("--json", action="store_true")
+    c.set_defaults(func=_compress)

@@ -1,0 +1,187 @@
+"""The quality harness fails loudly: a system that raises on any part of a dataset keeps its
+figures, has its errors recorded, and the command exits non-zero after writing them."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ops import cli
+from ops.bench import quality
+from ops.bench.quality import runner
+from ops.bench.quality.datasets import Dataset, Question, Space, Turn
+from ops.bench.quality.report import markdown
+from ops.bench.quality.systems.base import Hit, Injection, SystemStats
+
+
+class Flaky:
+    """A system that recalls every turn, and fails where it is told to."""
+
+    def __init__(self, name: str, *, bad_space: str = "", bad_question: str = "",
+                 bad_budget: int = 0, max_chars: int = 10_000) -> None:  # fmt: skip
+        self.name = name
+        self.stats = SystemStats()
+        self.bad_space, self.bad_question, self.bad_budget = bad_space, bad_question, bad_budget
+        self.max_chars = max_chars
+        self.turns: dict[str, list[Turn]] = {}
+
+    def ingest(self, space: Space) -> None:
+        if space.id == self.bad_space:
+            raise RuntimeError("this space breaks the system")
+        kept = []
+        for t in space.turns:
+            if len(t.text) > self.max_chars:  # what memstrata's adapter does on a refusal
+                self.stats.error("ingest", space.id, t.id, ValueError(f"{len(t.text)} chars"))
+                continue
+            kept.append(t)
+        self.turns[space.id] = kept
+        self.stats.ingested_turns += len(space.turns)
+        self.stats.stored_items += len(kept)
+        self.stats.stored_layers["raw turns"] += sum(len(t.text) for t in kept)
+
+    def search(self, space: Space, question: Question, depth: int) -> list[Hit]:
+        if question.id == self.bad_question:
+            raise TimeoutError("search timed out")
+        return [Hit(t.text, (t.id,)) for t in self.turns[space.id]][:depth]
+
+    def inject(self, space: Space, question: Question, budget: int) -> Injection:
+        if question.id == self.bad_question and budget == self.bad_budget:
+            raise OSError("inject failed")
+        kept = self.turns[space.id]
+        return Injection(" ".join(t.text for t in kept), tuple(t.id for t in kept))
+
+    def close(self) -> None:
+        pass
+
+
+def _dataset() -> Dataset:
+    def space(sid: str) -> Space:
+        turns = [Turn(f"{sid}1", "Ann", "Ann: my cat is called Tom", 0.0, "1"),
+                 Turn(f"{sid}2", "Bob", "Bob: nice", 1.0, "1")]  # fmt: skip
+        qs = [Question(f"{sid}:q1", "cat name?", (f"{sid}1",), "c", "Tom", ("Tom",)),
+              Question(f"{sid}:q2", "what did Bob say?", (f"{sid}2",), "c")]  # fmt: skip
+        return Space(sid, turns, qs)
+
+    return Dataset("x.json", "locomo", [space("good"), space("bad")], frozenset({"c"}))
+
+
+@pytest.fixture
+def systems(monkeypatch: pytest.MonkeyPatch) -> dict[str, dict[str, Any]]:
+    """``runner.make_system`` builds :class:`Flaky` systems from ``kw[name]``."""
+    kw: dict[str, dict[str, Any]] = {}
+
+    def make(name: str, **_: Any) -> Flaky:
+        if kw.get(name, {}).get("broken"):
+            raise ImportError("peer not installed")
+        return Flaky(name, **kw.get(name, {}))
+
+    monkeypatch.setattr(runner, "make_system", make)
+    monkeypatch.setattr(runner, "SYSTEMS", ("flaky", "steady", "broken"))
+    return kw
+
+
+def test_a_system_failing_on_parts_keeps_its_figures_and_records_every_error(
+    systems: dict[str, dict[str, Any]],
+) -> None:
+    # Given a system that breaks on one space, one search and one injection
+    systems["flaky"] = {"bad_space": "bad", "bad_question": "good:q2", "bad_budget": 256}
+    # When the harness runs it beside a steady one
+    figures = runner.evaluate(_dataset(), ("flaky", "steady"))
+    # Then it is still reported, its failed parts scored as misses
+    flaky = figures["systems"]["flaky"]
+    assert flaky["error_count"] == 3
+    stages = [(e["stage"], e["space"], e["item"]) for e in flaky["errors"]]
+    assert stages == [("ingest", "bad", ""), ("search", "good", "good:q2"),
+                      ("inject@256", "good", "good:q2")]  # fmt: skip
+    assert "RuntimeError: this space breaks the system" in flaky["errors"][0]["error"]
+    assert figures["errors"] == {"flaky": flaky["errors"]}
+    rows = figures["per_question"]["flaky"]
+    assert rows["good:q1"]["recall@1"] == 1.0
+    assert rows["good:q2"]["recall@25"] == 0.0 and rows["bad:q1"]["recall@25"] == 0.0
+    assert flaky["questions"] == 4 and flaky["recall@25"] == 0.25
+    assert figures["per_question_budget"]["flaky"]["good:q2"]["evidence@256"] == 0.0
+    assert figures["per_question_budget"]["flaky"]["good:q2"]["evidence@512"] == 1.0
+    # and the steady system is untouched
+    assert figures["systems"]["steady"]["errors"] == []
+    assert figures["systems"]["steady"]["recall@25"] == 1.0
+    # the failures are listed for the exit code and shown in the tables
+    assert len(quality.failures(figures)) == 3
+    text = markdown(figures)
+    assert "This run had errors" in text and "| **3** |" in text
+    assert "- flaky, search good good:q2: `TimeoutError: search timed out`" in text
+
+
+def test_a_system_that_does_not_start_is_an_error(systems: dict[str, dict[str, Any]]) -> None:
+    systems["broken"] = {"broken": True}
+    figures = runner.evaluate(_dataset(), ("broken", "steady"))
+    assert "broken" not in figures["systems"] and "steady" in figures["systems"]
+    assert figures["errors"]["broken"][0]["stage"] == "start"
+    assert quality.failures(figures) == ["broken: start: ImportError: peer not installed"]
+    assert "| broken | did not run: ImportError: peer not installed |" in markdown(figures)
+
+
+def test_budget_figures_and_memory_ratio_per_system(systems: dict[str, dict[str, Any]]) -> None:
+    figures = runner.evaluate(_dataset(), ("steady",))
+    steady = figures["systems"]["steady"]
+    assert figures["transcript_tokens"] > 0
+    assert steady["stored_tokens"] == sum(len(t.text) for s in _dataset().spaces for t in s.turns)
+    assert steady["memory_ratio"] == round(
+        figures["transcript_tokens"] / steady["stored_tokens"], 3
+    )
+    assert set(steady["budget"]) == {"128", "256", "512", "1024"}
+    row = steady["budget"]["128"]
+    assert row["evidence_recall"] == 1.0
+    assert row["answer_containment"] == 1.0 and row["answer_questions"] == 2  # q2: no answer
+    assert steady["errors"] == [] and not quality.failures(figures)
+
+
+def _locomo_file(tmp_path: Path) -> Path:
+    conv = {
+        "session_1_date_time": "1:56 pm on 8 May, 2023",
+        "session_1": [
+            {"speaker": "Ann", "dia_id": "D1:1", "text": "I adopted a cat called Tom."},
+            {"speaker": "Ann", "dia_id": "D1:2", "text": "x" * 400},  # one huge message
+        ],
+    }
+    qa = [{"question": "Cat?", "answer": "Tom", "evidence": ["D1:1"], "category": 4}]
+    p = tmp_path / "tiny.json"
+    p.write_text(json.dumps([{"sample_id": "c1", "conversation": conv, "qa": qa}]))
+    return p
+
+
+def test_the_command_writes_its_results_and_exits_non_zero(
+    systems: dict[str, dict[str, Any]],
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # Given a system that refuses one 400-character message of the dataset
+    systems["flaky"] = {"max_chars": 300}
+    monkeypatch.setattr(quality, "SYSTEMS", ("flaky",))
+    monkeypatch.chdir(tmp_path)
+    # When the quality benchmark runs on it
+    code = cli.main(["bench", "quality", "--dataset", str(_locomo_file(tmp_path)), "--json"])
+    # Then the command fails, says why, and the results are written all the same
+    assert code == 1
+    out = capsys.readouterr()
+    assert "1 error(s)" in out.err and "flaky: ingest c1 D1:2: ValueError: 405 chars" in out.err
+    printed = json.loads(out.out)
+    assert printed["systems"]["flaky"]["recall@1"] == 1.0  # the rest of the space went in
+    saved = json.loads((tmp_path / "var/bench-quality/tiny/results.json").read_text())
+    assert saved["errors"]["flaky"][0]["item"] == "D1:2"
+    assert saved["systems"]["flaky"]["error_count"] == 1
+
+
+def test_a_clean_run_exits_zero(
+    systems: dict[str, dict[str, Any]],
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.setattr(quality, "SYSTEMS", ("steady",))
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["bench", "quality", "--dataset", str(_locomo_file(tmp_path))]) == 0
+    assert "error" not in capsys.readouterr().err
