@@ -315,6 +315,7 @@ _PARTS = {
     "u": r"[^\s:{}/|]+/[^\s:{}/|]+",  # <tenant>/<user>
     "n": r"[0-9]+",
     "budget": r"[0-9]+",
+    "gen": r"[0-9a-f]*",  # a file's generation hash; empty for a file not (yet) in L0
 }
 _PART = r"[^\s:{}]+"
 
