@@ -36,6 +36,9 @@ class Settings(BaseSettings):
     postgres_pool_size: int = Field(5, ge=1, le=100)
     transcript_dir: Path = Path("var/transcripts")
     transcript_fsync: bool = True
+    # how far back from a session file's end a caller-named turn_id is looked for before
+    # appending (docs/RELIABILITY.md); only calls that name their turn_id pay for the read
+    transcript_dedup_window_bytes: int = Field(256 * 1024, ge=4096, le=64 * 1024 * 1024)
 
     # input limits (characters).  A message (content + tool-call arguments) is kept whole in
     # L0 up to max_message_chars and a turn up to max_turn_chars; longer texts keep their
@@ -50,6 +53,12 @@ class Settings(BaseSettings):
     profile_cache_ttl_s: int = Field(600, ge=1, le=24 * 3600)
     profile_cache_version_ttl_s: int = Field(7 * 24 * 3600, ge=3600, le=90 * 24 * 3600)
     max_fact_value_bytes: int = Field(16 * 1024, ge=64, le=1024 * 1024)
+
+    # recall's circuit breakers, one per layer (authority, stm, ltm, history): a layer
+    # that failed this many times in a row is skipped, at no cost, for the cool-down
+    # (seconds); then one probe call decides whether it is back (docs/OPERATIONS.md)
+    recall_breaker_failures: int = Field(1, ge=1, le=100)
+    recall_breaker_cooldown_s: float = Field(5.0, gt=0, le=3600)
 
     # write policy
     write_threshold: float = 3.0
@@ -86,6 +95,12 @@ class Settings(BaseSettings):
     # a turn processed alone (after its batch failed or its drain died) this many times
     # without completing is dead-lettered with its last error (docs/WRITE_PATH.md §2)
     ingest_max_attempts: int = Field(3, ge=1, le=100)
+    # the reconciler (docs/RELIABILITY.md): turns in L0 but never queued are queued by Beat
+    # every interval; files written within the horizon are looked at, at most max_turns
+    # turns queued per run; a session's watermark lives horizon + 1 h after its last turn
+    ingest_reconcile_interval_s: float = Field(60.0, gt=0)
+    ingest_reconcile_horizon_s: float = Field(24 * 3600.0, ge=60, le=90 * 24 * 3600)
+    ingest_reconcile_max_turns: int = Field(1000, ge=1, le=1_000_000)
 
     # maintenance
     sweep_batch: int = Field(1000, ge=1, le=1_000_000)

@@ -26,7 +26,10 @@ import os
 import sys
 from collections.abc import Sequence
 
+from pydantic import ValidationError
+
 from core.errors import MemstrataError
+from core.redact import redact
 from core.runtime import close_runtime
 from ops.cli import bench, deadletters, lifecycle, ltm, memory, roles
 from ops.runtime import CliError
@@ -70,8 +73,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(args_in)
     try:
         code: int = args.func(args)
-    except (CliError, MemstrataError) as exc:
-        print(f"memstrata {args.command}: {exc}", file=sys.stderr)
+    except (CliError, MemstrataError, ValidationError) as exc:
+        # one line, never a traceback, never a password (a URL in a vendor error)
+        if isinstance(exc, ValidationError):  # bad input or settings: the first problem
+            first = exc.errors(include_url=False, include_input=False)[0]
+            cause = first.get("ctx", {}).get("error")
+            what = str(cause) if isinstance(cause, MemstrataError) else first["msg"]
+            message = f"{'.'.join(str(p) for p in first['loc']) or exc.title}: {what}"
+        else:
+            message = str(exc)
+        print(f"memstrata {args.command}: {' '.join(redact(message).split())}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         return 130

@@ -469,7 +469,7 @@ BAD_INPUT: dict[str, tuple[dict[str, Any], type[InvalidInput], str]] = {
     ),
     "colon in message_id": (
         {"messages": [{"role": "user", "content": "hi", "message_id": "m:1"}]},
-        InvalidInput,
+        InvalidId,
         "message 0: message_id",
     ),
     "duplicate message_id": (

@@ -23,10 +23,10 @@ from core.ingest.drain import drain_shard
 from core.ingest.pipeline import IngestPipeline
 from core.keys import FAMILIES, families_of
 from core.lifecycle import scan as scan_module
+from core.lifecycle.finalise import finalise
 from core.lifecycle.maintenance import sync_access
 from core.lifecycle.runtime import Lifecycle
 from core.lifecycle.scan import scan
-from core.lifecycle.sessions import finalise
 from core.ltm.card import CardDraft
 from core.maintenance import run_locked
 from core.models.transcript import TranscriptRecord, TurnPointer
