@@ -11,7 +11,8 @@ What is built when:
   (pool size and connect/statement timeouts from settings), STM, the lifecycle's Redis
   store, L0, the ingest queue and pipeline, the profile cache and the LTM ledger, all
   sharing those two clients (every Redis store gets :attr:`Runtime.redis` injected; none
-  hands its client on);
+  hands its client on), and recall's circuit breakers (one per layer, shared by every
+  recaller of the process);
 * on first use: :attr:`Runtime.ltm` (Milvus / Elasticsearch clients, the embedding model,
   the schema and dimension check), since loading an embedder costs ~0.5 s and most
   processes (agents that only record turns, ingest workers) never touch LTM;
@@ -34,8 +35,10 @@ from sqlalchemy import Engine
 from core.authority.cache import ProfileCache
 from core.authority.db import make_engine
 from core.authority.filters import RetrievalFilters
+from core.breaker import Breakers
 from core.errors import MemstrataError, StoreUnavailable
-from core.extract.rules import Extractor, RuleExtractor
+from core.extract.rules import ExtractionBudget, Extractor, RuleExtractor
+from core.ingest.deadletters import Attempts, DeadLetters
 from core.ingest.pipeline import IngestPipeline
 from core.ingest.queue import IngestQueue
 from core.lifecycle.runtime import Lifecycle
@@ -56,7 +59,8 @@ from core.policy.write import WritePolicy
 from core.recall.ltm_adapter import HistoryBackedSearcher, LedgerBackedSearcher
 from core.recall.pool import PoolCandidate
 from core.recall.route import LtmMode
-from core.recall.service import Recaller, RecallSettings
+from core.recall.service import HISTORY, LTM, Recaller, RecallSettings
+from core.redact import redact
 from core.settings import Settings, load_settings
 from core.stm.lifecycle import LifecycleStore
 from core.stm.store import StmStore
@@ -84,6 +88,17 @@ def make_postgres(settings: Settings) -> Engine:
         settings.postgres_url,
         connect_timeout_s=settings.postgres_timeout_s,
         pool_size=settings.postgres_pool_size,
+    )
+
+
+def extraction_budget(settings: Settings) -> ExtractionBudget:
+    """How much of a turn extraction reads and proposes (``MEMSTRATA_EXTRACT_*``)."""
+    return ExtractionBudget(
+        window_chars=settings.extract_window_chars,
+        message_chars=settings.extract_max_message_chars,
+        turn_chars=settings.extract_max_turn_chars,
+        message_candidates=settings.extract_max_message_candidates,
+        turn_candidates=settings.extract_max_turn_candidates,
     )
 
 
@@ -174,7 +189,8 @@ class _RuntimeLtm:
     """Recall's LTM port over the runtime: LTM is built on the first search that needs it.
 
     A failure to build (Milvus down, bad settings) surfaces as :class:`StoreUnavailable`,
-    which recall reports as ``degraded["ltm"]``; the next search tries again.
+    which recall reports as ``degraded["ltm"]`` and which opens the ``ltm`` breaker; the
+    probe after the breaker's cool-down tries to build again.
     """
 
     def __init__(self, runtime: Runtime) -> None:
@@ -244,6 +260,8 @@ class Runtime:
             fsync=settings.transcript_fsync,
             max_message_chars=settings.max_message_chars,
             max_turn_messages=settings.max_turn_messages,
+            max_turn_chars=settings.max_turn_chars,
+            dedup_window_bytes=settings.transcript_dedup_window_bytes,
         )
         self.queue = IngestQueue(
             self.redis,
@@ -251,13 +269,20 @@ class Runtime:
             shards=settings.ingest_shards,
             kick_ttl_ms=settings.ingest_kick_ttl_ms,
             claim_idle_ms=settings.ingest_claim_idle_ms,
+            watermark_ttl_ms=int((settings.ingest_reconcile_horizon_s + 3600) * 1000),
         )
+        self.attempts = Attempts(self.redis, namespace=settings.key_namespace)
+        self.dead_letters = DeadLetters(self.redis, namespace=settings.key_namespace)
         self.pipeline = IngestPipeline(
             store=self.stm,
             extractor=extractor
-            or RuleExtractor(conversation_facts=settings.extract_conversation_facts),
+            or RuleExtractor(
+                conversation_facts=settings.extract_conversation_facts,
+                budget=extraction_budget(settings),
+            ),
             policy=WritePolicy(threshold=settings.write_threshold, ttl=settings.ttl),
             decision_ttl_s=settings.decision_ttl_s,
+            max_refusals_per_message=settings.decision_max_refusals_per_message,
         )
         self.profile_cache = ProfileCache(
             self.redis,
@@ -266,6 +291,10 @@ class Runtime:
             version_ttl_s=settings.profile_cache_version_ttl_s,
         )
         self.ledger = make_ledger(settings, self.engine)
+        self.breakers = Breakers(
+            cooldown_s=settings.recall_breaker_cooldown_s,
+            failures=settings.recall_breaker_failures,
+        )
 
     @cached_property
     def ltm(self) -> LtmRuntime:
@@ -292,8 +321,11 @@ class Runtime:
         try:
             self.ltm  # noqa: B018 - built for its side effect
         except (MemstrataError, OSError, ValueError) as exc:
-            log.warning("long-term memory unavailable: %s", exc)
-            return f"{type(exc).__name__}: {exc}"
+            why = redact(f"{type(exc).__name__}: {exc}")
+            log.warning("long-term memory unavailable: %s", why)
+            for layer in (LTM, HISTORY):  # recall then skips them instead of building again
+                self.breakers[layer].failure(why)
+            return why
         return None
 
     def recaller(self, *, settings: RecallSettings | None = None, ltm: bool = True) -> Recaller:
@@ -309,6 +341,7 @@ class Runtime:
             ltm=_RuntimeLtm(self) if on else None,
             history=_RuntimeHistory(self) if on and self.settings.ltm.history_enabled else None,
             settings=settings,
+            breakers=self.breakers,
         )
 
     def lifecycle(self, *, on_cards: OnCards | None = None) -> Lifecycle:

@@ -75,3 +75,13 @@ class AuthoritySnapshot(BaseModel):
         if attr == "env_tags":
             return list(project.env_tags)
         return project.attributes.get(attr)
+
+
+def owner_only(tenant_id: str, user_id: str) -> AuthoritySnapshot:
+    """What is known of a user whose snapshot cannot be read (PostgreSQL down): the owner.
+
+    No project, role, fact or setting (version 0; recall never caches it).  Filters built
+    from it admit the owner's own records outside any project and nothing else: narrower
+    than any real snapshot's, never wider.
+    """
+    return AuthoritySnapshot(tenant_id=tenant_id, user_id=user_id, version=0)

@@ -53,7 +53,7 @@ def history_id(tenant_id: str | None, user_id: str, message_id: str) -> str:
 def message_text(rec: TranscriptRecord, max_chars: int) -> str:
     """What is indexed of a message: ``<speaker>: <content>``, clipped to ``max_chars``."""
     text = " ".join(rec.content.split())
-    if rec.name:
+    if rec.name and not text.startswith(f"{rec.name}:"):
         text = f"{rec.name}: {text}"
     return text[:max_chars]
 

@@ -9,6 +9,22 @@ comes from it; its timeout is the Redis socket timeout); LTM then runs on a work
 concurrently with STM ranking and the PG blocks, under its own timeout.  A layer that
 times out or is down is skipped and flagged (``degraded``) while the others answer.
 Access bookkeeping happens after the answer is built, on a background thread.
+
+**Degradation.**  ``recall()`` never raises for a store outage (a :class:`TransientError`):
+
+* ``authority`` (PostgreSQL) down and the snapshot not cached: recall goes on with the
+  owner-only snapshot (:func:`owner_only`: no project, role, fact or setting), so every
+  read stays inside the requesting tenant and user and admits no project-scoped record;
+  a requested project or workspace cannot be verified and is dropped, never trusted;
+* ``stm`` (Redis) down: no STM candidates and no profile cache (the snapshot comes from
+  PostgreSQL); the profile cache shares the ``stm`` breaker, being the same server;
+* ``ltm`` / ``history`` (Milvus or Elasticsearch) down or over the time budget: no
+  candidates from that layer.
+
+Each layer has a :class:`~core.breaker.CircuitBreaker` (shared by the process through
+:class:`~core.breaker.Breakers`): after a failure the layer is skipped at no cost, and
+reported as ``"circuit open since …"``, until one probe call per cool-down finds it back.
+Permanent errors (an unknown user, a scope the user does not hold) still raise.
 """
 
 from __future__ import annotations
@@ -36,11 +52,13 @@ from core.authority.domain_authority import (
 )
 from core.authority.filters import RetrievalFilters, filters_for
 from core.authority.read import read_snapshot, read_version
-from core.authority.snapshot import AuthoritySnapshot
-from core.errors import MemstrataError
+from core.authority.snapshot import AuthoritySnapshot, owner_only
+from core.breaker import Breakers, describe, tripping
+from core.errors import InvalidInput, MemstrataError, TransientError
 from core.extract.entities import extract_entities
 from core.extract.lexicon import default_lexicon
 from core.ids import DEFAULT_TENANT, SafeId
+from core.models.inputs import EventTime, InputModel, StrictBool, StrictInt, Text
 from core.recall.access import AccessLog
 from core.recall.pool import (
     PoolCandidate,
@@ -60,6 +78,13 @@ from core.stm.store import RecallMark, RecallRead, StmHit, StmStore
 log = logging.getLogger(__name__)
 
 MAX_QUERY_CHARS = 4000
+
+# the layers as ``RecallResult.degraded`` and the breakers name them
+AUTHORITY = "authority"  # PostgreSQL: the snapshot and the exact-metadata check
+STM = "stm"  # Redis: STM reads and the profile cache
+LTM = "ltm"  # Milvus / Elasticsearch: curated cards
+HISTORY = "history"  # Milvus / Elasticsearch: the raw-history fallback
+LAYERS = (AUTHORITY, STM, LTM, HISTORY)
 
 
 class LtmSearcher(Protocol):
@@ -82,21 +107,21 @@ class HistorySearcher(Protocol):
         ...
 
 
-class RecallRequest(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+class RecallRequest(InputModel):
+    """What one recall asks; bad values raise ``InvalidInput`` naming the field."""
 
     tenant_id: SafeId = DEFAULT_TENANT  # no tenant (None) is the default tenant, as in every layer
     user_id: SafeId
     session_id: SafeId
-    query: str = Field(min_length=1, max_length=MAX_QUERY_CHARS)
+    query: Text = Field(min_length=1, max_length=MAX_QUERY_CHARS)
     task_id: SafeId | None = None
     project_id: SafeId | None = None
     workspace_id: SafeId | None = None
     agent_id: SafeId = "default"
-    top_k: int = Field(8, ge=1, le=100)
-    token_budget: int = Field(600, ge=32, le=32_000)
-    explain: bool = False
-    now: float | None = None
+    top_k: StrictInt = Field(8, ge=1, le=100)  # strict: "8" and True are not 8
+    token_budget: StrictInt = Field(600, ge=32, le=32_000)
+    explain: StrictBool = False
+    now: EventTime | None = None
 
     @field_validator("tenant_id", mode="before")
     @classmethod
@@ -171,7 +196,9 @@ class Recaller:
         settings: RecallSettings | None = None,
         executor: ThreadPoolExecutor | None = None,
         clock: Callable[[], float] = time.time,
+        breakers: Breakers | None = None,
     ) -> None:
+        """``breakers``: the process's layer breakers (the runtime's); a private set if None."""
         self.stm = stm
         self.cache = profile_cache
         self.engine = autocommit_reader(engine)  # one-statement reads need no transaction
@@ -180,6 +207,7 @@ class Recaller:
         self.settings = settings or RecallSettings()
         self.pool = executor or ThreadPoolExecutor(max_workers=4, thread_name_prefix="recall")
         self.clock = clock
+        self.breakers = breakers or Breakers()
         self.access_log = AccessLog(stm)
 
     def close(self) -> None:
@@ -189,13 +217,21 @@ class Recaller:
 
     # ------------------------------------------------------------------ public
     def recall(self, req: RecallRequest) -> RecallResult:
+        _require_request(req)
         t0 = time.perf_counter()
         timings: dict[str, float] = {}
         now = req.now if req.now is not None else self.clock()
         degraded: dict[str, str] = {}
 
-        snapshot, lookup = self._snapshot(req)
-        filters = filters_for(snapshot, project_id=req.project_id, workspace_id=req.workspace_id)
+        snapshot, lookup, verified = self._snapshot(req, degraded)
+        if verified:
+            filters = filters_for(
+                snapshot, project_id=req.project_id, workspace_id=req.workspace_id
+            )
+        else:  # a scope PG cannot confirm is not trusted: the owner's own memories only
+            filters = filters_for(snapshot)
+            if req.project_id or req.workspace_id:
+                degraded[AUTHORITY] += "; project/workspace scope not verified, not applied"
         timings["authority"] = _ms(t0)
         known = tuple(p.project_id for p in snapshot.projects)
         stm_read = self._stm_read(req, known, now, degraded)
@@ -204,10 +240,10 @@ class Recaller:
         state = self._runtime_state(req, lookup, known, stm_read, now)
         profile = build_query_profile(req.query, state)
         route = decide_route(profile, self.settings.routing, ltm_available=self.ltm is not None)
-        if route.need_pg and profile.needs_exact_metadata:
-            snapshot = self._exact_snapshot(req, snapshot)
+        if verified and route.need_pg and profile.needs_exact_metadata:
+            snapshot = self._exact_snapshot(req, snapshot, degraded)
         # LTM runs on a worker thread, concurrently with STM ranking and the PG blocks
-        ltm_future = self._start_ltm(req, route, filters) if route.need_ltm else None
+        ltm_future = self._start_ltm(req, route, filters, degraded) if route.need_ltm else None
         q_terms = terms(req.query)
 
         # STM when routed there, or as the default layer of a query no rule claimed
@@ -221,18 +257,20 @@ class Recaller:
             for c in stm_cands
             if c.similarity >= pol.min_relevance or (req.task_id and c.task_id == req.task_id)
         )
-        if stm_needed and "stm" not in degraded:
+        if stm_needed and STM not in degraded:
             route = with_ltm_fallback(route, profile, relevant, pol)
             if route.need_ltm and ltm_future is None:
-                ltm_future = self._start_ltm(req, route, filters)
+                ltm_future = self._start_ltm(req, route, filters, degraded)
         if route.need_ltm and self.ltm is None:
-            degraded["ltm"] = "no long-term memory backend configured"
+            degraded[LTM] = "no long-term memory backend configured"
         # the raw-history floor: wherever the curated long-term layer is asked (seed 十五.4)
-        history_future = self._start_history(req, now) if route.need_ltm else None
-        ltm_cands = self._collect(ltm_future, degraded, "ltm")
+        history_future = self._start_history(req, now, degraded) if route.need_ltm else None
+        # one time budget for both concurrent layers, counted from here
+        deadline = time.monotonic() + self.settings.ltm_timeout_s
+        ltm_cands = self._collect(ltm_future, degraded, LTM, deadline)
         if ltm_future is not None:
             timings["ltm"] = _ms(t0)
-        history_cands = self._collect(history_future, degraded, "history")
+        history_cands = self._collect(history_future, degraded, HISTORY, deadline)
         if history_future is not None:
             timings["history"] = _ms(t0)
 
@@ -251,7 +289,7 @@ class Recaller:
         kept = [s.candidate for s in scored if s.verdict is Verdict.KEPT]
         lang = language_for(snapshot.profile_value("language"), req.query)
         blocks = None
-        if route.need_pg:
+        if route.need_pg and verified:  # the owner-only snapshot has no blocks to show
             blocks = build_blocks(
                 snapshot, project_id=filters.project_id, workspace_id=filters.workspace_id,
                 agent_id=req.agent_id,
@@ -259,7 +297,7 @@ class Recaller:
         memory = RenderedMemory.from_candidates(kept, task_id=req.task_id)
         text = render(blocks, memory, lang)
         timings["total"] = _ms(t0)
-        if stm_needed:
+        if stm_needed and STM not in degraded:
             self._bookkeeping(req, kept, stm_count=relevant)
         explain = None
         if req.explain:
@@ -273,24 +311,74 @@ class Recaller:
         )  # fmt: skip
 
     # ------------------------------------------------------------------ layers
-    def _snapshot(self, req: RecallRequest) -> tuple[AuthoritySnapshot, CacheLookup]:
-        """The cached snapshot, or PG's (then cached); no PG connection on a cache hit."""
-        lookup = self.cache.get(req.tenant_id, req.user_id)
-        if lookup.status is CacheStatus.HIT and lookup.snapshot is not None:
-            return lookup.snapshot, lookup
-        with translated("read snapshot"), self.engine.connect() as conn:
-            snapshot = read_snapshot(db=conn, tenant_id=req.tenant_id, user_id=req.user_id)
-        self.cache.put(snapshot)
-        return snapshot, lookup
+    def _snapshot(
+        self, req: RecallRequest, degraded: dict[str, str]
+    ) -> tuple[AuthoritySnapshot, CacheLookup, bool]:
+        """The cached snapshot, or PG's (then cached); no PG connection on a cache hit.
 
-    def _exact_snapshot(self, req: RecallRequest, snapshot: AuthoritySnapshot) -> AuthoritySnapshot:
-        """For exact metadata, check the cached version against PG itself."""
+        The flag says whether the snapshot is the user's real one; False: PG could not be
+        read and the snapshot is :func:`owner_only` (``degraded["authority"]`` says why).
+        """
+        lookup = self._cached(req)
+        if lookup.status is CacheStatus.HIT and lookup.snapshot is not None:
+            return lookup.snapshot, lookup, True
+        breaker = self.breakers[AUTHORITY]
+        if not breaker.allow():
+            degraded[AUTHORITY] = breaker.status()
+            return owner_only(req.tenant_id, req.user_id), lookup, False
+        try:
+            with tripping(breaker), translated("read snapshot"), self.engine.connect() as conn:
+                snapshot = read_snapshot(db=conn, tenant_id=req.tenant_id, user_id=req.user_id)
+        except TransientError as exc:
+            degraded[AUTHORITY] = describe(exc)
+            return owner_only(req.tenant_id, req.user_id), lookup, False
+        self._fill(snapshot)
+        return snapshot, lookup, True
+
+    def _cached(self, req: RecallRequest) -> CacheLookup:
+        """The profile cache's answer; a miss when Redis is down (PG is asked instead)."""
+        breaker = self.breakers[STM]
+        if not breaker.allow():
+            return CacheLookup(CacheStatus.MISSING)
+        try:
+            with tripping(breaker):
+                return self.cache.get(req.tenant_id, req.user_id)
+        except MemstrataError as exc:
+            log.warning("profile cache not read: %s", describe(exc))
+            return CacheLookup(CacheStatus.MISSING)
+
+    def _fill(self, snapshot: AuthoritySnapshot) -> None:
+        """Cache a snapshot read from PG; skipped while Redis is down (the next miss refills)."""
+        breaker = self.breakers[STM]
+        if not breaker.allow():
+            return
+        try:
+            with tripping(breaker):
+                self.cache.put(snapshot)
+        except MemstrataError as exc:
+            log.warning("profile cache not filled: %s", describe(exc))
+
+    def _exact_snapshot(
+        self, req: RecallRequest, snapshot: AuthoritySnapshot, degraded: dict[str, str]
+    ) -> AuthoritySnapshot:
+        """For exact metadata, check the cached version against PG itself.
+
+        PG down: the cached snapshot is used unchecked, and ``degraded["authority"]`` says so.
+        """
+        breaker = self.breakers[AUTHORITY]
+        if not breaker.allow():
+            degraded[AUTHORITY] = "exact check skipped: " + breaker.status()
+            return snapshot
         who = {"tenant_id": req.tenant_id, "user_id": req.user_id}
-        with translated("read version"), self.engine.connect() as conn:
-            if read_version(db=conn, **who) <= snapshot.version:
-                return snapshot
-            fresh = read_snapshot(db=conn, **who)  # an invalidation never reached Redis
-        self.cache.put(fresh)
+        try:
+            with tripping(breaker), translated("read version"), self.engine.connect() as conn:
+                if read_version(db=conn, **who) <= snapshot.version:
+                    return snapshot
+                fresh = read_snapshot(db=conn, **who)  # an invalidation never reached Redis
+        except TransientError as exc:
+            degraded[AUTHORITY] = "exact check skipped: " + describe(exc)
+            return snapshot
+        self._fill(fresh)
         return fresh
 
     def _stm_read(
@@ -300,20 +388,25 @@ class Recaller:
 
         Its timeout is the Redis client's socket timeout (``MEMSTRATA_REDIS_SOCKET_TIMEOUT_S``).
         """
+        breaker = self.breakers[STM]
+        if not breaker.allow():
+            degraded[STM] = breaker.status()
+            return RecallRead(flag=None, hits=[])
         entities = extract_entities(req.query, default_lexicon(), extra=known)[:5]
         try:
-            return self.stm.read_for_recall(
-                req.user_id,
-                tenant_id=req.tenant_id,
-                session_id=req.session_id,
-                task_id=req.task_id,
-                entities=entities,
-                limit=self.settings.stm_per_index,
-                now=now,
-                with_flag=True,
-            )
+            with tripping(breaker):
+                return self.stm.read_for_recall(
+                    req.user_id,
+                    tenant_id=req.tenant_id,
+                    session_id=req.session_id,
+                    task_id=req.task_id,
+                    entities=entities,
+                    limit=self.settings.stm_per_index,
+                    now=now,
+                    with_flag=True,
+                )
         except MemstrataError as exc:
-            degraded["stm"] = f"{type(exc).__name__}: {exc}"
+            degraded[STM] = describe(exc)
             return RecallRead(flag=None, hits=[])
 
     def _runtime_state(
@@ -340,10 +433,15 @@ class Recaller:
         )
 
     def _start_ltm(
-        self, req: RecallRequest, route: Route, filters: RetrievalFilters
-    ) -> Future[list[PoolCandidate]] | None:
+        self, req: RecallRequest, route: Route, filters: RetrievalFilters,
+        degraded: dict[str, str],
+    ) -> Future[list[PoolCandidate]] | None:  # fmt: skip
         if self.ltm is None:
             return None  # flagged by the caller
+        breaker = self.breakers[LTM]
+        if not breaker.allow():
+            degraded[LTM] = breaker.status()
+            return None
         ltm = self.ltm
         mode = route.ltm_mode or LtmMode.HYBRID
         # a caller asking for many memories gets as many LTM candidates to choose from
@@ -352,8 +450,14 @@ class Recaller:
             lambda: ltm.search(query=req.query, mode=mode, filters=filters, k=k)
         )
 
-    def _start_history(self, req: RecallRequest, now: float) -> Future[list[PoolCandidate]] | None:
+    def _start_history(
+        self, req: RecallRequest, now: float, degraded: dict[str, str]
+    ) -> Future[list[PoolCandidate]] | None:
         if self.history is None:
+            return None
+        breaker = self.breakers[HISTORY]
+        if not breaker.allow():
+            degraded[HISTORY] = breaker.status()
             return None
         history = self.history
         k = max(self.settings.history_candidates, req.top_k)
@@ -364,17 +468,27 @@ class Recaller:
         )
 
     def _collect(
-        self, fut: Future[list[PoolCandidate]] | None, degraded: dict[str, str], layer: str
+        self,
+        fut: Future[list[PoolCandidate]] | None,
+        degraded: dict[str, str],
+        layer: str,
+        deadline: float,
     ) -> list[PoolCandidate]:
-        """A concurrent layer's candidates within the LTM time budget, else ``degraded``."""
+        """A concurrent layer's candidates by ``deadline`` (monotonic), else ``degraded``."""
         if fut is None:
             return []
+        breaker = self.breakers[layer]
         try:
-            return fut.result(timeout=self.settings.ltm_timeout_s)
-        except FutureTimeout:
-            degraded[layer] = f"timed out after {self.settings.ltm_timeout_s:g} s"
+            with tripping(breaker):
+                try:
+                    return fut.result(timeout=max(0.0, deadline - time.monotonic()))
+                except FutureTimeout as exc:
+                    budget = self.settings.ltm_timeout_s
+                    raise TimedOut(f"timed out after {budget:g} s") from exc
+        except TimedOut as exc:
+            degraded[layer] = str(exc)
         except MemstrataError as exc:
-            degraded[layer] = f"{type(exc).__name__}: {exc}"
+            degraded[layer] = describe(exc)
         return []
 
     def _authority(
@@ -418,6 +532,15 @@ class Recaller:
                 members=tuple(f"{c.source_type.value}:{c.memory_id}" for c in kept),
             )
         )
+
+
+class TimedOut(TransientError):
+    """A concurrent layer did not answer within recall's time budget."""
+
+
+def _require_request(req: object) -> None:
+    if not isinstance(req, RecallRequest):  # a dict or None: nothing is read
+        raise InvalidInput(f"recall expects a RecallRequest, got {type(req).__name__}")
 
 
 def _in_scope(c: PoolCandidate, filters: RetrievalFilters) -> bool:

@@ -9,6 +9,7 @@
     memstrata replay [...]             replay public agent sessions (ops/replay/)
     memstrata bench <name>             benchmarks (ops/bench)
     memstrata ltm status|reindex|requeue  LTM projections: counts, rebuild, dead letters
+    memstrata dead-letters list|retry|drop  turns the ingest drain gave up on
     memstrata milvus [DB_FILE] [ADDR]  the local milvus-lite server in the foreground
     memstrata retract fact|card ...    undo a promotion (PG fact or LTM card), audited
     memstrata rebuild --user --session re-derive a session's STM from its L0 transcript
@@ -26,9 +27,12 @@ import os
 import sys
 from collections.abc import Sequence
 
+from pydantic import ValidationError
+
 from core.errors import MemstrataError
+from core.redact import redact
 from core.runtime import close_runtime
-from ops.cli import bench, erase, lifecycle, ltm, memory, roles
+from ops.cli import bench, deadletters, erase, lifecycle, ltm, memory, roles
 from ops.runtime import CliError
 
 
@@ -57,6 +61,7 @@ def build_parser() -> argparse.ArgumentParser:
     memory.add_recall(sub)
     memory.add_compress(sub)
     ltm.add_ltm(sub)
+    deadletters.add_dead_letters(sub)
     lifecycle.add_lifecycle(sub)
     erase.add_erase(sub)
     return parser
@@ -70,8 +75,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(args_in)
     try:
         code: int = args.func(args)
-    except (CliError, MemstrataError) as exc:
-        print(f"memstrata {args.command}: {exc}", file=sys.stderr)
+    except (CliError, MemstrataError, ValidationError) as exc:
+        # one line, never a traceback, never a password (a URL in a vendor error)
+        if isinstance(exc, ValidationError):  # bad input or settings: the first problem
+            first = exc.errors(include_url=False, include_input=False)[0]
+            cause = first.get("ctx", {}).get("error")
+            what = str(cause) if isinstance(cause, MemstrataError) else first["msg"]
+            message = f"{'.'.join(str(p) for p in first['loc']) or exc.title}: {what}"
+        else:
+            message = str(exc)
+        print(f"memstrata {args.command}: {' '.join(redact(message).split())}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         return 130

@@ -94,12 +94,13 @@ def _compress(args: argparse.Namespace) -> int:
 def _recall(args: argparse.Namespace) -> int:
     from core.recall.service import RecallRequest
 
-    res = connected_runtime()
+    # bad input is refused before any store is touched (main() prints the first problem)
     request = RecallRequest(
         tenant_id=args.tenant, user_id=args.user, session_id=args.session, query=args.query,
         task_id=args.task, project_id=args.project, workspace_id=args.workspace,
         top_k=args.top_k, token_budget=args.budget, explain=args.explain,
     )  # fmt: skip
+    res = connected_runtime()
     res.warm_ltm()  # a one-shot process: load LTM before the recall's time budget starts
     recaller = res.recaller()
     try:

@@ -42,7 +42,7 @@ from core.ids import owner_tenant
 from core.ingest.drain import drain_shard
 from core.ingest.queue import Entry
 from core.keys import user_scope
-from core.lifecycle.sessions import finalise
+from core.lifecycle.finalise import finalise
 from core.ltm.config import LtmSettings
 from core.ltm.embedding import CachedEmbedder
 from core.ltm.milvus_server import MilvusServer, free_port
