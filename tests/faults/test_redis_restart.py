@@ -19,7 +19,6 @@ from core.api import MemoryClient
 from core.errors import StoreUnavailable
 from core.runtime import Runtime
 from tests.faults.conftest import (
-    CeleryProcess,
     Ledger,
     RedisServer,
     Workers,
