@@ -23,6 +23,8 @@ from pathlib import Path
 import pytest
 import redis
 
+from core.api import MemoryClient
+from core.errors import StoreUnavailable
 from core.ltm.config import LtmSettings
 from core.runtime import Runtime
 from core.settings import Settings, load_settings
@@ -223,3 +225,17 @@ def wait_converged(
                 tail = f"\nworker {alive}; log:\n{worker.log_tail(30)}"
             pytest.fail(f"not converged after {timeout_s}s: {counts}{tail}")
         time.sleep(0.5)
+
+
+def produce(client: MemoryClient, ledger: Ledger, phase: str, count: int, users: int = 3) -> None:
+    """``count`` marker turns over ``users`` users; a turn refused with StoreUnavailable is
+    counted as refused (re-queueing it from L0 is the reconciler's job), not acknowledged."""
+    for k in range(count):
+        user, tag = f"u{k % users}", f"{phase}x{letters(k)}"
+        try:
+            client.record_turn(user_id=user, session_id=f"s{phase}", messages=marker_turn(tag),
+                               turn_id=f"t-{tag}")  # fmt: skip
+        except StoreUnavailable:
+            ledger.refused.append((user, tag))
+        else:
+            ledger.acknowledged.append((user, tag))

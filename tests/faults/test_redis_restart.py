@@ -16,14 +16,13 @@ from collections.abc import Callable, Mapping
 import pytest
 
 from core.api import MemoryClient
-from core.errors import StoreUnavailable
 from core.runtime import Runtime
 from tests.faults.conftest import (
     Ledger,
     RedisServer,
     Workers,
     letters,
-    marker_turn,
+    produce,
     wait_converged,
 )
 from tests.integration.conftest import CeleryProcess
@@ -32,20 +31,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 
 RESTARTS = (signal.SIGTERM, signal.SIGKILL, signal.SIGTERM, signal.SIGKILL)
 TURNS_PER_PHASE = 15
-USERS = 3
 OUTAGE_S = 2.0
-
-
-def produce(memory: MemoryClient, ledger: Ledger, phase: str, count: int) -> None:
-    for k in range(count):
-        user, tag = f"u{k % USERS}", f"{phase}x{letters(k)}"
-        try:
-            memory.record_turn(user_id=user, session_id=f"s{phase}", messages=marker_turn(tag),
-                               turn_id=f"t-{tag}")  # fmt: skip
-        except StoreUnavailable:
-            ledger.refused.append((user, tag))
-        else:
-            ledger.acknowledged.append((user, tag))
 
 
 def test_worker_survives_redis_restarts(
