@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
-import subprocess
 import time
 import uuid
 from collections.abc import Iterator
@@ -21,13 +19,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-import redis
 
-from core.api import MemoryClient
-from core.errors import StoreUnavailable
 from core.ltm.config import LtmSettings
 from core.runtime import Runtime
 from core.settings import Settings, load_settings
+from ops.bench.faults import Ledger, RedisServer, letters, marker_turn, produce
 from tests.integration.conftest import (  # noqa: F401  (fixtures re-exported for this suite)
     CeleryProcess,
     memory,
@@ -36,53 +32,9 @@ from tests.integration.conftest import (  # noqa: F401  (fixtures re-exported fo
     start_celery,
 )
 
-READY_S = 15.0
+__all__ = ["Ledger", "RedisServer", "Workers", "letters", "marker_turn", "produce",
+           "wait_converged"]  # fmt: skip
 CONVERGE_S = 90.0  # bounded wait for convergence; the XAUTOCLAIM idle time here is 1 s
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-class RedisServer:
-    """A restartable ``redis-server`` with AOF on a fixed free port and folder."""
-
-    def __init__(self, folder: Path) -> None:
-        self.port = free_port()
-        self.folder = folder
-        folder.mkdir(parents=True, exist_ok=True)
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.url = f"redis://127.0.0.1:{self.port}/0"
-
-    def start(self) -> None:
-        cmd = ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1",
-               "--save", "", "--appendonly", "yes", "--appendfsync", "always",
-               "--dir", str(self.folder)]  # fmt: skip
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        client = redis.Redis(port=self.port, socket_timeout=1)
-        deadline = time.monotonic() + READY_S
-        while True:
-            try:
-                client.ping()
-                return
-            except redis.RedisError:
-                if time.monotonic() > deadline or self.proc.poll() is not None:
-                    raise
-                time.sleep(0.05)
-            finally:
-                client.close()
-
-    def kill(self, sig: signal.Signals) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(sig)
-            self.proc.wait(15)
-
-    def restart(self, sig: signal.Signals, down_s: float) -> None:
-        self.kill(sig)
-        time.sleep(down_s)
-        self.start()
 
 
 @pytest.fixture
@@ -145,67 +97,6 @@ def workers(res: Runtime, tmp_path: Path) -> Iterator[Workers]:
         p.stop()
 
 
-def letters(n: int) -> str:
-    """``n`` spelled in letters: the extractor's fingerprint folds digits, not letters."""
-    out = ""
-    while True:
-        n, r = divmod(n, 26)
-        out = chr(ord("a") + r) + out
-        if n == 0:
-            return out
-
-
-def marker(tag: str) -> str:
-    return f"mk{tag}z"
-
-
-def marker_turn(tag: str) -> list[dict[str, str]]:
-    return [{"role": "user",
-             "content": f"My neighbour keeps a parrot named {marker(tag)} in the garden shed",
-             "message_id": f"m-{tag}"}]  # fmt: skip
-
-
-@dataclass
-class Ledger:
-    """Markers sent, acknowledged (``record_turn`` returned) and refused (it raised)."""
-
-    acknowledged: list[tuple[str, str]] = field(default_factory=list)  # (user, tag)
-    refused: list[tuple[str, str]] = field(default_factory=list)
-
-    def counts(self, res: Runtime) -> dict[str, int]:
-        """``in_l0``, ``processed``, ``lost`` and ``duplicated`` over acknowledged markers."""
-        l0 = _l0_text(res.settings.transcript_dir)
-        stm: dict[str, list[str]] = {}
-        processed = lost = duplicated = in_l0 = 0
-        for user, tag in self.acknowledged:
-            if user not in stm:
-                stm[user] = _stm_items(res, user)
-            m = marker(tag)
-            in_l0 += 1 if m in l0 else 0
-            hits = sum(v.count(m) > 0 for v in stm[user])
-            copies = l0.count(m)
-            processed += 1 if hits else 0
-            lost += 0 if hits else 1
-            duplicated += 1 if hits > 1 or copies > 1 else 0
-        return {"acknowledged": len(self.acknowledged), "refused": len(self.refused),
-                "in_l0": in_l0, "processed": processed, "lost": lost,
-                "duplicated": duplicated}  # fmt: skip
-
-
-def _l0_text(folder: Path) -> str:
-    return "".join(p.read_text(encoding="utf-8") for p in sorted(folder.rglob("*.jsonl")))
-
-
-def _stm_items(res: Runtime, user: str) -> list[str]:
-    """Each STM item of ``user`` as one text (its hash values joined)."""
-    prefix = res.stm.keys(user).prefix
-    out = []
-    for key in res.redis.scan_iter(match=f"{prefix}item:*", count=1000):
-        values = res.redis.hgetall(key)
-        out.append(" ".join(str(v) for v in values.values()))
-    return out
-
-
 def wait_converged(
     ledger: Ledger,
     res: Runtime,
@@ -225,17 +116,3 @@ def wait_converged(
                 tail = f"\nworker {alive}; log:\n{worker.log_tail(30)}"
             pytest.fail(f"not converged after {timeout_s}s: {counts}{tail}")
         time.sleep(0.5)
-
-
-def produce(client: MemoryClient, ledger: Ledger, phase: str, count: int, users: int = 3) -> None:
-    """``count`` marker turns over ``users`` users; a turn refused with StoreUnavailable is
-    counted as refused (re-queueing it from L0 is the reconciler's job), not acknowledged."""
-    for k in range(count):
-        user, tag = f"u{k % users}", f"{phase}x{letters(k)}"
-        try:
-            client.record_turn(user_id=user, session_id=f"s{phase}", messages=marker_turn(tag),
-                               turn_id=f"t-{tag}")  # fmt: skip
-        except StoreUnavailable:
-            ledger.refused.append((user, tag))
-        else:
-            ledger.acknowledged.append((user, tag))
