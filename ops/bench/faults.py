@@ -115,7 +115,7 @@ class Ledger:
         for user, tag in self.acknowledged:
             if user not in stm:
                 stm[user] = stm_items(res, user)
-            m = marker(tag)
+            m = f"named {marker(tag)} in"  # whole word: mkabz is inside mkabzz
             in_l0 += 1 if m in l0 else 0
             hits = sum(m in v for v in stm[user])
             processed += 1 if hits else 0
