@@ -19,6 +19,7 @@ def build_schedule(settings: Settings) -> dict[str, dict[str, Any]]:
     sweep_s = float(settings.sweep_interval_s)
     ltm_s = float(settings.ltm.reconcile_interval_s)
     idle_s = float(settings.compress_idle_check_s)
+    reconcile_s = float(settings.ingest_reconcile_interval_s)
     lc = settings.lifecycle
     scan_s, batch_s = float(lc.scan_interval_s), float(lc.batch_interval_s)
     session_s, maintain_s = float(lc.idle_check_s), float(lc.maintain_interval_s)
@@ -38,6 +39,11 @@ def build_schedule(settings: Settings) -> dict[str, dict[str, Any]]:
             "task": names.RECLAIM,
             "schedule": 30.0,
             "options": {"queue": "maintenance", "expires": 27.0},
+        },
+        "ingest-reconcile": {  # turns in L0 that never reached the stream (RELIABILITY.md)
+            "task": names.RECONCILE,
+            "schedule": reconcile_s,
+            "options": {"queue": "maintenance", "expires": reconcile_s * 0.9},
         },
         "compress-idle-sessions": {
             "task": names.COMPRESS_IDLE,

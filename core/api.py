@@ -9,16 +9,20 @@ path is ``recall()`` on a :class:`core.recall.service.Recaller`, built by
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
 from pydantic import ValidationError
 
-from core.errors import InvalidInput
+from core.errors import InvalidInput, PayloadTooLarge
 from core.ids import validate_id
 from core.ingest.queue import IngestQueue
+from core.models.inputs import invalid_input, validate_event_time
 from core.models.transcript import MessageIn, TurnReceipt
 from core.transcript.store import TranscriptStore
+
+log = logging.getLogger(__name__)
 
 
 class Kicker(Protocol):
@@ -27,19 +31,30 @@ class Kicker(Protocol):
         ...
 
 
-def parse_messages(messages: Sequence[MessageIn | Mapping[str, Any]]) -> list[MessageIn]:
-    """Validate messages given as models or plain dicts, with a readable error."""
+def parse_messages(
+    messages: Sequence[MessageIn | Mapping[str, Any]], *, limit: int | None = None
+) -> list[MessageIn]:
+    """Validate messages given as models or plain dicts, with a readable, typed error.
+
+    ``messages`` must be a list or tuple; with ``limit`` its length is checked before any
+    message is looked at, so a million messages are refused at once.
+    """
+    if not isinstance(messages, list | tuple):
+        raise InvalidInput(f"messages: expected a list of messages, got {type(messages).__name__}")
+    if limit is not None and len(messages) > limit:
+        raise PayloadTooLarge(f"turn has {len(messages)} messages, limit {limit}")
     out = []
     for i, m in enumerate(messages):
         if isinstance(m, MessageIn):
             out.append(m)
             continue
+        if not isinstance(m, Mapping):
+            got = type(m).__name__
+            raise InvalidInput(f"message {i}: expected a dict or a MessageIn, got {got}")
         try:
             out.append(MessageIn.model_validate(m))
         except ValidationError as exc:
-            first = exc.errors()[0]
-            where = ".".join(str(p) for p in first["loc"])
-            raise InvalidInput(f"message {i}: {where}: {first['msg']}") from exc
+            raise invalid_input(exc, prefix=f"message {i}: ") from exc
     return out
 
 
@@ -64,13 +79,26 @@ class MemoryClient:
     ) -> TurnReceipt:
         """Append a finished turn to L0 (durable on return) and queue it for extraction.
 
-        Every id is validated and every size limit checked before anything is written.
-        ``at`` is the event time (seconds since the epoch); it stamps the items the turn
-        produces, which lets a replay or a simulation follow its own clock.
+        The receipt is a promise (docs/RELIABILITY.md): the turn is in L0, fsync-ed, and
+        its pointer is on the ingest stream.  Every argument is validated and every size
+        limit checked before anything is written; bad input raises :class:`InvalidInput`
+        (or a subclass) naming the field.  If queueing fails (``StoreUnavailable``), the
+        turn is in L0 all the same: retry with the same ``turn_id``, which never records
+        it twice, or leave it to the reconciler on Beat.  ``at`` is the event time
+        (seconds since the epoch); it stamps the items the turn produces, which lets a
+        replay or a simulation follow its own clock.
         """
         validate_id(user_id, kind="user_id")
         validate_id(session_id, kind="session_id")
-        parsed = parse_messages(messages)
+        if tenant_id is not None:
+            validate_id(tenant_id, kind="tenant_id")
+        if task_id is not None:
+            validate_id(task_id, kind="task_id")
+        if turn_id is not None:  # "" is refused, never replaced by a fresh id
+            validate_id(turn_id, kind="turn_id")
+        if at is not None:
+            validate_event_time(at, kind="at")
+        parsed = parse_messages(messages, limit=self.transcript.max_turn_messages)
         appended = self.transcript.append_turn(
             user_id=user_id,
             session_id=session_id,
@@ -80,12 +108,25 @@ class MemoryClient:
             turn_id=turn_id,
             at=at,
         )
-        shard, kicked = self.queue.enqueue(appended.pointer)
-        if kicked:
-            self.kicker(shard)
+        queued = self.queue.enqueue_once(appended.pointer, generation=appended.generation)
+        kicked = queued.kicked and self._kick(queued.shard)
         return TurnReceipt(
             turn_id=appended.pointer.turn_id,
             message_ids=[r.message_id for r in appended.records],
-            shard=shard,
+            shard=queued.shard,
             kicked=kicked,
+            already_recorded=appended.existing,
         )
+
+    def _kick(self, shard: int) -> bool:
+        """Enqueue a drain; a failure is logged, not raised: the turn is queued already.
+
+        The shard's kick flag is held, so no other call kicks until its TTL lapses; then
+        Beat's ``ingest_reclaim`` kicks the shard (within ``kick TTL + 30 s``).
+        """
+        try:
+            self.kicker(shard)
+        except Exception:
+            log.warning("could not enqueue a drain for shard %s; Beat will", shard, exc_info=True)
+            return False
+        return True

@@ -12,7 +12,7 @@ import hashlib
 import re
 from typing import Annotated
 
-from pydantic import AfterValidator
+from pydantic import AfterValidator, Strict
 
 from core.errors import InvalidId
 
@@ -37,8 +37,8 @@ def _checked(value: str) -> str:
     return validate_id(value)
 
 
-SafeId = Annotated[str, AfterValidator(_checked)]
-"""A pydantic string type that only admits safe ids."""
+SafeId = Annotated[str, Strict(), AfterValidator(_checked)]
+"""A pydantic string type that only admits safe ids (a ``str``: ``b"alice"`` is refused)."""
 
 DEFAULT_TENANT = "default"
 """The tenant of every record written or read without one, in every layer.

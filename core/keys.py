@@ -230,6 +230,19 @@ class GlobalKeys:
         """Set while a drain task for the shard is queued or running."""
         return f"{self.namespace}:ingest:{{s{shard}}}:kick"
 
+    def ingest_attempts(self, shard: int) -> str:
+        """HASH entry id → times a turn was processed alone without completing, and
+        ``<entry id>:error`` → its last error (``core.ingest.deadletters``)."""
+        return f"{self.namespace}:ingest:{{s{shard}}}:attempts"
+    def ingest_queued(self, shard: int, scope: str, session_id: str, generation: str) -> str:
+        """STRING: the end offset in a session's L0 file up to which every turn is queued.
+
+        The reconciler's watermark (docs/RELIABILITY.md), per file generation (a file
+        written anew gets fresh watermarks), in the stream's hash slot so the enqueue
+        script moves it in the same atomic step as the ``XADD``.
+        """
+        return f"{self.namespace}:ingest:{{s{shard}}}:queued:{scope}/{session_id}:{generation}"
+
     @property
     def dead_letters(self) -> str:
         """STREAM of turns that failed permanently, with the reason."""
@@ -306,6 +319,7 @@ _PARTS = {
     "u": r"[^\s:{}/|]+/[^\s:{}/|]+",  # <tenant>/<user>
     "n": r"[0-9]+",
     "budget": r"[0-9]+",
+    "gen": r"[0-9a-f]*",  # a file's generation hash; empty for a file not (yet) in L0
 }
 _PART = r"[^\s:{}]+"
 
@@ -353,6 +367,8 @@ FAMILIES: tuple[Family, ...] = (
     # global (GlobalKeys)
     Family("<ns>:ingest:{s<n>}:stream", "STREAM"),
     Family("<ns>:ingest:{s<n>}:kick", "STRING"),
+    Family("<ns>:ingest:{s<n>}:attempts", "HASH"),
+    Family("<ns>:ingest:{s<n>}:queued:<u>/<session>:<gen>", "STRING"),
     Family("<ns>:ingest:dead", "STREAM"),
     Family("<ns>:sweep:users", "ZSET"),
     Family("<ns>:lock:<job>", "STRING"),

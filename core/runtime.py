@@ -37,7 +37,8 @@ from core.authority.db import make_engine
 from core.authority.filters import RetrievalFilters
 from core.breaker import Breakers
 from core.errors import MemstrataError, StoreUnavailable
-from core.extract.rules import Extractor, RuleExtractor
+from core.extract.rules import ExtractionBudget, Extractor, RuleExtractor
+from core.ingest.deadletters import Attempts, DeadLetters
 from core.ingest.pipeline import IngestPipeline
 from core.ingest.queue import IngestQueue
 from core.lifecycle.runtime import Lifecycle
@@ -87,6 +88,17 @@ def make_postgres(settings: Settings) -> Engine:
         settings.postgres_url,
         connect_timeout_s=settings.postgres_timeout_s,
         pool_size=settings.postgres_pool_size,
+    )
+
+
+def extraction_budget(settings: Settings) -> ExtractionBudget:
+    """How much of a turn extraction reads and proposes (``MEMSTRATA_EXTRACT_*``)."""
+    return ExtractionBudget(
+        window_chars=settings.extract_window_chars,
+        message_chars=settings.extract_max_message_chars,
+        turn_chars=settings.extract_max_turn_chars,
+        message_candidates=settings.extract_max_message_candidates,
+        turn_candidates=settings.extract_max_turn_candidates,
     )
 
 
@@ -246,6 +258,8 @@ class Runtime:
             fsync=settings.transcript_fsync,
             max_message_chars=settings.max_message_chars,
             max_turn_messages=settings.max_turn_messages,
+            max_turn_chars=settings.max_turn_chars,
+            dedup_window_bytes=settings.transcript_dedup_window_bytes,
         )
         self.queue = IngestQueue(
             self.redis,
@@ -253,13 +267,20 @@ class Runtime:
             shards=settings.ingest_shards,
             kick_ttl_ms=settings.ingest_kick_ttl_ms,
             claim_idle_ms=settings.ingest_claim_idle_ms,
+            watermark_ttl_ms=int((settings.ingest_reconcile_horizon_s + 3600) * 1000),
         )
+        self.attempts = Attempts(self.redis, namespace=settings.key_namespace)
+        self.dead_letters = DeadLetters(self.redis, namespace=settings.key_namespace)
         self.pipeline = IngestPipeline(
             store=self.stm,
             extractor=extractor
-            or RuleExtractor(conversation_facts=settings.extract_conversation_facts),
+            or RuleExtractor(
+                conversation_facts=settings.extract_conversation_facts,
+                budget=extraction_budget(settings),
+            ),
             policy=WritePolicy(threshold=settings.write_threshold, ttl=settings.ttl),
             decision_ttl_s=settings.decision_ttl_s,
+            max_refusals_per_message=settings.decision_max_refusals_per_message,
         )
         self.profile_cache = ProfileCache(
             self.redis,

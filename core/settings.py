@@ -36,9 +36,15 @@ class Settings(BaseSettings):
     postgres_pool_size: int = Field(5, ge=1, le=100)
     transcript_dir: Path = Path("var/transcripts")
     transcript_fsync: bool = True
+    # how far back from a session file's end a caller-named turn_id is looked for before
+    # appending (docs/RELIABILITY.md); only calls that name their turn_id pay for the read
+    transcript_dedup_window_bytes: int = Field(256 * 1024, ge=4096, le=64 * 1024 * 1024)
 
-    # input limits (characters)
-    max_message_chars: int = Field(64 * 1024, ge=256, le=16 * 1024 * 1024)
+    # input limits (characters).  A message (content + tool-call arguments) is kept whole in
+    # L0 up to max_message_chars and a turn up to max_turn_chars; longer texts keep their
+    # head and tail around a marker, and the turn is accepted (docs/WRITE_PATH.md §1)
+    max_message_chars: int = Field(1024 * 1024, ge=256, le=16 * 1024 * 1024)
+    max_turn_chars: int = Field(4 * 1024 * 1024, ge=256, le=64 * 1024 * 1024)
     max_turn_messages: int = Field(64, ge=1, le=10_000)
     max_summary_chars: int = Field(400, ge=40, le=4000)
     max_detail_chars: int = Field(4000, ge=200, le=64 * 1024)
@@ -61,6 +67,18 @@ class Settings(BaseSettings):
     decision_ttl_s: int = Field(7 * 24 * 3600, ge=60)
     # the conversation_fact rule: one fact per casual user statement no other rule claims
     extract_conversation_facts: bool = True
+    # extraction budget (docs/WRITE_PATH.md §3): a message is read in clause-safe windows of
+    # extract_window_chars, at most extract_max_message_chars of it (head windows and the
+    # last one) and extract_max_turn_chars of the whole turn (shared fairly); at most
+    # extract_max_message_candidates candidates per message, extract_max_turn_candidates
+    # per turn
+    extract_window_chars: int = Field(4096, ge=256, le=1024 * 1024)
+    extract_max_message_chars: int = Field(64 * 1024, ge=256, le=16 * 1024 * 1024)
+    extract_max_turn_chars: int = Field(256 * 1024, ge=256, le=64 * 1024 * 1024)
+    extract_max_message_candidates: int = Field(64, ge=1, le=100_000)
+    extract_max_turn_candidates: int = Field(256, ge=1, le=1_000_000)
+    # refusals recorded one by one per message; one summary record counts the rest
+    decision_max_refusals_per_message: int = Field(16, ge=0, le=100_000)
 
     # ingest pipeline
     ingest_shards: int = Field(4, ge=1, le=256)
@@ -72,6 +90,17 @@ class Settings(BaseSettings):
     # ~20 under steady load); keep ingest_shards <= worker processes when > 0, or a
     # lingering drain holds a worker that another shard's drain is waiting for
     ingest_linger_ms: int = Field(0, ge=0, le=5000)
+    # a batch is processed and acknowledged in chunks of at most this many L0 bytes
+    ingest_chunk_bytes: int = Field(4 * 1024 * 1024, ge=1024, le=1024 * 1024 * 1024)
+    # a turn processed alone (after its batch failed or its drain died) this many times
+    # without completing is dead-lettered with its last error (docs/WRITE_PATH.md §2)
+    ingest_max_attempts: int = Field(3, ge=1, le=100)
+    # the reconciler (docs/RELIABILITY.md): turns in L0 but never queued are queued by Beat
+    # every interval; files written within the horizon are looked at, at most max_turns
+    # turns queued per run; a session's watermark lives horizon + 1 h after its last turn
+    ingest_reconcile_interval_s: float = Field(60.0, gt=0)
+    ingest_reconcile_horizon_s: float = Field(24 * 3600.0, ge=60, le=90 * 24 * 3600)
+    ingest_reconcile_max_turns: int = Field(1000, ge=1, le=1_000_000)
 
     # maintenance
     sweep_batch: int = Field(1000, ge=1, le=1_000_000)

@@ -65,6 +65,8 @@ def decision_line(d: WriteDecision, *, verbose: bool = False) -> str:
         f"{d.memory_type.value}/{d.subtype}  [{d.rule}]"
     )
     lines = [head, f"      {_short(d.summary)}", f"      why: {d.reason}"]
+    if d.omitted:  # a budget summary: what was not recorded one by one
+        lines.append("      omitted: " + ", ".join(f"{k} {v:,}" for k, v in d.omitted.items()))
     if verbose:
         lines.append(f"      score = {breakdown_text(d.breakdown)}")
         p = d.profile

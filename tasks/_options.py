@@ -44,6 +44,7 @@ from core.errors import InvalidInput, TransientError
 DRAIN = "memstrata.ingest.drain"
 SWEEP = "memstrata.maintenance.sweep_expired"
 RECLAIM = "memstrata.maintenance.ingest_reclaim"
+RECONCILE = "memstrata.maintenance.ingest_reconcile"
 COMPRESS = "memstrata.maintenance.compress_session"
 COMPRESS_IDLE = "memstrata.maintenance.compress_idle"
 LTM_INDEX = "memstrata.ltm.index"
@@ -89,9 +90,11 @@ BEAT = _retrying(max_retries=3, backoff_max_s=60)
 
 # ------------------------------------------------------------------ payloads
 class TaskInput(BaseModel):
-    """Base of every task's payload model: immutable, unknown fields refused."""
+    """Base of every task's payload model: immutable, unknown fields refused, and strict
+    (``"5"`` or ``True`` is not an int, ``b"u"`` not a str; free text is ``inputs.Text``).
+    """
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
 
 
 class BatchLimit(TaskInput):

@@ -6,6 +6,7 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
+from celery.exceptions import SoftTimeLimitExceeded
 from pydantic import ValidationInfo, field_validator
 
 from core.ingest.drain import drain_shard
@@ -46,22 +47,34 @@ def after_batch(turns: Sequence[tuple[TurnPointer, Sequence[TranscriptRecord]]])
 def drain(self: Any, shard: int) -> dict[str, int]:
     """Process every queued turn of ``shard``; idempotent (upserts by natural key)."""
     res = get_runtime()
-    shard = payload(DrainInput, context={"shards": res.settings.ingest_shards}, shard=shard).shard
-    report = drain_shard(
-        shard,
-        queue=res.queue,
-        transcript=res.transcript,
-        pipeline=res.pipeline,
-        consumer=consumer_name(),
-        batch=res.settings.ingest_batch,
-        max_run_s=res.settings.ingest_max_run_s,
-        linger_ms=res.settings.ingest_linger_ms,
-        on_batch=after_batch,
-    )
+    cfg = res.settings
+    shard = payload(DrainInput, context={"shards": cfg.ingest_shards}, shard=shard).shard
+    try:
+        report = drain_shard(
+            shard,
+            queue=res.queue,
+            transcript=res.transcript,
+            pipeline=res.pipeline,
+            consumer=consumer_name(),
+            batch=cfg.ingest_batch,
+            max_run_s=cfg.ingest_max_run_s,
+            linger_ms=cfg.ingest_linger_ms,
+            on_batch=after_batch,
+            attempts=res.attempts,
+            max_attempts=cfg.ingest_max_attempts,
+            chunk_bytes=cfg.ingest_chunk_bytes,
+            abort_on=(SoftTimeLimitExceeded,),
+        )
+    except SoftTimeLimitExceeded:
+        # the drain still holds the shard's flag: hand the shard on before failing, so its
+        # unfinished turns are taken up (alone, counted) without waiting for Beat
+        log.error("drain of shard %s hit the soft time limit; continuing in a new task", shard)
+        self.apply_async(args=[shard])
+        raise
     if report.continued:
         self.apply_async(args=[shard])
     log.info(
-        "drained shard=%s turns=%s written=%s refused=%s dead=%s",
-        shard, report.turns, report.written, report.refused, report.dead,
+        "drained shard=%s turns=%s written=%s refused=%s dead=%s alone=%s",
+        shard, report.turns, report.written, report.refused, report.dead, report.alone,
     )  # fmt: skip
     return {"turns": report.turns, "written": report.written, "refused": report.refused}

@@ -14,17 +14,19 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, Literal, TypeVar
 
-from pydantic import model_validator
+from pydantic import Field, model_validator
 
 from core.ids import SafeId
+from core.lifecycle.finalise import finalise, finalise_idle
 from core.lifecycle.maintenance import forget, summarise, sync_access
+from core.lifecycle.preload import preload
 from core.lifecycle.rebuild import rebuild_session
 from core.lifecycle.retract import retract_card, retract_pg_fact
 from core.lifecycle.runtime import Lifecycle
 from core.lifecycle.scan import scan
 from core.lifecycle.scheduler import run_batch
-from core.lifecycle.sessions import finalise, finalise_idle, preload
 from core.maintenance import run_locked
+from core.models.inputs import Text
 from core.runtime import get_runtime
 from tasks._options import (
     BEAT,
@@ -65,10 +67,10 @@ class ForgetInput(TaskInput):
 
 class RetractInput(TaskInput):
     kind: Literal["card", "fact"]
-    target: str
+    target: Text = Field(min_length=1, max_length=1000)
     tenant_id: SafeId | None = None
     user_id: SafeId | None = None
-    reason: str = "retracted"
+    reason: Text = Field("retracted", max_length=1000)
 
     @model_validator(mode="after")
     def _fact_names_its_owner(self) -> RetractInput:
@@ -84,7 +86,7 @@ class SessionInput(TaskInput):
 
 
 class PreloadInput(SessionInput):
-    query: str
+    query: Text = Field(max_length=64 * 1024)  # the task reads its first 2,000 chars
 
 
 def _index(ids: Sequence[str]) -> None:

@@ -1,13 +1,14 @@
-"""Maintenance tasks run by Celery Beat: expire sweep and the ingest safety net."""
+"""Maintenance tasks run by Celery Beat: expire sweep and the ingest safety nets."""
 
 from __future__ import annotations
 
 import logging
 import time
 
+from core.ingest.reconcile import reconcile
 from core.maintenance import run_locked
 from core.runtime import get_runtime
-from tasks._options import BEAT, RECLAIM, SWEEP, BatchLimit, payload
+from tasks._options import BEAT, RECLAIM, RECONCILE, SWEEP, BatchLimit, payload
 from tasks.app import app
 
 log = logging.getLogger(__name__)
@@ -41,3 +42,31 @@ def ingest_reclaim() -> dict[str, int]:
             drain.apply_async(args=[shard])
             kicked += 1
     return {"kicked": kicked}
+
+
+@app.task(name=RECONCILE, **BEAT)
+def ingest_reconcile(max_turns: int | None = None) -> dict[str, float]:
+    """Queue the turns that reached L0 but never the ingest stream (docs/RELIABILITY.md).
+
+    Bounded (``max_turns``, else ``MEMSTRATA_INGEST_RECONCILE_MAX_TURNS``) and locked, so
+    two runs never overlap; returns and logs the report, ``lag_s`` included.
+    """
+    from tasks.ingest import drain
+
+    limit = payload(BatchLimit, limit=max_turns).limit
+    res = get_runtime()
+    cfg = res.settings
+
+    def work() -> dict[str, float]:
+        report = reconcile(
+            transcript=res.transcript,
+            queue=res.queue,
+            kick=lambda shard: drain.apply_async(args=[shard]),
+            horizon_s=cfg.ingest_reconcile_horizon_s,
+            max_turns=limit or cfg.ingest_reconcile_max_turns,
+        )
+        return report.as_dict()
+
+    ttl = max(60, int(cfg.ingest_reconcile_interval_s * 2))
+    out = run_locked(res.redis, cfg.key_namespace, "ingest-reconcile", ttl_s=ttl, work=work)
+    return out or {"skipped": 1}

@@ -9,28 +9,40 @@ A user message that none of those rules claims, and that is neither chit-chat no
 questions, becomes one ``conversation_fact`` candidate: the clause rules were written for
 debugging sessions and would otherwise propose nothing from casual conversation ("I went
 to a support group yesterday").  ``RuleExtractor(conversation_facts=False)`` turns it off.
+
+**Budget.**  Whatever a turn holds, extraction reads at most
+``ExtractionBudget.message_chars`` of a message and ``turn_chars`` of the turn, in
+clause-safe windows (:mod:`core.extract.windows`; the turn's budget is shared so that
+short messages are read whole), and proposes at most ``message_candidates`` candidates
+per message and ``turn_candidates`` per turn.  What the budget left out is reported per
+message (:class:`BudgetNote`), so the pipeline can record it: nothing is dropped silently.
+Stripping reasoning and code blocks is linear in the message's length.
 """
 
 from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
 from core.extract.entities import extract_entities, topic_of
 from core.extract.lexicon import Lexicon, default_lexicon
+from core.extract.windows import Reading, read_windows
 from core.models.candidate import Candidate, CandidateSignals
 from core.models.memory import MemorySource, MemoryType
 from core.models.transcript import Role, TranscriptRecord
+from core.textcut import fair_shares
 
 _CLAUSE_SPLIT = re.compile(
     r"(?<=[。！？；!?;，])|\n+|(?<=[a-z0-9)\]'\"])\.\s+(?=[A-Z\u4e00-\u9fff])"
 )
-_REASONING_BLOCK = re.compile(
-    r"<(thought|think|thinking)>.*?</\1>|_Thinking:_.*?(?:\n\s*\n|$)", re.IGNORECASE | re.DOTALL
-)
+_REASONING_OPEN = re.compile(r"<(thought|think|thinking)>|_Thinking:_", re.IGNORECASE)
+_REASONING_CLOSE = {
+    tag: re.compile(f"</{tag}>", re.IGNORECASE) for tag in ("thought", "think", "thinking")
+}
+_PARAGRAPH_END = re.compile(r"\n\s*\n")
 _CODE_FENCE = re.compile(r"```.*?(?:```|$)", re.DOTALL)
 _WS = re.compile(r"\s+")
 _BULLET = re.compile(r"^\s*(?:[-*•>]|\d+[.)])\s*")
@@ -63,9 +75,43 @@ class ExtractionContext:
         return self.task_id or self.session_id
 
 
+@dataclass(frozen=True)
+class ExtractionBudget:
+    """How much of a turn extraction reads and proposes (docs/WRITE_PATH.md §3)."""
+
+    window_chars: int = 4096
+    message_chars: int = 64 * 1024  # 16 windows: the head's 15 and the last one
+    turn_chars: int = 256 * 1024  # shared by the turn's messages, short ones read whole
+    message_candidates: int = 64
+    turn_candidates: int = 256  # each message may propose turn_candidates // messages
+
+    def candidates_per_message(self, messages: int) -> int:
+        return min(self.message_candidates, max(1, self.turn_candidates // max(1, messages)))
+
+
+@dataclass(frozen=True)
+class BudgetNote:
+    """What the budget left out of one message (only for messages it cut)."""
+
+    message_id: str
+    index: int  # the message's position in its turn
+    chars: int  # characters extraction could have read (after stripping reasoning, code)
+    read_chars: int
+    windows: int
+    clauses_skipped: int  # clauses past the candidate cap, never classified
+    candidate_cap: int
+
+
+@dataclass(frozen=True)
+class Extraction:
+    candidates: list[Candidate]
+    notes: list[BudgetNote] = field(default_factory=list)
+    read_chars: int = 0  # characters read, all messages together
+
+
 class Extractor(Protocol):
-    def extract(self, turn: Sequence[TranscriptRecord], ctx: ExtractionContext) -> list[Candidate]:
-        """Propose candidate memories for one recorded turn."""
+    def extract_turn(self, turn: Sequence[TranscriptRecord], ctx: ExtractionContext) -> Extraction:
+        """Propose candidate memories for one recorded turn, within a budget."""
         ...
 
 
@@ -92,9 +138,38 @@ def split_clauses(text: str) -> list[str]:
     return out
 
 
+def _strip_reasoning_blocks(text: str) -> str:
+    """``<think>…</think>`` (thought, thinking) and ``_Thinking:_ …`` up to a blank line,
+    each replaced by a space; an opening tag that is never closed is left as it is.
+
+    One pass: once a tag has no closing tag after some point, no later opening tag of it
+    is looked at again (a regex ``<think>.*?</think>`` rescans the rest of the text for
+    every unclosed ``<think>``: quadratic, 5 s for 64 KiB of them)."""
+    out: list[str] = []
+    pos = search = 0
+    unclosed: set[str] = set()
+    while (m := _REASONING_OPEN.search(text, search)) is not None:
+        tag = (m.group(1) or "").lower()
+        if not tag:  # up to the first blank line, else up to ``$`` (before a final "\n")
+            dollar = len(text) - 1 if text.endswith("\n") else len(text)
+            block_end = _PARAGRAPH_END.search(text, m.end())
+            end = block_end.end() if block_end and block_end.start() <= dollar else dollar
+        else:
+            close = None if tag in unclosed else _REASONING_CLOSE[tag].search(text, m.end())
+            if close is None:
+                unclosed.add(tag)
+                search = m.start() + 1
+                continue
+            end = close.end()
+        out += [text[pos : m.start()], " "]
+        pos = search = end
+    out.append(text[pos:])
+    return "".join(out)
+
+
 def strip_reasoning(text: str, lexicon: Lexicon) -> str:
     """Drop model reasoning and code blocks (seed 四.5: no reasoning, no raw text)."""
-    text = _REASONING_BLOCK.sub(" ", text)
+    text = _strip_reasoning_blocks(text)
     text = _CODE_FENCE.sub(" ", text)  # pasted code and logs are raw material, not facts
     for marker in lexicon.reasoning_markers:
         if text.lstrip().startswith(marker):
@@ -141,66 +216,128 @@ _STATE_RULES = ("excluded_cause", "conclusion", "decision", "next_step")
 class RuleExtractor:
     """The v1 extractor: lexicon rules, entity patterns, no model calls."""
 
-    def __init__(self, lexicon: Lexicon | None = None, *, conversation_facts: bool = True) -> None:
+    def __init__(
+        self,
+        lexicon: Lexicon | None = None,
+        *,
+        conversation_facts: bool = True,
+        budget: ExtractionBudget | None = None,
+    ) -> None:
         self.lexicon = lexicon or default_lexicon()
         self.conversation_facts = conversation_facts
+        self.budget = budget or ExtractionBudget()
 
     # ------------------------------------------------------------------ public
     def extract(self, turn: Sequence[TranscriptRecord], ctx: ExtractionContext) -> list[Candidate]:
+        """The candidates of :meth:`extract_turn`."""
+        return self.extract_turn(turn, ctx).candidates
+
+    def extract_turn(self, turn: Sequence[TranscriptRecord], ctx: ExtractionContext) -> Extraction:
+        budget = self.budget
         tool_names = {c.id: c.name for r in turn for c in r.tool_calls}
         has_tool_result = any(r.role is Role.TOOL for r in turn)
+        texts = [self._prepare(record) for record in turn]
+        shares = fair_shares(
+            [len(t) for t in texts], each=budget.message_chars, total=budget.turn_chars
+        )
+        cap = budget.candidates_per_message(len(turn))
         out: list[Candidate] = []
-        for record in turn:
+        notes: list[BudgetNote] = []
+        readings: list[Reading] = []
+        found: list[int] = []
+        for index, (record, text, share) in enumerate(zip(turn, texts, shares, strict=True)):
+            reading = read_windows(text, limit=share, window=budget.window_chars)
+            readings.append(reading)
             if record.role is Role.USER:
-                out.extend(self._from_user(record, ctx))
+                cands, skipped = self._from_user(record, ctx, reading.text, cap)
             elif record.role is Role.ASSISTANT:
-                out.extend(self._from_assistant(record, ctx, verified=has_tool_result))
+                cands, skipped = self._from_assistant(
+                    record, ctx, reading.text, cap, verified=has_tool_result
+                )
             elif record.role is Role.TOOL:
                 name = tool_names.get(record.tool_call_id or "", record.name or "tool")
-                out.extend(self._from_tool(record, ctx, name))
+                cands, skipped = self._from_tool(record, ctx, name, reading.text)[:cap], 0
+            else:
+                cands, skipped = [], 0
+            out.extend(cands)
+            found.append(len(cands))
+            if reading.skipped or skipped:
+                notes.append(
+                    BudgetNote(
+                        message_id=record.message_id,
+                        index=index,
+                        chars=reading.total,
+                        read_chars=reading.read,
+                        windows=len(reading.windows),
+                        clauses_skipped=skipped,
+                        candidate_cap=cap,
+                    )
+                )
         if self.conversation_facts:
             covered = {m for c in out for m in c.source.message_ids}
-            for record in turn:
-                if record.role is Role.USER and record.message_id not in covered:
-                    fact = self._conversation_fact(record, ctx)
+            for record, reading, n in zip(turn, readings, found, strict=True):
+                if record.role is Role.USER and record.message_id not in covered and n < cap:
+                    fact = self._conversation_fact(record, ctx, reading.text)
                     if fact is not None:
                         out.append(fact)
-        return out
+        return Extraction(out, notes, sum(r.read for r in readings))
+
+    def _prepare(self, rec: TranscriptRecord) -> str:
+        """The text of a message that extraction may read: linear-time stripping only."""
+        if rec.role is Role.USER:
+            return _CODE_FENCE.sub(" ", rec.content).strip()
+        if rec.role is Role.ASSISTANT:
+            return strip_reasoning(rec.content, self.lexicon).strip()
+        return rec.content
 
     # ------------------------------------------------------------------ per role
-    def _from_user(self, rec: TranscriptRecord, ctx: ExtractionContext) -> Iterable[Candidate]:
-        text = _CODE_FENCE.sub(" ", rec.content).strip()
+    def _clauses(
+        self,
+        clauses: list[str],
+        rec: TranscriptRecord,
+        ctx: ExtractionContext,
+        cap: int,
+        *,
+        user: bool,
+        verified: bool,
+        remember: bool,
+    ) -> tuple[list[Candidate], int]:
+        """Candidates of ``clauses`` up to ``cap``, and how many clauses were left unread."""
+        out: list[Candidate] = []
+        for n, clause in enumerate(clauses):
+            if len(out) >= cap:
+                return out, len(clauses) - n
+            cand = self._classify(clause, rec, ctx, user=user, verified=verified, remember=remember)
+            if cand is not None:
+                out.append(cand)
+        return out, 0
+
+    def _from_user(
+        self, rec: TranscriptRecord, ctx: ExtractionContext, text: str, cap: int
+    ) -> tuple[list[Candidate], int]:
         if not text:
-            return []
+            return [], 0
         if self.lexicon.matches("chit_chat", text):
-            return [self._chit_chat(rec, ctx, text)]
+            return [self._chit_chat(rec, ctx, text)], 0
         clauses = split_clauses(text)
         # "remember" covers a short note ("记住：A，B"), not every line of a long brief
         remember_all = len(clauses) <= 4 and self.lexicon.matches("explicit_remember", text)
-        out = []
-        for clause in clauses:
-            cand = self._classify(clause, rec, ctx, user=True, verified=True, remember=remember_all)
-            if cand is not None:
-                out.append(cand)
-        return out
+        return self._clauses(
+            clauses, rec, ctx, cap, user=True, verified=True, remember=remember_all
+        )
 
     def _from_assistant(
-        self, rec: TranscriptRecord, ctx: ExtractionContext, *, verified: bool
-    ) -> Iterable[Candidate]:
-        text = strip_reasoning(rec.content, self.lexicon).strip()
+        self, rec: TranscriptRecord, ctx: ExtractionContext, text: str, cap: int, *, verified: bool
+    ) -> tuple[list[Candidate], int]:
         if not text or self.lexicon.matches("chit_chat", text):
-            return []
-        out = []
-        for clause in split_clauses(text):
-            cand = self._classify(clause, rec, ctx, user=False, verified=verified, remember=False)
-            if cand is not None:
-                out.append(cand)
-        return out
+            return [], 0
+        return self._clauses(
+            split_clauses(text), rec, ctx, cap, user=False, verified=verified, remember=False
+        )
 
     def _from_tool(
-        self, rec: TranscriptRecord, ctx: ExtractionContext, tool: str
+        self, rec: TranscriptRecord, ctx: ExtractionContext, tool: str, text: str
     ) -> list[Candidate]:
-        text = rec.content
         if not text.strip():
             return []
         out: list[Candidate] = []
@@ -231,11 +368,12 @@ class RuleExtractor:
             )
             if len(out) >= OBSERVATIONS_PER_TOOL_RESULT:
                 break
-        if not out or len(text) > RAW_BLOB_CHARS:
+        size = len(rec.content)
+        if not out or size > RAW_BLOB_CHARS:
             out.append(
                 self._candidate(
                     _Rule("raw_tool_output", MemoryType.OBSERVATION, "raw_output", 0.5),
-                    summary=f"raw output of {tool} ({len(text)} chars)",
+                    summary=f"raw output of {tool} ({size} chars)",
                     rec=rec,
                     ctx=ctx,
                     entities=[],
@@ -243,7 +381,7 @@ class RuleExtractor:
                     signals=CandidateSignals(
                         is_verified=True, raw_unstructured_blob=True, transient=True
                     ),
-                    detail={"tool": tool, "chars": len(text)},
+                    detail={"tool": tool, "chars": size},
                 )
             )
         return out
@@ -403,15 +541,17 @@ class RuleExtractor:
             signals=CandidateSignals(chit_chat=True, transient=True),
         )  # fmt: skip
 
-    def _conversation_fact(self, rec: TranscriptRecord, ctx: ExtractionContext) -> Candidate | None:
+    def _conversation_fact(
+        self, rec: TranscriptRecord, ctx: ExtractionContext, text: str
+    ) -> Candidate | None:
         """One ``conversation_fact`` for a user statement no other rule claimed.
 
         What the person said about themselves or their world ("My kids love painting")
         is verified by construction (they said it); its questions are dropped.  One
         candidate per message keeps the provenance per turn, and the key is the
-        normalised statement, so a restated fact merges instead of duplicating.
+        normalised statement, so a restated fact merges instead of duplicating.  ``text`` is
+        what the budget let extraction read of the message.
         """
-        text = _CODE_FENCE.sub(" ", rec.content).strip()
         if not text or self.lexicon.matches("chit_chat", text):
             return None
         prefix, body = _speaker_prefix(text)

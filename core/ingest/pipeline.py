@@ -4,24 +4,49 @@ One batch costs three Redis round trips whatever its size: a pipelined dedup loo
 a pipeline of Lua upserts, a pipeline of decision records.  Candidates of one batch that
 share a canonical key see each other (an in-batch overlay), so the recorded verdicts are
 the same as if the turns had been processed one by one.
+
+**Bounded decisions.**  Every written candidate's decision is recorded; of the refused
+ones, at most ``max_refusals_per_message`` per message.  A message that the extraction
+budget cut, or whose refusals were not all recorded, gets one summary record (rule
+``extraction_budget``) counting what was left out.  Each record's text is clipped
+(summary 160, reason 200 characters, 8 message ids), so one message's records stay under
+``(message_candidates + 1) × DECISION_MAX_BYTES`` whatever its length.
 """
 
 from __future__ import annotations
 
 import hashlib
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
-from core.extract.rules import ExtractionContext, Extractor, clip
+from core.extract.rules import BudgetNote, ExtractionContext, Extractor, clip
 from core.keys import user_scope
-from core.models.candidate import Candidate, Verdict, WriteDecision
+from core.models.candidate import Candidate, Verdict, WriteDecision, WriteProfile
 from core.models.identity import fingerprint
-from core.models.memory import MemoryItem, MemoryStatus
+from core.models.memory import MemoryItem, MemoryStatus, MemoryType
 from core.models.transcript import TranscriptRecord, TurnPointer
 from core.policy.write import Existing, WritePolicy, judge
 from core.stm.store import DecisionRow, StmStore, UpsertResult
 
 DECISION_PREVIEW_CHARS = 160
+DECISION_REASON_CHARS = 200
+DECISION_MESSAGE_IDS = 8
+DECISION_MAX_BYTES = 2048  # one record's JSON at most (tests/integration/test_poison_turn.py)
+BUDGET_RULE = "extraction_budget"
+_NO_PROFILE = WriteProfile(
+    is_verified=False,
+    is_stable_for_current_task=False,
+    is_user_constraint=False,
+    is_decision=False,
+    is_preference=False,
+    novelty=0.0,
+    confidence=0.0,
+    estimated_ttl_minutes=1,
+    duplicate=False,
+    transient=False,
+    raw_unstructured_blob=False,
+)
 
 
 def memory_id_for(user_id: str, canonical_fact_key: str, tenant_id: str | None = None) -> str:
@@ -40,6 +65,8 @@ class TurnOutcome:
     tenant_id: str | None = None
     decisions: list[WriteDecision] = field(default_factory=list)
     upserts: list[UpsertResult] = field(default_factory=list)
+    # one per message the budget cut or whose refusals were not all recorded
+    summaries: list[WriteDecision] = field(default_factory=list)
 
     @property
     def written(self) -> list[WriteDecision]:
@@ -69,11 +96,13 @@ class IngestPipeline:
         extractor: Extractor,
         policy: WritePolicy,
         decision_ttl_s: int = 7 * 24 * 3600,
+        max_refusals_per_message: int = 16,
     ) -> None:
         self.store = store
         self.extractor = extractor
         self.policy = policy
         self.decision_ttl_s = decision_ttl_s
+        self.max_refusals_per_message = max_refusals_per_message
 
     def process(
         self, turns: Sequence[tuple[TurnPointer, Sequence[TranscriptRecord]]]
@@ -82,17 +111,20 @@ class IngestPipeline:
         outcomes = [TurnOutcome(p.turn_id, p.session_id, p.user_id, p.tenant_id) for p, _ in turns]
         cands: list[tuple[int, Candidate, str]] = []
         self._ordinal: list[int] = []
+        notes: list[list[BudgetNote]] = []
         for i, (ptr, records) in enumerate(turns):
             ctx = ExtractionContext(
                 user_id=ptr.user_id, session_id=ptr.session_id, task_id=ptr.task_id
             )
             scope = ptr.task_id or ptr.session_id
-            for k, cand in enumerate(self.extractor.extract(records, ctx)):
+            extraction = self.extractor.extract_turn(records, ctx)
+            notes.append(extraction.notes)
+            for k, cand in enumerate(extraction.candidates):
                 cands.append((i, cand, fingerprint(ptr.user_id, scope, cand.subtype, cand.summary)))
                 self._ordinal.append(k)
         existing = self._lookup(turns, cands)
         planned = self._judge(turns, cands, existing)
-        self._write(planned, outcomes)
+        self._write(turns, planned, outcomes, notes)
         return outcomes
 
     # ------------------------------------------------------------------ steps
@@ -159,7 +191,7 @@ class IngestPipeline:
             decision = WriteDecision(
                 decision_id=f"{ptr.turn_id}:{self._ordinal[n]:03d}:{cand.rule}",
                 verdict=j.verdict,
-                reason=j.reason,
+                reason=j.reason[:DECISION_REASON_CHARS],
                 score=j.score,
                 threshold=self.policy.threshold,
                 breakdown=j.breakdown,
@@ -172,7 +204,7 @@ class IngestPipeline:
                 canonical_fact_key=cand.canonical_fact_key,
                 rule=cand.rule,
                 memory_id=memory_id,
-                message_ids=list(cand.source.message_ids),
+                message_ids=list(cand.source.message_ids[:DECISION_MESSAGE_IDS]),
                 session_id=ptr.session_id,
                 at=ptr.at,
             )
@@ -222,11 +254,19 @@ class IngestPipeline:
             shared_scope=None,
         )
 
-    def _write(self, planned: list[_Planned], outcomes: list[TurnOutcome]) -> None:
+    def _write(
+        self,
+        turns: Sequence[tuple[TurnPointer, Sequence[TranscriptRecord]]],
+        planned: list[_Planned],
+        outcomes: list[TurnOutcome],
+        notes: list[list[BudgetNote]],
+    ) -> None:
         to_write = [p for p in planned if p.item is not None]
         results = self.store.upsert_many([p.item for p in to_write if p.item is not None])
         by_plan = {id(p): r for p, r in zip(to_write, results, strict=True)}
         rows: list[DecisionRow] = []
+        refusals: Counter[tuple[int, str]] = Counter()
+        unrecorded: dict[tuple[int, str], Counter[str]] = {}
         for p in planned:
             out = outcomes[p.turn]
             res = by_plan.get(id(p))
@@ -239,9 +279,77 @@ class IngestPipeline:
 
                 decision = decision.model_copy(update=update)
             out.decisions.append(decision)
+            if decision.verdict is Verdict.REFUSED:
+                where = (p.turn, decision.message_ids[0] if decision.message_ids else "")
+                refusals[where] += 1
+                if refusals[where] > self.max_refusals_per_message:
+                    unrecorded.setdefault(where, Counter())[f"refused:{decision.rule}"] += 1
+                    continue
             rows.append((out.user_id, out.tenant_id, out.session_id, decision))
+        for i, (ptr, records) in enumerate(turns):
+            for summary in _summaries(ptr, records, notes[i], unrecorded, i, self.policy.threshold):
+                outcomes[i].summaries.append(summary)
+                rows.append((ptr.user_id, ptr.tenant_id, ptr.session_id, summary))
         # write-once: a redelivery must not rewrite why the turn was (not) stored
         self.store.record_decisions(rows, ttl_s=self.decision_ttl_s)
+
+
+def _summaries(
+    ptr: TurnPointer,
+    records: Sequence[TranscriptRecord],
+    notes: list[BudgetNote],
+    unrecorded: dict[tuple[int, str], Counter[str]],
+    turn: int,
+    threshold: float,
+) -> list[WriteDecision]:
+    """One record per message of the turn that the budget cut or whose refusals were not
+    all recorded: what was left out, counted (no candidate is dropped silently)."""
+    by_message = {n.message_id: n for n in notes}
+    out = []
+    for index, rec in enumerate(records):
+        note = by_message.get(rec.message_id)
+        refused = unrecorded.get((turn, rec.message_id), Counter())
+        if note is None and not refused:
+            continue
+        omitted: dict[str, int] = dict(sorted(refused.items()))
+        parts = []
+        if note is not None and note.chars > note.read_chars:
+            omitted["chars_not_read"] = note.chars - note.read_chars
+            parts.append(
+                f"read {note.read_chars:,} of {note.chars:,} chars ({note.windows} windows)"
+            )
+        if note is not None and note.clauses_skipped:
+            omitted["clauses_not_classified"] = note.clauses_skipped
+            parts.append(
+                f"{note.clauses_skipped:,} clauses past the {note.candidate_cap}-candidate cap "
+                "not classified"
+            )
+        if refused:
+            parts.append(f"{sum(refused.values()):,} more refusals not recorded one by one")
+        reason = ("extraction budget: " + "; ".join(parts))[:DECISION_REASON_CHARS]
+        out.append(
+            WriteDecision(
+                decision_id=f"{ptr.turn_id}:~{index:03d}:budget",
+                verdict=Verdict.REFUSED,
+                reason=reason,
+                score=0.0,
+                threshold=threshold,
+                breakdown={},
+                profile=_NO_PROFILE,
+                importance=0.0,
+                importance_breakdown={},
+                memory_type=MemoryType.FACT,
+                subtype="budget",
+                summary=f"message {rec.message_id}"[:DECISION_PREVIEW_CHARS],
+                canonical_fact_key=f"budget:{rec.message_id}",
+                rule=BUDGET_RULE,
+                message_ids=[rec.message_id],
+                session_id=ptr.session_id,
+                at=ptr.at,
+                omitted=omitted,
+            )
+        )
+    return out
 
 
 def read_decisions(

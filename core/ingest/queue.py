@@ -8,6 +8,14 @@ batches through a consumer group, and releases the flag atomically when it finds
 new (:meth:`IngestQueue.claim_or_release`), so a pointer added at any moment is either
 read by the running drain or kicks a new one.  Unacknowledged entries of a crashed worker
 are reclaimed after ``claim_idle_ms``; the flag's TTL guards against a lost drain task.
+
+**Watermarks.**  The same script keeps, per session, the end offset in its L0 file up to
+which every turn is on the stream (``ingest_queued``, in the stream's hash slot).  It only
+moves forward over a turn that starts exactly there, so a turn written to L0 but never
+queued (Redis down between the two steps, a crash) leaves the watermark below the file
+size until the reconciler (:mod:`core.ingest.reconcile`) queues it.  :meth:`enqueue_once`
+adds nothing for a turn at or below the watermark: a retried ``record_turn`` or a
+reconciler run never queues a turn twice.  See docs/RELIABILITY.md.
 """
 
 from __future__ import annotations
@@ -22,14 +30,25 @@ from typing import Any
 import redis
 
 from core.adapters.redis import redis_errors
-from core.keys import GlobalKeys
+from core.keys import GlobalKeys, user_scope
 from core.models.transcript import TurnPointer
 
 GROUP = "ingest"
 
+# KEYS: stream, kick flag, session watermark.  ARGV: pointer, kick TTL (ms), turn offset,
+# turn end, the watermark to assume when there is none, watermark TTL (ms), once (0/1),
+# consumer group.  Returns -1: queued before (nothing added), 1: added and the flag
+# taken, 0: added.  A stream that is gone (Redis lost its data) gets its group back
+# first, or drains that created the group before would read nothing from it.
 _ENQUEUE = """
+local wm = tonumber(redis.call('GET', KEYS[3]) or ARGV[5])
+if ARGV[7] == '1' and wm >= tonumber(ARGV[4]) then return -1 end
+if redis.call('EXISTS', KEYS[1]) == 0 then
+  redis.call('XGROUP', 'CREATE', KEYS[1], ARGV[8], '0', 'MKSTREAM')
+end
 redis.call('XADD', KEYS[1], '*', 'p', ARGV[1])
-if redis.call('SET', KEYS[2], ARGV[2], 'NX', 'PX', ARGV[3]) then return 1 end
+if wm == tonumber(ARGV[3]) then redis.call('SET', KEYS[3], ARGV[4], 'PX', ARGV[6]) end
+if redis.call('SET', KEYS[2], '1', 'NX', 'PX', ARGV[2]) then return 1 end
 return 0
 """
 
@@ -55,6 +74,13 @@ def consumer_name() -> str:
 
 
 @dataclass(frozen=True)
+class Enqueued:
+    shard: int
+    kicked: bool  # this call took the shard's kick flag: the caller must kick a drain
+    added: bool  # False: the turn was on the stream already (at or below the watermark)
+
+
+@dataclass(frozen=True)
 class Entry:
     entry_id: str
     pointer: TurnPointer | None  # None when the entry does not parse (dead-lettered)
@@ -70,12 +96,14 @@ class IngestQueue:
         shards: int = 4,
         kick_ttl_ms: int = 30_000,
         claim_idle_ms: int = 60_000,
+        watermark_ttl_ms: int = 25 * 3600 * 1000,
     ) -> None:
         self._r = client
         self.keys = GlobalKeys(namespace)
         self.shards = shards
         self.kick_ttl_ms = kick_ttl_ms
         self.claim_idle_ms = claim_idle_ms
+        self.watermark_ttl_ms = watermark_ttl_ms
         self._enqueue = client.register_script(_ENQUEUE)
         self._claim = client.register_script(_CLAIM_OR_RELEASE)
         self._groups_ready: set[int] = set()
@@ -91,16 +119,59 @@ class IngestQueue:
                     raise
         self._groups_ready.add(shard)
 
-    def enqueue(self, pointer: TurnPointer) -> tuple[int, bool]:
-        """Add a turn pointer; returns (shard, whether the caller must kick a drain)."""
+    def enqueue(self, pointer: TurnPointer, *, generation: str = "") -> tuple[int, bool]:
+        """Add a turn pointer, even a queued one; returns (shard, whether to kick a drain)."""
+        out = self._add(pointer, generation=generation, base=0, once=False)
+        return out.shard, out.kicked
+
+    def enqueue_once(self, pointer: TurnPointer, *, generation: str, base: int = 0) -> Enqueued:
+        """Add a turn pointer unless the turn is at or below its session file's watermark.
+
+        ``generation`` names the session file (``TranscriptStore.generation``).  ``base``
+        is the watermark to assume when there is none: 0 for ``record_turn`` (only a
+        file's first turn starts one), the offset of its first turn for the reconciler.
+        """
+        return self._add(pointer, generation=generation, base=base, once=True)
+
+    def watermark_key(
+        self, *, user_id: str, tenant_id: str | None, session_id: str, generation: str
+    ) -> str:
+        shard = shard_for(user_id, self.shards)
+        scope = user_scope(user_id, tenant_id)
+        return self.keys.ingest_queued(shard, scope, session_id, generation)
+
+    def watermarks(self, keys: list[str]) -> list[int | None]:
+        """The watermarks stored under ``keys`` (None: the session has none), one round trip."""
+        if not keys:
+            return []
+        with redis_errors():
+            pipe = self._r.pipeline(transaction=False)  # GETs, not MGET: the keys span slots
+            for key in keys:
+                pipe.get(key)
+            values: list[str | None] = pipe.execute()
+        return [None if v is None else int(v) for v in values]
+
+    def start_watermark(self, key: str, offset: int) -> bool:
+        """Set a session's watermark to ``offset`` unless it has one (the reconciler's baseline)."""
+        with redis_errors():
+            return bool(self._r.set(key, offset, nx=True, px=self.watermark_ttl_ms))
+
+    def _add(self, pointer: TurnPointer, *, generation: str, base: int, once: bool) -> Enqueued:
         shard = shard_for(pointer.user_id, self.shards)
         self.ensure_group(shard)
+        stream, kick = self.keys.ingest_stream(shard), self.keys.ingest_kick(shard)
+        end = pointer.offset + pointer.length
+        mark = self.watermark_key(
+            user_id=pointer.user_id,
+            tenant_id=pointer.tenant_id,
+            session_id=pointer.session_id,
+            generation=generation,
+        )
+        args: list[str | int] = [pointer.model_dump_json(exclude_none=True), self.kick_ttl_ms]
+        args += [pointer.offset, end, base, self.watermark_ttl_ms, int(once), GROUP]
         with redis_errors():
-            kicked = self._enqueue(
-                keys=[self.keys.ingest_stream(shard), self.keys.ingest_kick(shard)],
-                args=[pointer.model_dump_json(exclude_none=True), "1", self.kick_ttl_ms],
-            )
-        return shard, bool(kicked)
+            status = int(self._enqueue(keys=[stream, kick, mark], args=args))
+        return Enqueued(shard, kicked=status == 1, added=status >= 0)
 
     def try_kick(self, shard: int) -> bool:
         """Take the shard's kick flag if nobody holds it (Beat's safety net, continuations)."""

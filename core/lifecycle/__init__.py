@@ -12,7 +12,9 @@ Applying them (each with an audit row in ``lifecycle_audit``):
 * :mod:`scheduler`              - the batch queue job
 * :mod:`retract`, :mod:`rebuild` - undo a promotion; re-derive a session's STM from L0
 * :mod:`maintenance`            - recall counts, topic summaries, forgetting
-* :mod:`sessions`               - preload at session start; finalisation at its end
+* :mod:`preload`                - related LTM into a new session's STM
+* :mod:`finalise`               - a session's end: summary card, STM cleaned; idle sessions
+* :mod:`episodes`               - episode cards from a session's statements (at its end)
 
 :mod:`runtime` (``Lifecycle``) is not imported here: the settings module nests
 :class:`LifecycleSettings`, and ``Lifecycle`` holds the stores (built by

@@ -21,7 +21,6 @@ from core.lifecycle.forgetting import CardFacts, Forget, select_for_forgetting
 from core.lifecycle.promote import topic_tag
 from core.lifecycle.runtime import Lifecycle
 from core.ltm.card import CardDraft, CardStatus
-from core.ltm.ledger import set_status, write_card
 from core.ltm.tables import cards
 
 SUMMARY_TYPE = "topic_summary"
@@ -133,9 +132,9 @@ def summarise(lc: Lifecycle, *, now: float, over: int, limit: int = 100) -> list
                 source_type="topic_summary",
                 importance=max(float(r.importance) for r in sources),
             )  # fmt: skip
-            res = write_card(conn, draft, now=now, max_content_chars=lc.ledger.max_content_chars)
+            res = lc.ledger.write(draft, now=now, conn=conn)
             for r in sources:
-                set_status(conn, r.memory_id, CardStatus.SUPERSEDED, now=now)
+                lc.ledger.set_status(r.memory_id, CardStatus.SUPERSEDED, now=now, conn=conn)
             ids = tuple(r.memory_id for r in sources)
             record(conn, [AuditEvent(Action.SUMMARISE, g.tenant_id, g.user_id, res.memory_id,
                                      f"{len(sources)} > {over} cards on topic {topic!r}", now,
@@ -174,7 +173,7 @@ def forget(lc: Lifecycle, *, now: float, apply: bool = False, limit: int = 1000)
     if apply and plan:
         with pg_errors("forget cards"), lc.engine.begin() as conn:
             for f in plan:
-                set_status(conn, f.card.memory_id, CardStatus.DELETED, now=now)
+                lc.ledger.set_status(f.card.memory_id, CardStatus.DELETED, now=now, conn=conn)
             record(conn, [AuditEvent(Action.FORGET, f.card.tenant_id, f.card.user_id,
                                      f.card.memory_id, f.reason, now, (),
                                      {"memory_type": f.card.memory_type},

@@ -22,7 +22,6 @@ from core.lifecycle.policy import Decision, ItemView, Route
 from core.lifecycle.runtime import Lifecycle
 from core.lifecycle.states import Event, Record, State, current, next_state
 from core.ltm.card import CardDraft
-from core.ltm.ledger import write_card
 from core.models.identity import PROMOTED, card_key
 
 log = logging.getLogger(__name__)
@@ -119,7 +118,7 @@ def promote_to_card(lc: Lifecycle, view: ItemView, d: Decision, now: float) -> s
     tenant = lc.tenant(view.tenant_id)
     draft = card_for(view, d, tenant)
     with pg_errors("promote card"), lc.engine.begin() as conn:
-        res = write_card(conn, draft, now=now, max_content_chars=lc.ledger.max_content_chars)
+        res = lc.ledger.write(draft, now=now, conn=conn)
         record(conn, [_event(Action.PROMOTE_CARD, view, tenant, res.memory_id, d, now)])
     return res.memory_id
 
@@ -154,7 +153,7 @@ def apply(
     now: float,
 ) -> Applied:
     """Carry out the movable decisions (path A, path B, batch); STAY, NEVER and EPISODE
-    (written by :func:`core.lifecycle.sessions.finalise`) do nothing here."""
+    (written by :func:`core.lifecycle.finalise.finalise`) do nothing here."""
     out = Applied()
     queued: list[tuple[ItemView, Decision]] = []
     changed: list[UserVersion] = []

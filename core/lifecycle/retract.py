@@ -18,7 +18,6 @@ from core.lifecycle.audit import Action, AuditEvent, audit_table, record
 from core.lifecycle.runtime import Lifecycle
 from core.lifecycle.states import Event, Record, State, next_state
 from core.ltm.card import CardStatus
-from core.ltm.ledger import load_cards, set_status
 
 
 @dataclass(frozen=True)
@@ -77,12 +76,12 @@ def retract_card(lc: Lifecycle, *, card_id: str, now: float, reason: str) -> Ret
     validate_id(card_id, kind="memory_id")
     ids = _sources(lc, card_id)
     with pg_errors("retract card"), lc.engine.begin() as conn:
-        card = load_cards(conn, [card_id]).get(card_id)
+        card = lc.ledger.cards([card_id], conn=conn).get(card_id)
         if card is None:
             raise NotFound(f"no LTM card {card_id}")
         changed = card.status is CardStatus.ACTIVE
         if changed:
-            set_status(conn, card_id, CardStatus.SUPERSEDED, now=now)
+            lc.ledger.set_status(card_id, CardStatus.SUPERSEDED, now=now, conn=conn)
         record(conn, [AuditEvent(Action.RETRACT, card.tenant_id, card.user_id, card_id,
                                  reason, now, tuple(sorted(ids)), {"kind": "card"})])  # fmt: skip
     lc.on_cards([card_id])

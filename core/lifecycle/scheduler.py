@@ -17,7 +17,6 @@ from core.lifecycle.promote import short_hash, topic_tag
 from core.lifecycle.runtime import Lifecycle
 from core.lifecycle.states import Event, Record, State, next_state
 from core.ltm.card import CardDraft
-from core.ltm.ledger import write_card
 from core.stm.lifecycle import ItemRef
 
 
@@ -72,7 +71,7 @@ def apply_plan(lc: Lifecycle, plan: BatchPlan, *, now: float) -> dict[str, int]:
         tenant = lc.tenant(m.group[0])
         draft = merged_card(m, tenant)
         with pg_errors("merge batch"), lc.engine.begin() as conn:
-            res = write_card(conn, draft, now=now, max_content_chars=lc.ledger.max_content_chars)
+            res = lc.ledger.write(draft, now=now, conn=conn)
             record(conn, [AuditEvent(
                 action=Action.MERGE, tenant_id=tenant, user_id=m.group[1],
                 target=res.memory_id, at=now, memory_ids=tuple(e.memory_id for e in m.entries),

@@ -9,10 +9,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from core.adapters.pg import pg_errors
 from core.ltm.history import project_transcripts
 from core.ltm.indexer import rebuild
-from core.ltm.ledger import requeue_failed
 from core.ltm.runtime import LtmRuntime
 from core.transcript.store import TranscriptStore
 
@@ -47,5 +45,4 @@ def reindex_history(
 
 def requeue(ltm: LtmRuntime) -> int:
     """Dead letters (``failed``) back to ``pending``; the reconciler picks them up."""
-    with pg_errors("requeue"), ltm.engine.begin() as conn:
-        return requeue_failed(conn, now=time.time())
+    return ltm.ledger.requeue(now=time.time())

@@ -19,8 +19,9 @@ from dataclasses import dataclass, field
 from core.errors import MemstrataError, PermanentError, TransientError
 from core.ltm.card import CardStatus, LtmCard
 from core.ltm.embedding import CachedEmbedder
-from core.ltm.ledger import Ledger, Projection, ProjectionState
+from core.ltm.ledger import Ledger, Projection
 from core.ltm.ports import LexicalIndex, VectorIndex
+from core.ltm.projection import ProjectionState
 
 log = logging.getLogger(__name__)
 

@@ -2,70 +2,30 @@
 
 Writing a card and marking both of its projections ``pending`` happen in one
 transaction, so a card can never exist without the work that puts it into the indexes.
-Projection state is a small state machine (:func:`next_state`)::
-
-    pending --indexed--> indexed --new version--> pending
-    pending --transient error--> pending (attempts + 1)
-    pending --permanent error--> failed  --requeue / reconcile--> pending
+Projection state follows the state machine of :mod:`core.ltm.projection`.
 
 Marks carry the card version they were computed for, so a slow indexer never marks a
-newer version as indexed.  Functions take a Core ``Connection`` (the caller's
-transaction); :class:`Ledger` wraps an engine with one short transaction per call.
+newer version as indexed.  :class:`Ledger` is the API; the module's private functions
+are its SQL, each on a Core ``Connection``.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
-from enum import StrEnum
 from typing import Any
 
 from sqlalchemy import Connection, Engine, and_, bindparam, func, or_, select, text, update
 from sqlalchemy.dialects.postgresql import insert
 
 from core.adapters.pg import pg_errors
-from core.errors import CorruptRecord, IllegalTransition, NotFound, PayloadTooLarge
+from core.errors import CorruptRecord, NotFound, PayloadTooLarge
 from core.ids import validate_id
 from core.ltm.card import CardDraft, CardStatus, LtmCard
+from core.ltm.projection import ProjectionState
 from core.ltm.tables import INDEX_NAMES, cards, projections
-
-
-class ProjectionState(StrEnum):
-    PENDING = "pending"
-    INDEXED = "indexed"
-    FAILED = "failed"
-
-
-class ProjectionEvent(StrEnum):
-    NEW_VERSION = "new_version"
-    INDEXED = "indexed"
-    TRANSIENT_ERROR = "transient_error"
-    PERMANENT_ERROR = "permanent_error"
-    REQUEUE = "requeue"
-
-
-_TRANSITIONS: dict[tuple[ProjectionState, ProjectionEvent], ProjectionState] = {
-    (ProjectionState.PENDING, ProjectionEvent.NEW_VERSION): ProjectionState.PENDING,
-    (ProjectionState.PENDING, ProjectionEvent.INDEXED): ProjectionState.INDEXED,
-    (ProjectionState.PENDING, ProjectionEvent.TRANSIENT_ERROR): ProjectionState.PENDING,
-    (ProjectionState.PENDING, ProjectionEvent.PERMANENT_ERROR): ProjectionState.FAILED,
-    (ProjectionState.INDEXED, ProjectionEvent.NEW_VERSION): ProjectionState.PENDING,
-    (ProjectionState.INDEXED, ProjectionEvent.INDEXED): ProjectionState.INDEXED,
-    (ProjectionState.FAILED, ProjectionEvent.NEW_VERSION): ProjectionState.PENDING,
-    (ProjectionState.FAILED, ProjectionEvent.REQUEUE): ProjectionState.PENDING,
-    (ProjectionState.FAILED, ProjectionEvent.INDEXED): ProjectionState.INDEXED,
-    (ProjectionState.FAILED, ProjectionEvent.TRANSIENT_ERROR): ProjectionState.FAILED,
-    (ProjectionState.FAILED, ProjectionEvent.PERMANENT_ERROR): ProjectionState.FAILED,
-}
-
-
-def next_state(state: ProjectionState, event: ProjectionEvent) -> ProjectionState:
-    """The state after ``event``, or :class:`IllegalTransition` if the machine forbids it."""
-    try:
-        return _TRANSITIONS[(state, event)]
-    except KeyError:
-        raise IllegalTransition(f"projection cannot go from {state} on {event}") from None
 
 
 @dataclass(frozen=True)
@@ -93,7 +53,7 @@ def _row_values(card: LtmCard) -> dict[str, Any]:
     return values
 
 
-def write_card(
+def _write_card(
     conn: Connection, draft: CardDraft, *, now: float, max_content_chars: int
 ) -> WriteResult:
     """Insert or update a card and mark both projections pending, in ``conn``'s transaction.
@@ -160,7 +120,7 @@ def _mark_pending(conn: Connection, memory_id: str, version: int, now: float) ->
     )
 
 
-def set_status(conn: Connection, memory_id: str, status: CardStatus, *, now: float) -> int:
+def _set_status(conn: Connection, memory_id: str, status: CardStatus, *, now: float) -> int:
     """Change a card's status (``deleted`` propagates a delete to both indexes)."""
     validate_id(memory_id, kind="memory_id")
     row = conn.execute(
@@ -180,7 +140,7 @@ def set_status(conn: Connection, memory_id: str, status: CardStatus, *, now: flo
     return int(row.version)
 
 
-def load_cards(conn: Connection, memory_ids: Sequence[str]) -> dict[str, LtmCard]:
+def _load_cards(conn: Connection, memory_ids: Sequence[str]) -> dict[str, LtmCard]:
     """Cards by id (missing ids are simply absent)."""
     ids = [validate_id(m, kind="memory_id") for m in memory_ids]
     if not ids:
@@ -196,7 +156,7 @@ def load_cards(conn: Connection, memory_ids: Sequence[str]) -> dict[str, LtmCard
     return out
 
 
-def load_projections(conn: Connection, memory_ids: Sequence[str]) -> list[Projection]:
+def _load_projections(conn: Connection, memory_ids: Sequence[str]) -> list[Projection]:
     ids = [validate_id(m, kind="memory_id") for m in memory_ids]
     if not ids:
         return []
@@ -221,7 +181,7 @@ def _projection(row: Any) -> Projection:
     )
 
 
-def mark_indexed(
+def _mark_indexed(
     conn: Connection, memory_id: str, index_name: str, version: int, *, now: float
 ) -> bool:
     """Record that ``index_name`` holds ``version``; False if a newer version is pending."""
@@ -244,10 +204,10 @@ def mark_indexed(
     return row is not None
 
 
-def mark_indexed_many(
+def _mark_indexed_many(
     conn: Connection, marks: Sequence[tuple[str, str, int]], *, now: float
 ) -> None:
-    """:func:`mark_indexed` for many (memory_id, index, version) in one executemany."""
+    """:func:`_mark_indexed` for many (memory_id, index, version) in one executemany."""
     if not marks:
         return
     stmt = (
@@ -268,7 +228,7 @@ def mark_indexed_many(
     conn.execute(stmt, [{"m": m, "i": i, "v": v} for m, i, v in marks])
 
 
-def mark_error(
+def _mark_error(
     conn: Connection,
     memory_id: str,
     index_name: str,
@@ -301,7 +261,7 @@ def mark_error(
     return row is not None
 
 
-def due_for_reconcile(
+def _due_for_reconcile(
     conn: Connection, *, now: float, grace_s: float, max_attempts: int, limit: int
 ) -> list[str]:
     """Card ids whose projection is pending for longer than ``grace_s`` seconds, or
@@ -326,7 +286,7 @@ def due_for_reconcile(
     return [r.memory_id for r in rows]
 
 
-def requeue_failed(conn: Connection, *, now: float, memory_ids: Sequence[str] = ()) -> int:
+def _requeue_failed(conn: Connection, *, now: float, memory_ids: Sequence[str] = ()) -> int:
     """Dead letters back to ``pending`` with attempts reset (all, or the given cards)."""
     stmt = update(projections).where(projections.c.state == ProjectionState.FAILED.value)
     if memory_ids:
@@ -339,7 +299,7 @@ def requeue_failed(conn: Connection, *, now: float, memory_ids: Sequence[str] = 
     return int(result.rowcount or 0)
 
 
-def mark_all_pending(conn: Connection, *, now: float, index_name: str | None = None) -> int:
+def _mark_all_pending(conn: Connection, *, now: float, index_name: str | None = None) -> int:
     """Rebuild: every projection (of one index, or both) back to ``pending``."""
     stmt = update(projections)
     if index_name is not None:
@@ -350,7 +310,7 @@ def mark_all_pending(conn: Connection, *, now: float, index_name: str | None = N
     return int(result.rowcount or 0)
 
 
-def state_counts(conn: Connection) -> dict[str, dict[str, int]]:
+def _state_counts(conn: Connection) -> dict[str, dict[str, int]]:
     """``{index_name: {state: count}}`` for dashboards and tests."""
     rows = conn.execute(
         select(projections.c.index_name, projections.c.state, func.count()).group_by(
@@ -363,7 +323,7 @@ def state_counts(conn: Connection) -> dict[str, dict[str, int]]:
     return out
 
 
-def all_card_ids(conn: Connection, *, after: str = "", limit: int = 1000) -> list[str]:
+def _all_card_ids(conn: Connection, *, after: str = "", limit: int = 1000) -> list[str]:
     """Card ids in id order, for paging through a rebuild."""
     rows = conn.execute(
         select(cards.c.memory_id)
@@ -375,59 +335,91 @@ def all_card_ids(conn: Connection, *, after: str = "", limit: int = 1000) -> lis
 
 
 class Ledger:
-    """The ledger functions, each in its own short transaction on ``engine``."""
+    """The card ledger on ``engine``: each call in its own short transaction, or in the
+    caller's when given ``conn`` (a lifecycle move writes its card and its audit row in
+    one transaction; the caller then translates the database errors)."""
 
     def __init__(self, engine: Engine, *, max_content_chars: int = 16_000) -> None:
         self.engine = engine
         self.max_content_chars = max_content_chars
 
-    def write(self, draft: CardDraft, *, now: float | None = None) -> WriteResult:
-        with pg_errors("write card"), self.engine.begin() as conn:
-            return write_card(
-                conn, draft, now=now or time.time(), max_content_chars=self.max_content_chars
+    @contextmanager
+    def _begin(self, what: str, conn: Connection | None = None) -> Iterator[Connection]:
+        """``conn`` as given, or a new transaction whose errors are translated as ``what``."""
+        if conn is not None:
+            yield conn
+            return
+        with pg_errors(what), self.engine.begin() as own:
+            yield own
+
+    @contextmanager
+    def _read(self, what: str, conn: Connection | None = None) -> Iterator[Connection]:
+        """``conn`` as given, or a new connection whose errors are translated as ``what``."""
+        if conn is not None:
+            yield conn
+            return
+        with pg_errors(what), self.engine.connect() as own:
+            yield own
+
+    def write(
+        self, draft: CardDraft, *, now: float | None = None, conn: Connection | None = None
+    ) -> WriteResult:
+        """Insert or update a card and mark both projections pending (see
+        :func:`_write_card`: identical indexed content is ``unchanged``)."""
+        with self._begin("write card", conn) as c:
+            return _write_card(
+                c, draft, now=now or time.time(), max_content_chars=self.max_content_chars
             )
 
     def write_many(
         self, drafts: Sequence[CardDraft], *, now: float | None = None
     ) -> list[WriteResult]:
         """Several cards in one transaction (a promotion batch): one commit, not one each."""
-        with pg_errors("write cards"), self.engine.begin() as conn:
+        with self._begin("write cards") as c:
             return [
-                write_card(
-                    conn, d, now=now or time.time(), max_content_chars=self.max_content_chars
-                )
+                _write_card(c, d, now=now or time.time(), max_content_chars=self.max_content_chars)
                 for d in drafts
             ]
 
-    def delete(self, memory_id: str, *, now: float | None = None) -> int:
-        with pg_errors("delete card"), self.engine.begin() as conn:
-            return set_status(conn, memory_id, CardStatus.DELETED, now=now or time.time())
+    def set_status(
+        self, memory_id: str, status: CardStatus, *, now: float, conn: Connection | None = None
+    ) -> int:
+        """Change a card's status (``deleted`` propagates a delete to both indexes)."""
+        with self._begin("set card status", conn) as c:
+            return _set_status(c, memory_id, status, now=now)
 
-    def cards(self, memory_ids: Sequence[str]) -> dict[str, LtmCard]:
-        with pg_errors("load cards"), self.engine.connect() as conn:
-            return load_cards(conn, memory_ids)
+    def delete(self, memory_id: str, *, now: float | None = None) -> int:
+        with self._begin("delete card") as c:
+            return _set_status(c, memory_id, CardStatus.DELETED, now=now or time.time())
+
+    def cards(
+        self, memory_ids: Sequence[str], *, conn: Connection | None = None
+    ) -> dict[str, LtmCard]:
+        """Cards by id (missing ids are simply absent)."""
+        with self._read("load cards", conn) as c:
+            return _load_cards(c, memory_ids)
 
     def work(self, memory_ids: Sequence[str]) -> tuple[dict[str, LtmCard], list[Projection]]:
         """Cards and their projections, read in one snapshot."""
-        with pg_errors("load work"), self.engine.begin() as conn:
-            return load_cards(conn, memory_ids), load_projections(conn, memory_ids)
+        with self._begin("load work") as c:
+            return _load_cards(c, memory_ids), _load_projections(c, memory_ids)
 
     def projections(self, memory_ids: Sequence[str]) -> list[Projection]:
-        with pg_errors("load projections"), self.engine.connect() as conn:
-            return load_projections(conn, memory_ids)
+        with self._read("load projections") as c:
+            return _load_projections(c, memory_ids)
 
     def indexed(self, marks: Sequence[tuple[str, str, int]], *, now: float) -> None:
-        with pg_errors("mark indexed"), self.engine.begin() as conn:
+        with self._begin("mark indexed") as c:
             for memory_id, index_name, version in marks:
-                mark_indexed(conn, memory_id, index_name, version, now=now)
+                _mark_indexed(c, memory_id, index_name, version, now=now)
 
     def errored(
         self, marks: Sequence[tuple[str, str, int]], *, error: str, permanent: bool, now: float
     ) -> None:
-        with pg_errors("mark error"), self.engine.begin() as conn:
+        with self._begin("mark error") as c:
             for memory_id, index_name, version in marks:
-                mark_error(
-                    conn, memory_id, index_name, version, error=error, permanent=permanent, now=now
+                _mark_error(
+                    c, memory_id, index_name, version, error=error, permanent=permanent, now=now
                 )
 
     def settle(
@@ -441,32 +433,43 @@ class Ledger:
         """Record one projection run's outcomes in a single transaction."""
         if not (indexed or transient or permanent):
             return
-        with pg_errors("settle projections"), self.engine.begin() as conn:
+        with self._begin("settle projections") as c:
             # a lost mark only means one idempotent re-projection, so this commit need
             # not wait for the WAL flush (saves a disk sync per projection run)
-            conn.execute(text("SET LOCAL synchronous_commit = off"))
-            mark_indexed_many(conn, indexed, now=now)
+            c.execute(text("SET LOCAL synchronous_commit = off"))
+            _mark_indexed_many(c, indexed, now=now)
             for failures, is_permanent in ((transient, False), (permanent, True)):
                 for (memory_id, index_name, version), error in failures:
-                    mark_error(
-                        conn, memory_id, index_name, version,
-                        error=error, permanent=is_permanent, now=now,
-                    )  # fmt: skip
+                    _mark_error(
+                        c,
+                        memory_id,
+                        index_name,
+                        version,
+                        error=error,
+                        permanent=is_permanent,
+                        now=now,
+                    )
 
     def due(self, *, now: float, grace_s: float, max_attempts: int, limit: int) -> list[str]:
-        with pg_errors("select due"), self.engine.connect() as conn:
-            return due_for_reconcile(
-                conn, now=now, grace_s=grace_s, max_attempts=max_attempts, limit=limit
+        """Card ids whose projections the reconciler should re-drive, oldest first."""
+        with self._read("select due") as c:
+            return _due_for_reconcile(
+                c, now=now, grace_s=grace_s, max_attempts=max_attempts, limit=limit
             )
 
+    def requeue(self, *, now: float, memory_ids: Sequence[str] = ()) -> int:
+        """Dead letters back to ``pending`` with attempts reset (all, or the given cards)."""
+        with self._begin("requeue") as c:
+            return _requeue_failed(c, now=now, memory_ids=memory_ids)
+
     def reset_all(self, *, now: float) -> int:
-        with pg_errors("reset projections"), self.engine.begin() as conn:
-            return mark_all_pending(conn, now=now)
+        with self._begin("reset projections") as c:
+            return _mark_all_pending(c, now=now)
 
     def ids(self, *, after: str = "", limit: int = 1000) -> list[str]:
-        with pg_errors("page card ids"), self.engine.connect() as conn:
-            return all_card_ids(conn, after=after, limit=limit)
+        with self._read("page card ids") as c:
+            return _all_card_ids(c, after=after, limit=limit)
 
     def counts(self) -> dict[str, dict[str, int]]:
-        with pg_errors("count states"), self.engine.connect() as conn:
-            return state_counts(conn)
+        with self._read("count states") as c:
+            return _state_counts(c)

@@ -90,3 +90,6 @@ class WriteDecision(BaseModel):
     message_ids: list[str] = Field(default_factory=list)
     session_id: str
     at: float
+    # only on a budget summary (rule ``extraction_budget``): what was not recorded one by one,
+    # ``chars_not_read``, ``clauses_not_classified`` and refusals per rule (``refused:<rule>``)
+    omitted: dict[str, int] = Field(default_factory=dict)

@@ -24,6 +24,23 @@ _MODES = {LtmMode.LEXICAL: SearchMode.LEXICAL, LtmMode.VECTOR: SearchMode.VECTOR
           LtmMode.HYBRID: SearchMode.HYBRID}  # fmt: skip
 
 
+RANK_SCALE = 10.0
+UNJUDGED_IMPORTANCE = 0.3
+"""A raw message was never judged: it gets the prior of a fact of unknown value (the write
+policy's type prior), not zero, which would rank every raw message below every card."""
+
+
+def rank_similarity(rank: int) -> float:
+    """The pool's similarity of a layer's ``rank``-th result (0-based): 1, 0.91, 0.83 … 0.5 at 10.
+
+    Each layer ranks by its own scale (fused reciprocal ranks, term coverage), and fused
+    reciprocal ranks are nearly flat (the top ten within a few percent of each other), so
+    the pool would rank by importance and recency instead of by relevance.  The layer's
+    order is its judgement of relevance: the pool keeps it and blends the rest on top.
+    """
+    return 1.0 / (1.0 + rank / RANK_SCALE)
+
+
 def card_filter(filters: RetrievalFilters) -> CardFilter:
     """The user's own cards in their tenant, within the current project when there is one."""
     return CardFilter(
@@ -48,9 +65,11 @@ class LedgerBackedSearcher:
         ranked = self.search_service.search(
             query, card_filter(filters), mode=_MODES[mode], policy=policy, now=time.time()
         )[:k]
+        # relevance order: the pool blends importance and recency itself, once
+        ranked = sorted(ranked, key=lambda r: (-r.similarity, r.memory_id))
         cards = self.ledger.cards([r.memory_id for r in ranked])
         out = []
-        for r in ranked:
+        for rank, r in enumerate(ranked):
             card = cards.get(r.memory_id)
             if card is None:  # deleted since it was indexed: the ledger is the truth
                 continue
@@ -65,7 +84,7 @@ class LedgerBackedSearcher:
                     canonical_fact_key=memory_key(card.canonical_key),
                     fingerprint=card.fingerprint or text_fingerprint(card.user_id, text),
                     memory_type=card.memory_type,
-                    similarity=max(0.0, min(1.0, r.similarity)),
+                    similarity=rank_similarity(rank),
                     importance=card.importance,
                     updated_at=card.updated_at,
                     entities=tuple(card.entities),
@@ -95,11 +114,11 @@ class HistoryBackedSearcher:
                 canonical_fact_key=f"raw:{h.message_id}",
                 fingerprint=text_fingerprint(user_id, h.text),
                 memory_type=HISTORY_TYPE,
-                similarity=h.similarity,
-                importance=0.0,
+                similarity=rank_similarity(rank),
+                importance=UNJUDGED_IMPORTANCE,
                 updated_at=h.at,
                 message_ids=(h.message_id,),
                 tenant_id=tenant_id,
             )
-            for h in hits
+            for rank, h in enumerate(hits)
         ]

@@ -58,7 +58,11 @@ class RescoreWeights(BaseModel):
     recency: float = 0.15
     entity_overlap: float = 0.1
     source_priority: float = 0.1
+    # STM is the current task: a day-old item is stale.  Long-term memory and raw history
+    # span months: with a day's half-life the last session's messages would outrank every
+    # earlier one whatever the question asked.
     recency_half_life_s: float = Field(24 * 3600.0, gt=0)
+    long_term_half_life_s: float = Field(30 * 24 * 3600.0, gt=0)
 
 
 class PoolPolicy(BaseModel):
@@ -163,7 +167,12 @@ def rescore(
     entities, and also the candidate's own entities that the query names: a person or
     project the extractor has no pattern for ("what did Caroline say…") still matches."""
     age = max(0.0, now - c.updated_at)
-    recency = math.exp(-math.log(2) * age / weights.recency_half_life_s)
+    half_life = (
+        weights.recency_half_life_s
+        if c.source_type is SourceType.REDIS_STM
+        else weights.long_term_half_life_s
+    )
+    recency = math.exp(-math.log(2) * age / half_life)
     q = {e.casefold() for e in query_entities}
     mine = {e.casefold() for e in c.entities}
     overlap = len(q & mine) / len(q) if q else 0.0

@@ -54,10 +54,11 @@ from core.authority.filters import RetrievalFilters, filters_for
 from core.authority.read import read_snapshot, read_version
 from core.authority.snapshot import AuthoritySnapshot, owner_only
 from core.breaker import Breakers, describe, tripping
-from core.errors import MemstrataError, TransientError
+from core.errors import InvalidInput, MemstrataError, TransientError
 from core.extract.entities import extract_entities
 from core.extract.lexicon import default_lexicon
 from core.ids import DEFAULT_TENANT, SafeId
+from core.models.inputs import EventTime, InputModel, StrictBool, StrictInt, Text
 from core.recall.access import AccessLog
 from core.recall.pool import (
     PoolCandidate,
@@ -106,21 +107,21 @@ class HistorySearcher(Protocol):
         ...
 
 
-class RecallRequest(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+class RecallRequest(InputModel):
+    """What one recall asks; bad values raise ``InvalidInput`` naming the field."""
 
     tenant_id: SafeId = DEFAULT_TENANT  # no tenant (None) is the default tenant, as in every layer
     user_id: SafeId
     session_id: SafeId
-    query: str = Field(min_length=1, max_length=MAX_QUERY_CHARS)
+    query: Text = Field(min_length=1, max_length=MAX_QUERY_CHARS)
     task_id: SafeId | None = None
     project_id: SafeId | None = None
     workspace_id: SafeId | None = None
     agent_id: SafeId = "default"
-    top_k: int = Field(8, ge=1, le=100)
-    token_budget: int = Field(600, ge=32, le=32_000)
-    explain: bool = False
-    now: float | None = None
+    top_k: StrictInt = Field(8, ge=1, le=100)  # strict: "8" and True are not 8
+    token_budget: StrictInt = Field(600, ge=32, le=32_000)
+    explain: StrictBool = False
+    now: EventTime | None = None
 
     @field_validator("tenant_id", mode="before")
     @classmethod
@@ -216,6 +217,7 @@ class Recaller:
 
     # ------------------------------------------------------------------ public
     def recall(self, req: RecallRequest) -> RecallResult:
+        _require_request(req)
         t0 = time.perf_counter()
         timings: dict[str, float] = {}
         now = req.now if req.now is not None else self.clock()
@@ -534,6 +536,11 @@ class Recaller:
 
 class TimedOut(TransientError):
     """A concurrent layer did not answer within recall's time budget."""
+
+
+def _require_request(req: object) -> None:
+    if not isinstance(req, RecallRequest):  # a dict or None: nothing is read
+        raise InvalidInput(f"recall expects a RecallRequest, got {type(req).__name__}")
 
 
 def _in_scope(c: PoolCandidate, filters: RetrievalFilters) -> bool:

@@ -9,6 +9,7 @@ from __future__ import annotations
 BENCHES: dict[str, str] = {
     "stm": "ops.bench.stm",
     "ingest": "ops.bench.ingest",
+    "extract": "ops.bench.extract",  # extraction cost per input byte on the worst inputs
     "compress": "ops.bench.compress",
     "authority": "ops.bench.authority",
     "ltm": "ops.bench.ltm",

@@ -9,6 +9,7 @@
     memstrata replay [...]             replay public agent sessions (ops/replay/)
     memstrata bench <name>             benchmarks (ops/bench)
     memstrata ltm status|reindex|requeue  LTM projections: counts, rebuild, dead letters
+    memstrata dead-letters list|retry|drop  turns the ingest drain gave up on
     memstrata milvus [DB_FILE] [ADDR]  the local milvus-lite server in the foreground
     memstrata retract fact|card ...    undo a promotion (PG fact or LTM card), audited
     memstrata rebuild --user --session re-derive a session's STM from its L0 transcript
@@ -30,7 +31,7 @@ from pydantic import ValidationError
 from core.errors import MemstrataError
 from core.redact import redact
 from core.runtime import close_runtime
-from ops.cli import bench, lifecycle, ltm, memory, roles
+from ops.cli import bench, deadletters, lifecycle, ltm, memory, roles
 from ops.runtime import CliError
 
 
@@ -59,6 +60,7 @@ def build_parser() -> argparse.ArgumentParser:
     memory.add_recall(sub)
     memory.add_compress(sub)
     ltm.add_ltm(sub)
+    deadletters.add_dead_letters(sub)
     lifecycle.add_lifecycle(sub)
     return parser
 

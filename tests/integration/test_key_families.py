@@ -2,30 +2,35 @@
 
 One namespace, real Redis and PostgreSQL: turns recorded through the ingest queue and
 drained through the pipeline (with the compression trigger counting them), a turn whose
-transcript is gone (dead-lettered), direct STM writes, a recall without LTM, a cached
-compression, a promotion scan that stops half-way, a session finalised, recall hits
-synced into the ledger, the sweep, and a turn left queued; then, holding a job lock, a
-SCAN of the namespace.
+transcript is gone (dead-lettered), a turn that failed alone (its attempt count), direct
+STM writes, a recall without LTM, a cached compression, a promotion scan that stops
+half-way, a session finalised, recall hits synced into the ledger, the sweep, and a turn
+left queued; then, holding a job lock, a SCAN of the namespace.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import pytest
 
-from core.api import MemoryClient
+from core.api import MemoryClient, parse_messages
 from core.compress.cache import SessionActivity, ViewCache, due_for_compression
 from core.compress.service import compress_cached
 from core.compress.tokens import default_counter
+from core.extract.rules import Extraction, ExtractionContext
 from core.ingest.drain import drain_shard
+from core.ingest.pipeline import IngestPipeline
 from core.keys import FAMILIES, families_of
 from core.lifecycle import scan as scan_module
+from core.lifecycle.finalise import finalise
 from core.lifecycle.maintenance import sync_access
 from core.lifecycle.runtime import Lifecycle
 from core.lifecycle.scan import scan
-from core.lifecycle.sessions import finalise
 from core.ltm.card import CardDraft
 from core.maintenance import run_locked
 from core.models.transcript import TranscriptRecord, TurnPointer
+from core.policy.write import WritePolicy
 from core.recall.service import RecallRequest
 from core.runtime import Runtime
 from tests.integration.test_lifecycle_env import (
@@ -171,6 +176,9 @@ def _write_everything(res: Runtime, lc: Lifecycle, tenant: Tenant, mp: pytest.Mo
     # the sweep removes bob's short-lived item
     assert res.stm.sweep(now=NOW + 120, max_items=100).removed == 1
 
+    # a turn whose drain failed on it alone stays pending with its attempt count and error
+    _fail_alone(res)
+
     # a last turn stays queued: its shard's stream entry and kick flag are live
     assert client.record_turn(
         user_id=u,
@@ -179,6 +187,27 @@ def _write_everything(res: Runtime, lc: Lifecycle, tenant: Tenant, mp: pytest.Mo
         messages=[{"role": "user", "content": DEBUG}],
         at=NOW + 1000,
     ).kicked
+
+
+class _Boom:
+    def extract_turn(self, turn: Sequence[TranscriptRecord], ctx: ExtractionContext) -> Extraction:
+        raise RuntimeError("boom")
+
+
+def _fail_alone(res: Runtime) -> None:
+    appended = res.transcript.append_turn(
+        user_id="carol",
+        session_id="c1",
+        messages=parse_messages([{"role": "user", "content": PREF}]),
+    )
+    shard, _ = res.queue.enqueue(appended.pointer)
+    assert res.queue.claim_or_release(shard, "key-families-2", 10)  # read, then its drain failed
+    boom = IngestPipeline(store=res.stm, extractor=_Boom(), policy=WritePolicy())
+    report = drain_shard(
+        shard, queue=res.queue, transcript=res.transcript, pipeline=boom,
+        consumer="key-families-2", batch=10, max_run_s=30, attempts=res.attempts,
+    )  # fmt: skip
+    assert report.alone == 1 and report.dead == 0
 
 
 def test_every_key_the_write_paths_leave_belongs_to_one_declared_family(

@@ -23,7 +23,7 @@ from core.authority.admin import create_project, create_tenant, create_user
 from core.authority.db import make_engine
 from core.lifecycle.runtime import Lifecycle
 from core.ltm.card import LtmCard
-from core.ltm.ledger import load_cards
+from core.ltm.ledger import Ledger
 from core.ltm.tables import cards
 from core.models.memory import MemoryItem, MemorySource, MemoryType
 from core.models.transcript import MessageIn
@@ -135,4 +135,6 @@ def user_cards(engine: Engine, tenant: str, user: str) -> list[LtmCard]:
         ids = conn.execute(
             select(cards.c.memory_id).where(cards.c.tenant_id == tenant, cards.c.user_id == user)
         ).scalars()
-        return sorted(load_cards(conn, list(ids)).values(), key=lambda c: c.created_at)
+        return sorted(
+            Ledger(engine).cards(list(ids), conn=conn).values(), key=lambda c: c.created_at
+        )

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 from sqlalchemy import Engine
 
+from core.lifecycle.finalise import finalise
 from core.lifecycle.runtime import Lifecycle
 from core.lifecycle.scan import scan_user
-from core.lifecycle.sessions import finalise
 from core.models.transcript import MessageIn
 from core.runtime import Runtime
 from tests.integration.test_lifecycle_env import (

@@ -6,11 +6,12 @@ import pytest
 from sqlalchemy import Engine, select
 
 from core.keys import GlobalKeys
+from core.lifecycle.finalise import finalise, finalise_idle, idle_sessions
 from core.lifecycle.maintenance import forget, summarise, sync_access
+from core.lifecycle.preload import preload
 from core.lifecycle.rebuild import rebuild_session
 from core.lifecycle.runtime import Lifecycle
 from core.lifecycle.scan import scan_user
-from core.lifecycle.sessions import finalise, finalise_idle, idle_sessions, preload
 from core.ltm.card import CardDraft, CardStatus
 from core.ltm.tables import cards
 from core.models.memory import MemoryType

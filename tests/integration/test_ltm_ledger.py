@@ -11,7 +11,8 @@ from sqlalchemy import Engine, create_engine, inspect, text
 
 from core import migrations
 from core.errors import NotFound, PayloadTooLarge
-from core.ltm.ledger import Ledger, ProjectionState
+from core.ltm.ledger import Ledger
+from core.ltm.projection import ProjectionState
 from core.ltm.tables import ltm_metadata
 from tests.integration import ltm_env
 from tests.integration.authority_db import scratch_database

@@ -28,8 +28,9 @@ from core.compress.service import compress_session
 from core.errors import InvalidInput
 from core.ids import owner_tenant
 from core.ingest.pipeline import read_decisions
+from core.lifecycle.finalise import finalise
+from core.lifecycle.preload import preload
 from core.lifecycle.runtime import Lifecycle
-from core.lifecycle.sessions import finalise, preload
 from core.ltm.config import LtmSettings
 from core.ltm.embedding import CachedEmbedder
 from core.ltm.filters import CardFilter

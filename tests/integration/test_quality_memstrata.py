@@ -27,7 +27,8 @@ def _chat() -> Dataset:
              "1"),
         Turn("1", "assistant", "assistant: Noted, the sprint ends on March 29.", day + 1, "1",
              "assistant"),
-        Turn("2", "assistant", "assistant: " + "ascii art " * 40, day + 2, "1", "assistant"),
+        # a role record_turn() does not know: refused (no message is refused for its length)
+        Turn("2", "narrator", "narrator: " + "ascii art " * 40, day + 2, "1", "narrator"),
         Turn("3", "user", "user: I deploy the budget tracker with Docker on Fridays.",
              day + 86_400, "2"),
         Turn("4", "assistant", "assistant: Docker on Fridays, understood.", day + 86_401, "2",
@@ -47,10 +48,8 @@ def _chat() -> Dataset:
 def test_a_refused_message_is_an_error_and_the_rest_is_measured(
     settings: Settings, pg_url: str
 ) -> None:
-    # Given a message longer than record_turn's limit
-    tight = settings.model_copy(
-        update={"postgres_url": pg_url, "transcript_fsync": False, "max_message_chars": 256}
-    )
+    # Given a message record_turn refuses (its role)
+    tight = settings.model_copy(update={"postgres_url": pg_url, "transcript_fsync": False})
     # When memstrata runs beside bm25_raw
     figures: dict[str, Any] = evaluate(
         _chat(), ("memstrata", "bm25_raw"), system_kw={"memstrata": {"settings": tight}}
@@ -60,7 +59,7 @@ def test_a_refused_message_is_an_error_and_the_rest_is_measured(
     assert mem["error_count"] == 1
     (err,) = mem["errors"]
     assert (err["stage"], err["space"], err["item"]) == ("ingest", "chat", "2")
-    assert "PayloadTooLarge" in err["error"]
+    assert "InvalidInput" in err["error"]
     assert figures["errors"] == {"memstrata": mem["errors"]}
     assert quality.failures(figures)
     # the refused turn is charged to its own stage; the other turns went in and are found

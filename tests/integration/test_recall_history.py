@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from core.authority.admin import create_tenant, create_user
-from core.lifecycle.sessions import finalise
+from core.lifecycle.finalise import finalise
 from core.ltm.config import LtmSettings
 from core.ltm.embedding import CachedEmbedder
 from core.ltm.history import history_id, project_transcripts

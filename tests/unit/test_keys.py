@@ -66,6 +66,8 @@ BUILT = [
     (U.decisions("s_1"), "memory:user:{t_a/u_1}:decisions:s_1"),
     (GK.ingest_stream(3), "memory:ingest:{s3}:stream"),
     (GK.ingest_kick(3), "memory:ingest:{s3}:kick"),
+    (GK.ingest_attempts(3), "memory:ingest:{s3}:attempts"),
+    (GK.ingest_queued(3, "acme/u_1", "s_1", "9f2c"), "memory:ingest:{s3}:queued:acme/u_1/s_1:9f2c"),
     (GK.dead_letters, "memory:ingest:dead"),
     (GK.sweep_users, "memory:sweep:users"),
     (GK.lock("lifecycle-scan"), "memory:lock:lifecycle-scan"),

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from core.lifecycle.sessions import CONTEXT_CHARS, episode_draft, message_context
+from core.lifecycle.episodes import CONTEXT_CHARS, episode_draft, message_context
 from core.models.memory import MemoryItem, MemorySource, MemoryType
 from core.models.transcript import Role, TranscriptRecord
 

@@ -7,7 +7,7 @@ import pytest
 from core.errors import IllegalTransition, InvalidInput
 from core.ltm.card import CardDraft, CardStatus, LtmCard, card_id
 from core.ltm.filters import CardFilter, es_filter, milvus_expr
-from core.ltm.ledger import ProjectionEvent, ProjectionState, next_state
+from core.ltm.projection import ProjectionEvent, ProjectionState, next_state
 
 SEED_FIELDS = {
     "memory_id", "user_id", "tenant_id", "project_id", "memory_type", "title", "summary",

@@ -300,3 +300,27 @@ def test_raw_history_renders_last_with_the_date_it_was_said() -> None:
         "Related long-term experience:\n- likes hiking\n\n"
         "From earlier conversations:\n- (2023-05-07) Caroline: I ran 5k"
     )
+
+
+def test_each_layer_keeps_its_relevance_order_in_the_pool() -> None:
+    from core.recall.ltm_adapter import rank_similarity
+
+    # a layer's first result is fully similar, the tenth half as much, and order is kept
+    sims = [rank_similarity(r) for r in range(12)]
+    assert sims[0] == 1.0 and sims[10] == pytest.approx(0.5)
+    assert sims == sorted(sims, reverse=True) and len(set(sims)) == 12
+
+
+def test_long_term_candidates_age_over_a_month_and_stm_over_a_day() -> None:
+    from core.recall.pool import RescoreWeights, rescore
+
+    w = RescoreWeights()
+    day = 24 * 3600.0
+    stm = cand("m1", SourceType.REDIS_STM, "k1", "f1", updated_at=NOW - day)
+    ltm = cand("l1", SourceType.LTM, "k2", "f2", updated_at=NOW - day)
+    raw = cand("r1", SourceType.RAW_HISTORY, "k3", "f3", updated_at=NOW - 30 * day)
+    part = {c.memory_id: rescore(c, query_entities=[], now=NOW, weights=w)[1]["recency"]
+            for c in (stm, ltm, raw)}  # fmt: skip
+    assert part["m1"] == pytest.approx(w.recency / 2)  # one STM half-life
+    assert part["l1"] > 0.97 * w.recency  # a day is nothing to long-term memory
+    assert part["r1"] == pytest.approx(w.recency / 2)  # its half-life is a month

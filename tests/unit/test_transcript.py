@@ -11,7 +11,8 @@ import pytest
 
 from core.errors import CorruptRecord, InvalidId, InvalidInput, NotFound, PayloadTooLarge
 from core.models.transcript import MessageIn, Role, ToolCall, TranscriptRecord
-from core.transcript.store import TranscriptStore, new_turn_id
+from core.textcut import CUT_MARKER_RE, MARKER_MAX_CHARS
+from core.transcript.store import AppendedTurn, TranscriptStore, new_turn_id
 
 AT = 1_700_000_000.0
 
@@ -190,36 +191,66 @@ def test_concurrent_appends_never_interleave_turns(store: TranscriptStore) -> No
 # ---------------------------------------------------------------- nothing written on bad input
 
 
-def test_oversized_message_raises_and_creates_no_file(store: TranscriptStore) -> None:
-    # Given a turn whose second message is over the 256-char limit
-    messages = [user("fine"), user("x" * 257)]
-    # When it is appended / Then PayloadTooLarge, and no file appears
-    with pytest.raises(PayloadTooLarge, match="message 1"):
-        store.append_turn(user_id="u_1", session_id="s_1", messages=messages, at=AT)
-    assert not store.path(user_id="u_1", session_id="s_1").exists()
+def test_oversized_message_keeps_its_head_and_tail_and_the_turn_is_accepted(
+    store: TranscriptStore,
+) -> None:
+    # Given a turn whose second message is far over the 256-char limit
+    long = "H" * 500 + "M" * 1000 + "T" * 500
+    turn = store.append_turn(
+        user_id="u_1", session_id="s_1", messages=[user("fine"), user(long)], at=AT
+    )
+    # Then the turn is accepted: the first message whole, the second as head + marker + tail
+    records = list(store.read_session(user_id="u_1", session_id="s_1"))
+    assert records == list(turn.records)
+    assert records[0].content == "fine"
+    cut = records[1].content
+    assert cut.startswith("H" * 128) and cut.endswith("T" * 128)
+    assert "M" not in cut
+    assert "1,744 of 2,000 characters cut from the middle" in cut
+    assert len(cut) <= 256 + MARKER_MAX_CHARS
+    assert CUT_MARKER_RE.search(cut)
 
 
-def test_oversized_tool_call_arguments_count_towards_the_limit(store: TranscriptStore) -> None:
+def test_oversized_tool_call_arguments_share_the_message_limit(store: TranscriptStore) -> None:
+    # Given content and tool-call arguments that together are one over the limit
     big_call = MessageIn(
         role=Role.ASSISTANT,
         content="x" * 200,
         tool_calls=[ToolCall(id="c1", name="run", arguments="y" * 57)],
     )
-    with pytest.raises(PayloadTooLarge):
-        store.append_turn(user_id="u_1", session_id="s_1", messages=[big_call], at=AT)
+    turn = store.append_turn(user_id="u_1", session_id="s_1", messages=[big_call], at=AT)
+    # Then the shorter text stays whole and the longer one gives up the difference
+    (record,) = turn.records
+    assert record.tool_calls[0].arguments == "y" * 57
+    assert record.content.startswith("x" * 100) and record.content.endswith("x" * 99)
+    assert "1 of 200 characters cut" in record.content
+
+
+def test_turn_over_its_limit_is_shared_fairly_short_messages_stay_whole(tmp_path: Path) -> None:
+    l0 = TranscriptStore(tmp_path / "l0", fsync=False, max_message_chars=1000, max_turn_chars=1000)
+    messages = [user("short one"), user("1" * 900), user("2" * 900)]
+    turn = store_turn(l0, messages)
+    short, first, second = (r.content for r in turn.records)
+    assert short == "short one"
+    assert CUT_MARKER_RE.sub("", first) == "1" * 495
+    assert CUT_MARKER_RE.sub("", second) == "2" * 496
+    assert sum(len(CUT_MARKER_RE.sub("", c)) for c in (short, first, second)) <= 1000
+
+
+def store_turn(l0: TranscriptStore, messages: list[MessageIn]) -> AppendedTurn:
+    return l0.append_turn(user_id="u_1", session_id="s_1", messages=messages, at=AT)
 
 
 @pytest.mark.parametrize(
     ("messages", "error", "match"),
     [
-        ([user("x" * 257)], PayloadTooLarge, "limit 256"),
         ([user("a")] * 5, PayloadTooLarge, "5 messages"),
         ([], InvalidInput, "at least one"),
         ([MessageIn(role=Role.TOOL, content="p99 2300ms")], InvalidInput, "tool_call_id"),
         ([user("a", message_id="m1"), user("b", message_id="m1")], InvalidInput, "duplicate"),
         ([user("a"), user("b", message_id="t9.0")], InvalidInput, "duplicate"),
     ],
-    ids=["oversized", "too-many", "empty", "tool-without-call-id", "dup-ids", "dup-generated"],
+    ids=["too-many", "empty", "tool-without-call-id", "dup-ids", "dup-generated"],
 )
 def test_invalid_turn_leaves_an_existing_file_byte_for_byte_unchanged(
     store: TranscriptStore, messages: list[MessageIn], error: type[Exception], match: str

@@ -10,7 +10,7 @@ rank order, are expanded into their ``source.message_ids`` (turn budget).
 
 Beat on the same clock: whenever the next turn comes more than ``session_idle_s`` +
 ``idle_check_s`` after the previous one, the idle-session job runs at the time Beat
-would (``core.lifecycle.sessions.finalise_idle``): the quiet sessions' items get the
+would (``core.lifecycle.finalise.finalise_idle``): the quiet sessions' items get the
 promotion pass, episodic statements become LTM cards, the session summary card is
 written; new cards are projected into Milvus right away (what the
 ``memstrata.ltm.index`` task does).  Then the STM expiry sweep runs at the next turn's
@@ -204,7 +204,7 @@ class MemstrataSystem:
         """Celery Beat's idle-session job at simulated time ``now``."""
         if self.lifecycle is None:
             return
-        from core.lifecycle.sessions import finalise_idle
+        from core.lifecycle.finalise import finalise_idle
 
         while finalise_idle(self.lifecycle, now=now, limit=100, max_s=600.0):
             pass
