@@ -158,3 +158,56 @@ def wait_for(predicate: Callable[[], bool], *, timeout_s: float, interval_s: flo
             return True
         time.sleep(interval_s)
     return bool(predicate())
+
+
+@dataclass
+class Supervisor:
+    """Restarts dead children, bounded: at most ``max_restarts`` per child in ``window_s``,
+    each after an exponential backoff (``backoff_s`` doubling up to ``max_backoff_s``).
+
+    :meth:`poll` is called from a foreground loop with the current monotonic time; it
+    returns a child that has used up its restarts (the caller then stops the stack), or
+    ``None``.  Every death and restart is printed to stderr with the child's log tail.
+    """
+
+    children: list[Child]
+    max_restarts: int = 5
+    window_s: float = 300.0
+    backoff_s: float = 1.0
+    max_backoff_s: float = 30.0
+    restarts: dict[str, list[float]] = field(default_factory=dict)
+    due: dict[str, float] = field(default_factory=dict)
+
+    def _say(self, text: str) -> None:
+        with contextlib.suppress(OSError):
+            print(text, file=sys.stderr, flush=True)
+
+    def poll(self, now: float) -> Child | None:
+        for child in self.children:
+            code = child.exit_code()
+            if code is None:
+                continue
+            if child.name not in self.due:
+                recent = [t for t in self.restarts.get(child.name, []) if now - t < self.window_s]
+                self.restarts[child.name] = recent
+                if len(recent) >= self.max_restarts:
+                    self._say(
+                        f"\n{child.name} (pid {child.pid}) exited with code {code} after "
+                        f"{len(recent)} restarts in {self.window_s:g} s: giving up; last lines "
+                        f"of {child.log_path}:\n{child.tail()}"
+                    )
+                    return child
+                delay = min(self.backoff_s * 2 ** len(recent), self.max_backoff_s)
+                self.due[child.name] = now + delay
+                self._say(
+                    f"\n{child.name} (pid {child.pid}) exited with code {code}; restart "
+                    f"{len(recent) + 1}/{self.max_restarts} in {delay:g} s; last lines of "
+                    f"{child.log_path}:\n{child.tail()}"
+                )
+            elif now >= self.due[child.name]:
+                del self.due[child.name]
+                child.stop(timeout_s=1.0)  # reap what is left of its process group
+                child.start()
+                self.restarts[child.name].append(now)
+                self._say(f"  restarted {child.name}: pid {child.pid}")
+        return None

@@ -3,8 +3,9 @@
 The children get this process's environment (so the same ``MEMSTRATA_*`` settings and
 key namespace), with L0's folder pinned to an absolute path.  ``up`` waits until a
 worker answers a ping and Flower's port is open, runs the demo through the real
-workers, and then stays in the foreground until Ctrl-C (or SIGTERM), or until a child
-dies, and stops the children: Beat first, so nothing new is scheduled, the worker last,
+workers, and then stays in the foreground until Ctrl-C (or SIGTERM), restarting a child
+that dies (at most 5 times in 5 minutes, with backoff; then it gives up), and stops the
+children: Beat first, so nothing new is scheduled, the worker last,
 so it can finish what it holds.
 """
 
@@ -25,6 +26,7 @@ from core.settings import load_settings
 from ops.demo_run import run_demo
 from ops.procs import (
     Child,
+    Supervisor,
     beat_argv,
     flower_argv,
     flower_env,
@@ -127,13 +129,14 @@ def _banner(children: list[Child], args: argparse.Namespace, generated: bool) ->
 
 
 def _foreground(children: list[Child]) -> int:
+    """Supervise until Ctrl-C: a dead child is restarted (bounded, with backoff); only a
+    child that keeps dying stops the stack."""
     print("\nRunning. Press Ctrl-C to stop worker, Beat and Flower.", flush=True)
+    supervisor = Supervisor(children)
     while True:
-        dead = _dead(children)
-        if dead is not None:
-            _report_death(dead)
+        if supervisor.poll(time.monotonic()) is not None:
             return 1
-        time.sleep(1.0)
+        time.sleep(0.5)
 
 
 def _stop_all(children: list[Child]) -> None:

@@ -12,6 +12,7 @@ from kombu.entity import Queue
 from core.keys import GlobalKeys
 from core.runtime import close_runtime, reset_runtime
 from core.settings import Settings, load_settings
+from tasks.broker import TRANSPORT
 
 QUEUES = ("ingest", "ltm", "maintenance")
 
@@ -21,15 +22,29 @@ app = Celery(
 )
 
 
+def visibility_timeout_s(settings: Settings) -> int:
+    """Above the longest task time limit: a message still being worked on is never
+    redelivered to a second worker just because it is slow."""
+    return max(settings.broker_visibility_timeout_s, 2 * settings.task_time_limit_s + 60)
+
+
 def celery_config(settings: Settings) -> dict[str, Any]:
     """Everything DESIGN §4 asks of Celery, derived from typed settings."""
     import beat_schedule
 
     return {
         "broker_url": settings.effective_broker_url,
+        # the Redis transport with the restore-after-close crash fixed (D1; tasks/broker.py)
+        "broker_transport": TRANSPORT,
+        # a broker restart is an outage to wait out, never a reason for the worker to exit
         "broker_connection_retry_on_startup": True,
+        "broker_connection_retry": True,
+        "broker_connection_max_retries": None,
+        # a task running when the connection drops cannot be acked on that connection;
+        # cancel it so its message is redelivered (every memstrata task is idempotent)
+        "worker_cancel_long_running_tasks_on_connection_loss": True,
         "broker_transport_options": {
-            "visibility_timeout": settings.broker_visibility_timeout_s,
+            "visibility_timeout": visibility_timeout_s(settings),
             "socket_timeout": settings.redis_socket_timeout_s,
             # one namespace = one isolated set of queues (tests, demo and prod can share a Redis)
             "global_keyprefix": GlobalKeys(settings.key_namespace).celery_prefix,

@@ -16,4 +16,5 @@ BENCHES: dict[str, str] = {
     "quality": "ops.bench.quality.suite",  # every figure of docs/QUALITY.md
     "recall": "ops.bench.recall",
     "sweep": "ops.bench.sweep",
+    "faults": "ops.bench.faults",  # worker kills and Redis restarts under load
 }
