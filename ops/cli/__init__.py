@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 from collections.abc import Sequence
 
@@ -34,6 +35,8 @@ from core.redact import redact
 from core.runtime import close_runtime
 from ops.cli import bench, deadletters, erase, lifecycle, ltm, memory, roles
 from ops.runtime import CliError
+
+_MODEL_PREFIX = re.compile(r"^[A-Z][A-Za-z]+\.(?=[a-z_]+: )")
 
 
 def _replay(argv: Sequence[str]) -> int:
@@ -82,8 +85,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             cause = first.get("ctx", {}).get("error")
             what = str(cause) if isinstance(cause, MemstrataError) else first["msg"]
             message = f"{'.'.join(str(p) for p in first['loc']) or exc.title}: {what}"
-        else:
-            message = str(exc)
+        else:  # a model's field error reads "RecallRequest.top_k: ...": the CLI names the field
+            message = _MODEL_PREFIX.sub("", str(exc), count=1)
         print(f"memstrata {args.command}: {' '.join(redact(message).split())}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
