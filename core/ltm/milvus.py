@@ -126,3 +126,35 @@ class MilvusConnection:
                 client.close()
 
     close = reset
+
+
+def count_owner(conn: MilvusConnection, collection: str, tenant_id: str, user_id: str,
+                what: str) -> int:  # fmt: skip
+    """How many records of one owner a collection holds (0 if it does not exist)."""
+    from core.ltm.filters import milvus_expr, owner_filter
+
+    timeout = rpc_timeout(conn.timeout_s)
+    with milvus_errors(f"count {what} of an owner", conn):
+        if not conn.client.has_collection(collection, timeout=timeout):
+            return 0
+        rows = conn.client.query(
+            collection,
+            filter=milvus_expr(owner_filter(tenant_id, user_id)),
+            output_fields=["count(*)"],
+            consistency_level="Strong",
+            timeout=timeout,
+        )
+    return int(rows[0]["count(*)"]) if rows else 0
+
+
+def delete_owner(conn: MilvusConnection, collection: str, tenant_id: str, user_id: str,
+                 what: str) -> None:  # fmt: skip
+    """Delete every record of one owner from a collection (erase)."""
+    from core.ltm.filters import milvus_expr, owner_filter
+
+    timeout = rpc_timeout(conn.timeout_s)
+    with milvus_errors(f"delete {what} of an owner", conn):
+        if conn.client.has_collection(collection, timeout=timeout):
+            conn.client.delete(
+                collection, filter=milvus_expr(owner_filter(tenant_id, user_id)), timeout=timeout
+            )

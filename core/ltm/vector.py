@@ -18,8 +18,8 @@ from core.ids import validate_id
 from core.ltm.card import LtmCard
 from core.ltm.embedding import Vectors
 from core.ltm.errors import EmbeddingDimensionMismatch
-from core.ltm.filters import CardFilter, milvus_expr, owner_filter
-from core.ltm.milvus import MilvusConnection, milvus_errors, rpc_timeout
+from core.ltm.filters import CardFilter, milvus_expr
+from core.ltm.milvus import MilvusConnection, count_owner, delete_owner, milvus_errors, rpc_timeout
 from core.ltm.ports import Hit
 
 _OUT = ["importance", "updated_at"]
@@ -147,21 +147,10 @@ class MilvusVectorIndex:
         return hits_of(result)
 
     def count_owner(self, tenant_id: str, user_id: str) -> int:
-        expr = milvus_expr(owner_filter(tenant_id, user_id))
-        with milvus_errors("count vectors of an owner", self.conn):
-            if not self.conn.client.has_collection(self.collection, timeout=self._rpc_timeout):
-                return 0
-            rows = self.conn.client.query(
-                self.collection, filter=expr, output_fields=["count(*)"],
-                consistency_level="Strong", timeout=self._rpc_timeout,
-            )  # fmt: skip
-        return int(rows[0]["count(*)"]) if rows else 0
+        return count_owner(self.conn, self.collection, tenant_id, user_id, "vectors")
 
     def delete_owner(self, tenant_id: str, user_id: str) -> None:
-        expr = milvus_expr(owner_filter(tenant_id, user_id))
-        with milvus_errors("delete vectors of an owner", self.conn):
-            if self.conn.client.has_collection(self.collection, timeout=self._rpc_timeout):
-                self.conn.client.delete(self.collection, filter=expr, timeout=self._rpc_timeout)
+        delete_owner(self.conn, self.collection, tenant_id, user_id, "vectors")
 
     def count(self) -> int:
         with milvus_errors("count vectors", self.conn):
