@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -24,58 +23,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import redis
-
 from core.api import MemoryClient
 from core.errors import StoreUnavailable
 from core.runtime import Runtime
 from core.settings import load_settings
 from ops.bench.common.env import REPO, patched_env, scratch_dir
 from ops.bench.common.machine import machine
+from ops.bench.common.scratch_redis import RedisServer
 from ops.bench.common.workers import WorkerGroup, celery_follow_env
 
 CONVERGE_LIMIT_S = 180.0
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-class RedisServer:
-    """A restartable ``redis-server`` with AOF (``appendfsync always``) on a free port."""
-
-    def __init__(self, folder: Path) -> None:
-        self.port = free_port()
-        self.folder = folder
-        folder.mkdir(parents=True, exist_ok=True)
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.url = f"redis://127.0.0.1:{self.port}/0"
-
-    def start(self, ready_s: float = 15.0) -> None:
-        cmd = ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1",
-               "--save", "", "--appendonly", "yes", "--appendfsync", "always",
-               "--dir", str(self.folder)]  # fmt: skip
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        client = redis.Redis(port=self.port, socket_timeout=1)
-        deadline = time.monotonic() + ready_s
-        try:
-            while True:
-                try:
-                    client.ping()
-                    return
-                except redis.RedisError:
-                    if time.monotonic() > deadline or self.proc.poll() is not None:
-                        raise
-                    time.sleep(0.05)
-        finally:
-            client.close()
-
-    def kill(self, sig: signal.Signals) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(sig)
-            self.proc.wait(15)
 
 
 def letters(n: int) -> str:

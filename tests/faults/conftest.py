@@ -23,7 +23,8 @@ import pytest
 from core.ltm.config import LtmSettings
 from core.runtime import Runtime
 from core.settings import Settings, load_settings
-from ops.bench.faults import Ledger, RedisServer, letters, marker_turn, produce
+from ops.bench.common.scratch_redis import RedisServer
+from ops.bench.faults import Ledger, letters, marker_turn, produce
 from tests.integration.conftest import (  # noqa: F401  (fixtures re-exported for this suite)
     CeleryProcess,
     memory,

@@ -10,14 +10,12 @@ open since …`` was not called at all, which is what makes a down layer cost ~0
 
 from __future__ import annotations
 
-import subprocess
 import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import redis
 
 from core.authority.admin import create_project, create_tenant, create_user
 from core.authority.facts import grant_role, set_profile
@@ -39,6 +37,7 @@ from core.recall.service import (
 )
 from core.runtime import Runtime
 from core.settings import load_settings
+from ops.bench.common.scratch_redis import RedisServer
 from tests.clock import FixedClock
 from tests.conftest import REDIS_URL, _purge
 from tests.integration import ltm_env
@@ -311,42 +310,6 @@ def test_postgres_down_scopes_recall_to_the_owner_and_a_restart_brings_it_back(
 
 
 # ---------------------------------------------------------------- Redis
-
-
-class RedisServer:
-    """A throwaway ``redis-server`` on a fixed free port, restartable with its data (AOF)."""
-
-    def __init__(self, folder: Path) -> None:
-        self.port = free_port()
-        folder.mkdir(parents=True, exist_ok=True)
-        self.argv = ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1",
-                     "--save", "", "--appendonly", "yes", "--appendfsync", "always",
-                     "--dir", str(folder)]  # fmt: skip
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> None:
-        self.proc = subprocess.Popen(
-            self.argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-        )
-        probe = redis.Redis(host="127.0.0.1", port=self.port, socket_connect_timeout=0.5)
-        deadline = time.monotonic() + 10
-        try:
-            while True:
-                try:
-                    probe.ping()
-                    return
-                except redis.RedisError:
-                    if time.monotonic() > deadline:
-                        raise
-                    time.sleep(0.02)
-        finally:
-            probe.close()
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            self.proc.wait(10)
-        self.proc = None
 
 
 @pytest.fixture

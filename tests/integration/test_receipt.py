@@ -9,8 +9,6 @@ test namespace's queues), so the test is about the write path, not about kombu (
 
 from __future__ import annotations
 
-import subprocess
-import time
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -25,9 +23,9 @@ from core.ingest.pipeline import read_decisions
 from core.ingest.queue import shard_for
 from core.ingest.reconcile import ReconcileReport, reconcile
 from core.ltm.config import LtmSettings
-from core.ltm.milvus_server import free_port
 from core.runtime import Runtime
 from core.settings import Settings, load_settings
+from ops.bench.common.scratch_redis import RedisServer
 from tasks._options import DRAIN, RECONCILE
 from tests.conftest import REDIS_URL, _purge
 from tests.integration.conftest import CeleryProcess, wait_until
@@ -38,52 +36,16 @@ RETRIES = 5
 
 
 # --------------------------------------------------------------------- a throwaway Redis
-class Server:
-    """``redis-server`` with AOF on a free port; ``stop`` and ``start`` keep its data."""
-
-    def __init__(self, folder: Path) -> None:
-        self.port = free_port()
-        self.folder = folder
-        folder.mkdir(parents=True, exist_ok=True)
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    @property
-    def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
-
-    def start(self) -> None:
-        command = ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1",
-                   "--save", "", "--appendonly", "yes", "--dir", str(self.folder)]  # fmt: skip
-        self.proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        probe = redis.Redis(host="127.0.0.1", port=self.port, socket_connect_timeout=0.5)
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                probe.ping()
-                break
-            except redis.RedisError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.02)
-        probe.close()
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            self.proc.wait(10)
-        self.proc = None
-
-
 @pytest.fixture
-def server(tmp_path: Path) -> Iterator[Server]:
-    srv = Server(tmp_path / "redis")
+def server(tmp_path: Path) -> Iterator[RedisServer]:
+    srv = RedisServer(tmp_path / "redis")
     srv.start()
     yield srv
     srv.stop()
 
 
 @pytest.fixture
-def settings(server: Server, namespace: str, tmp_path: Path) -> Settings:
+def settings(server: RedisServer, namespace: str, tmp_path: Path) -> Settings:
     """Data on the throwaway server, the Celery broker on the shared one (its namespace)."""
     return load_settings(
         redis_url=server.url,
@@ -105,7 +67,7 @@ def _broker_keys(namespace: str) -> Iterator[None]:
 
 
 @pytest.fixture
-def restore(server: Server) -> Iterator[Callable[[], None]]:
+def restore(server: RedisServer) -> Iterator[Callable[[], None]]:
     """Start the server again if a test left it stopped (the fixtures purge through it)."""
 
     def up() -> None:
@@ -178,7 +140,7 @@ def run_reconcile(res: Runtime, kicks: Kicks | None = None, **kw: Any) -> Reconc
 
 # --------------------------------------------------------------------- the outage
 def test_turns_recorded_during_an_outage_are_processed_once_after_it(
-    res: Runtime, server: Server, restore: Callable[[], None]
+    res: Runtime, server: RedisServer, restore: Callable[[], None]
 ) -> None:
     memory = client(res)
     # Given a session with one turn recorded while Redis was up
@@ -223,7 +185,7 @@ def test_turns_recorded_during_an_outage_are_processed_once_after_it(
 
 
 def test_a_retry_after_the_outage_queues_a_turn_that_never_was(
-    res: Runtime, server: Server, restore: Callable[[], None]
+    res: Runtime, server: RedisServer, restore: Callable[[], None]
 ) -> None:
     memory = client(res)
     server.stop()
@@ -246,7 +208,7 @@ def test_a_retry_after_the_outage_queues_a_turn_that_never_was(
 
 def test_the_beat_job_on_a_real_worker_queues_what_the_outage_left(
     res: Runtime,
-    server: Server,
+    server: RedisServer,
     restore: Callable[[], None],
     celery_worker: CeleryProcess,
     start_beat: Callable[[Mapping[str, str]], CeleryProcess],

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import shutil
+import signal
 import subprocess
 import tempfile
 import time
@@ -62,3 +63,45 @@ def scratch_redis(*args: str, conf: Path | None = None) -> Iterator[redis.Redis]
             proc.kill()
             proc.wait(10)
         shutil.rmtree(folder, ignore_errors=True)
+
+
+class RedisServer:
+    """A restartable ``redis-server`` with AOF (``appendfsync always``) on a free port."""
+
+    def __init__(self, folder: Path) -> None:
+        from core.ltm.milvus_server import free_port
+
+        self.port = free_port()
+        self.folder = folder
+        folder.mkdir(parents=True, exist_ok=True)
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self, ready_s: float = 15.0) -> None:
+        cmd = ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1",
+               "--save", "", "--appendonly", "yes", "--appendfsync", "always",
+               "--dir", str(self.folder)]  # fmt: skip
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        client = redis.Redis(port=self.port, socket_timeout=1)
+        deadline = time.monotonic() + ready_s
+        try:
+            while True:
+                try:
+                    client.ping()
+                    return
+                except redis.RedisError:
+                    if time.monotonic() > deadline or self.proc.poll() is not None:
+                        raise
+                    time.sleep(0.05)
+        finally:
+            client.close()
+
+    def kill(self, sig: signal.Signals) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            self.proc.wait(15)
+
+    def stop(self) -> None:
+        """SIGTERM (Redis writes its AOF and exits); ``start`` again keeps the data."""
+        self.kill(signal.SIGTERM)
+        self.proc = None
