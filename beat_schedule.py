@@ -10,9 +10,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from core.settings import Settings
+    from memstrata.core.settings import Settings
 
-from tasks import _options as names
+from memstrata.tasks import _options as names
 
 
 def build_schedule(settings: Settings) -> dict[str, dict[str, Any]]:

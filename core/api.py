@@ -15,12 +15,12 @@ from typing import Any, Protocol
 
 from pydantic import ValidationError
 
-from core.errors import InvalidInput, PayloadTooLarge
-from core.ids import validate_id
-from core.ingest.queue import IngestQueue
-from core.models.inputs import invalid_input, validate_event_time
-from core.models.transcript import MessageIn, TurnReceipt
-from core.transcript.store import TranscriptStore
+from memstrata.core.errors import InvalidInput, PayloadTooLarge
+from memstrata.core.ids import validate_id
+from memstrata.core.ingest.queue import IngestQueue
+from memstrata.core.models.inputs import invalid_input, validate_event_time
+from memstrata.core.models.transcript import MessageIn, TurnReceipt
+from memstrata.core.transcript.store import TranscriptStore
 
 log = logging.getLogger(__name__)
 

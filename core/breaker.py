@@ -25,8 +25,8 @@ from contextlib import contextmanager
 from datetime import UTC, datetime
 from enum import StrEnum
 
-from core.errors import MemstrataError, TransientError
-from core.redact import redact
+from memstrata.core.errors import MemstrataError, TransientError
+from memstrata.core.redact import redact
 
 DEFAULT_COOLDOWN_S = 5.0
 DEFAULT_FAILURES = 1

@@ -49,15 +49,15 @@ import redis
 from sqlalchemy import Connection, and_, delete, func, select, text, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 
-from core.adapters.pg import pg_errors
-from core.adapters.redis import redis_errors
-from core.authority.tables import FACTS, PREFERENCES, PROFILES, ROLES, USERS
-from core.ids import DEFAULT_TENANT, owner_tenant, validate_id
-from core.ingest.queue import GROUP
-from core.keys import GlobalKeys, LifecycleKeys, TenantKeys, user_scope
-from core.lifecycle.audit import Action, AuditEvent, audit_table, erasures_table, record
-from core.ltm.tables import cards, projections
-from core.runtime import Runtime
+from memstrata.core.adapters.pg import pg_errors
+from memstrata.core.adapters.redis import redis_errors
+from memstrata.core.authority.tables import FACTS, PREFERENCES, PROFILES, ROLES, USERS
+from memstrata.core.ids import DEFAULT_TENANT, owner_tenant, validate_id
+from memstrata.core.ingest.queue import GROUP
+from memstrata.core.keys import GlobalKeys, LifecycleKeys, TenantKeys, user_scope
+from memstrata.core.lifecycle.audit import Action, AuditEvent, audit_table, erasures_table, record
+from memstrata.core.ltm.tables import cards, projections
+from memstrata.core.runtime import Runtime
 
 STEPS = ("queued_turns", "l0", "redis", "postgres", "ltm_indexes", "redis_final")
 """The steps after the marker, in order; ``done`` (audit row + marker) follows them."""

@@ -14,7 +14,7 @@ from typing import Annotated
 
 from pydantic import AfterValidator, Strict
 
-from core.errors import InvalidId
+from memstrata.core.errors import InvalidId
 
 _ID_RE = re.compile(r"[A-Za-z0-9_.\-]{1,128}")
 _ENTITY_SAFE_RE = re.compile(r"[\w.\-/]{1,64}")

@@ -18,7 +18,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from core.ids import DEFAULT_TENANT, entity_key_part, owner_tenant, validate_id
+from memstrata.core.ids import DEFAULT_TENANT, entity_key_part, owner_tenant, validate_id
 
 # ---------------------------------------------------------------------------- owners
 

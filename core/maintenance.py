@@ -8,8 +8,8 @@ from typing import TypeVar
 
 import redis
 
-from core.adapters.redis import redis_errors
-from core.keys import GlobalKeys
+from memstrata.core.adapters.redis import redis_errors
+from memstrata.core.keys import GlobalKeys
 
 T = TypeVar("T")
 

@@ -24,8 +24,8 @@ from pathlib import Path
 
 import redis
 
-from core.adapters.redis import redis_errors
-from core.ids import DEFAULT_TENANT
+from memstrata.core.adapters.redis import redis_errors
+from memstrata.core.ids import DEFAULT_TENANT
 
 _LEGACY_USER_KEY = re.compile(r"^(?P<ns>[^:]+):user:\{(?P<scope>[^{}/]+)\}:(?P<rest>.+)$")
 # global sorted sets whose members (or member prefixes) are user scopes, and which score

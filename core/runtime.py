@@ -32,39 +32,39 @@ from typing import Any
 import redis
 from sqlalchemy import Engine
 
-from core.authority.cache import ProfileCache
-from core.authority.db import make_engine
-from core.authority.filters import RetrievalFilters
-from core.breaker import Breakers
-from core.errors import MemstrataError, StoreUnavailable
-from core.extract.rules import ExtractionBudget, Extractor, RuleExtractor
-from core.ingest.deadletters import Attempts, DeadLetters
-from core.ingest.pipeline import IngestPipeline
-from core.ingest.queue import IngestQueue
-from core.lifecycle.runtime import Lifecycle
-from core.ltm.config import LtmSettings
-from core.ltm.embedding import CachedEmbedder, make_embedder
-from core.ltm.history import HistoryIndex
-from core.ltm.indexer import Projector
-from core.ltm.ledger import Ledger
-from core.ltm.lexical_es import ElasticsearchLexicalIndex
-from core.ltm.lexical_es import connect as es_connect
-from core.ltm.lexical_milvus import MilvusLexicalIndex
-from core.ltm.milvus import MilvusConnection, collection_name
-from core.ltm.ports import LexicalIndex
-from core.ltm.runtime import LtmRuntime
-from core.ltm.search import LtmSearch
-from core.ltm.vector import MilvusVectorIndex
-from core.policy.write import WritePolicy
-from core.recall.ltm_adapter import HistoryBackedSearcher, LedgerBackedSearcher
-from core.recall.pool import PoolCandidate
-from core.recall.route import LtmMode
-from core.recall.service import HISTORY, LTM, Recaller, RecallSettings
-from core.redact import redact
-from core.settings import Settings, load_settings
-from core.stm.lifecycle import LifecycleStore
-from core.stm.store import StmStore
-from core.transcript.store import TranscriptStore
+from memstrata.core.authority.cache import ProfileCache
+from memstrata.core.authority.db import make_engine
+from memstrata.core.authority.filters import RetrievalFilters
+from memstrata.core.breaker import Breakers
+from memstrata.core.errors import MemstrataError, StoreUnavailable
+from memstrata.core.extract.rules import ExtractionBudget, Extractor, RuleExtractor
+from memstrata.core.ingest.deadletters import Attempts, DeadLetters
+from memstrata.core.ingest.pipeline import IngestPipeline
+from memstrata.core.ingest.queue import IngestQueue
+from memstrata.core.lifecycle.runtime import Lifecycle
+from memstrata.core.ltm.config import LtmSettings
+from memstrata.core.ltm.embedding import CachedEmbedder, make_embedder
+from memstrata.core.ltm.history import HistoryIndex
+from memstrata.core.ltm.indexer import Projector
+from memstrata.core.ltm.ledger import Ledger
+from memstrata.core.ltm.lexical_es import ElasticsearchLexicalIndex
+from memstrata.core.ltm.lexical_es import connect as es_connect
+from memstrata.core.ltm.lexical_milvus import MilvusLexicalIndex
+from memstrata.core.ltm.milvus import MilvusConnection, collection_name
+from memstrata.core.ltm.ports import LexicalIndex
+from memstrata.core.ltm.runtime import LtmRuntime
+from memstrata.core.ltm.search import LtmSearch
+from memstrata.core.ltm.vector import MilvusVectorIndex
+from memstrata.core.policy.write import WritePolicy
+from memstrata.core.recall.ltm_adapter import HistoryBackedSearcher, LedgerBackedSearcher
+from memstrata.core.recall.pool import PoolCandidate
+from memstrata.core.recall.route import LtmMode
+from memstrata.core.recall.service import HISTORY, LTM, Recaller, RecallSettings
+from memstrata.core.redact import redact
+from memstrata.core.settings import Settings, load_settings
+from memstrata.core.stm.lifecycle import LifecycleStore
+from memstrata.core.stm.store import StmStore
+from memstrata.core.transcript.store import TranscriptStore
 
 log = logging.getLogger(__name__)
 

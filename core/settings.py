@@ -13,10 +13,10 @@ from typing import Any
 from pydantic import Field, RedisDsn, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from core.ids import validate_id
-from core.lifecycle.config import LifecycleSettings
-from core.ltm.config import LtmSettings
-from core.policy.write import TtlPolicy
+from memstrata.core.ids import validate_id
+from memstrata.core.lifecycle.config import LifecycleSettings
+from memstrata.core.ltm.config import LtmSettings
+from memstrata.core.policy.write import TtlPolicy
 
 
 class Settings(BaseSettings):

@@ -18,14 +18,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from core.api import MemoryClient
-from core.errors import InvalidInput
-from core.ingest.drain import drain_shard
-from core.ingest.pipeline import read_decisions
-from core.keys import UserKeys
-from core.models.candidate import Verdict
-from core.runtime import Runtime
-from ops.report import decisions_block, items_block
+from memstrata.core.api import MemoryClient
+from memstrata.core.errors import InvalidInput
+from memstrata.core.ingest.drain import drain_shard
+from memstrata.core.ingest.pipeline import read_decisions
+from memstrata.core.keys import UserKeys
+from memstrata.core.models.candidate import Verdict
+from memstrata.core.runtime import Runtime
+from memstrata.ops.report import decisions_block, items_block
 
 TURN_KEYS = {"task_id", "messages"}
 DEMO_TENANT = "demo"
@@ -207,9 +207,9 @@ def ensure_demo_authority(res: Runtime, sessions: Sequence[DemoSession]) -> None
 
     Idempotent: rows that already exist are left as they are, so the demo can run again.
     """
-    from core import migrations
-    from core.authority.admin import create_project, create_tenant, create_user
-    from core.authority.facts import grant_role, set_profile
+    from memstrata.core import migrations
+    from memstrata.core.authority.admin import create_project, create_tenant, create_user
+    from memstrata.core.authority.facts import grant_role, set_profile
 
     migrations.upgrade(res.settings.postgres_url)  # every branch: promotion needs the audit
     steps: list[Callable[..., object]] = [
@@ -240,7 +240,7 @@ def ensure_demo_authority(res: Runtime, sessions: Sequence[DemoSession]) -> None
 
 def recall_report(res: Runtime, session: DemoSession) -> str:
     """Ask the session's follow-up questions through recall() and show the memory block."""
-    from core.recall.service import RecallRequest
+    from memstrata.core.recall.service import RecallRequest
 
     lang = session.name.split("_", 1)[0]
     task_id = next((t.get("task_id") for t in reversed(session.turns) if t.get("task_id")), None)
@@ -291,8 +291,8 @@ def run_demo(
     if inline:
         client = MemoryClient(transcript=res.transcript, queue=res.queue, kicker=lambda _s: None)
     else:
-        from tasks.app import app
-        from tasks.client import connect
+        from memstrata.tasks.app import app
+        from memstrata.tasks.client import connect
 
         client = connect()
         with app.producer_or_acquire() as producer:  # connect now, not inside the first turn

@@ -1,9 +1,10 @@
 """Reachability checks for the set-up scripts (``ops/quickstart.sh``, ``ops/run_tests.sh``).
 
-    python -m ops.preflight redis URL            exit 0 if Redis answers PING
-    python -m ops.preflight postgres URL         exit 0 if PostgreSQL accepts a connection
-    python -m ops.preflight createdb URL [DB…]   create the URL's database (and DBs) if missing
-    python -m ops.preflight hostport URL         print "host port" of a URL
+    python -m memstrata.ops.preflight redis URL            exit 0 if Redis answers PING
+    python -m memstrata.ops.preflight postgres URL         exit 0 if PostgreSQL accepts a connection
+    python -m memstrata.ops.preflight createdb URL [DB…]   create the URL's database (and DBs)
+                                                           if missing
+    python -m memstrata.ops.preflight hostport URL         print "host port" of a URL
 
 Every check uses a 2 s connect timeout, so a dead address costs seconds, not minutes.
 URLs may carry a SQLAlchemy driver (``postgresql+psycopg://``); it is dropped here.

@@ -21,14 +21,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
-from core.settings import Settings
+from memstrata.core.settings import Settings
 
-CELERY_APP = "tasks.app"
+CELERY_APP = "memstrata.tasks.app"
 WORKER_QUEUES = ("ingest", "ltm", "maintenance")
 
 
 def celery_argv(*args: str) -> list[str]:
-    """``python -m celery -A tasks.app <args>`` with this interpreter (the venv's)."""
+    """``python -m celery -A memstrata.tasks.app <args>`` with this interpreter (the venv's)."""
     return [sys.executable, "-m", "celery", "-A", CELERY_APP, *args]
 
 

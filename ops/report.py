@@ -5,8 +5,8 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable
 
-from core.models.candidate import Verdict, WriteDecision
-from core.models.memory import MemoryItem
+from memstrata.core.models.candidate import Verdict, WriteDecision
+from memstrata.core.models.memory import MemoryItem
 
 SUMMARY_WIDTH = 110
 

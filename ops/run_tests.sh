@@ -20,7 +20,7 @@ step() {  # step NAME command...
   if "$@"; then log "$name: ok"; else log "$name: FAILED (exit $?)"; failed+=("$name"); fi
 }
 
-step ruff "$VENV/bin/ruff" check core tasks ops tests beat_schedule.py
+step ruff "$VENV/bin/ruff" check memstrata core tasks ops tests beat_schedule.py
 step mypy "$VENV/bin/mypy"  # targets and strictness: [tool.mypy] in pyproject.toml
 step imports "$VENV/bin/lint-imports"
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import os
 
-from core.runtime import Runtime, get_runtime
-from core.settings import load_settings
+from memstrata.core.runtime import Runtime, get_runtime
+from memstrata.core.settings import load_settings
 
 
 class CliError(Exception):
@@ -38,7 +38,7 @@ def absolute_transcript_dir() -> None:
 
 def workers_answering(timeout_s: float = 1.0) -> list[str]:
     """Names of the Celery workers of this key namespace that answered a ping."""
-    from tasks.app import app
+    from memstrata.tasks.app import app
 
     replies = app.control.ping(timeout=timeout_s) or []
     return sorted(name for reply in replies for name in reply)

@@ -89,26 +89,26 @@ ensure_venv() {
 }
 
 ensure_redis() {
-  if "$PY" -m ops.preflight redis "$REDIS_URL" 2>/dev/null; then
+  if "$PY" -m memstrata.ops.preflight redis "$REDIS_URL" 2>/dev/null; then
     log "Redis answers at $REDIS_URL"; return
   fi
   local host port
-  read -r host port < <("$PY" -m ops.preflight hostport "$REDIS_URL")
+  read -r host port < <("$PY" -m memstrata.ops.preflight hostport "$REDIS_URL")
   if port_open "$host" "$port"; then
-    "$PY" -m ops.preflight redis "$REDIS_URL" || true
+    "$PY" -m memstrata.ops.preflight redis "$REDIS_URL" || true
     die "something listens on $host:$port but does not answer as Redis at $REDIS_URL"
   fi
   is_local "$host" || die "Redis at $REDIS_URL does not answer (not a local address: not starting one)"
   command -v redis-server >/dev/null 2>&1 || apt_install redis-server
   # the package may have started its own service on the default port
-  if "$PY" -m ops.preflight redis "$REDIS_URL" 2>/dev/null; then return; fi
+  if "$PY" -m memstrata.ops.preflight redis "$REDIS_URL" 2>/dev/null; then return; fi
   mkdir -p "$ROOT/var/redis" "$ROOT/var/log"
   local maxmemory="${MEMSTRATA_REDIS_MAXMEMORY:-1gb}"
   log "starting redis-server on $host:$port (ops/redis.conf: AOF on, maxmemory $maxmemory, noeviction; data in var/redis)"
   redis-server "$ROOT/ops/redis.conf" --daemonize yes --bind "$host" --port "$port" \
     --dir "$ROOT/var/redis" --save "" --maxmemory "$maxmemory" \
     --logfile "$ROOT/var/log/redis-$port.log" --pidfile "$ROOT/var/redis/redis-$port.pid"
-  wait_until 15 "$PY" -m ops.preflight redis "$REDIS_URL" \
+  wait_until 15 "$PY" -m memstrata.ops.preflight redis "$REDIS_URL" \
     || die "redis-server did not come up; see var/log/redis-$port.log"
   log "Redis answers at $REDIS_URL"
 }
@@ -147,23 +147,23 @@ _pg_start_local() {
 }
 
 ensure_postgres() {  # ensure_postgres [extra database...]
-  if ! "$PY" -m ops.preflight postgres "$PG_URL" 2>/dev/null; then
+  if ! "$PY" -m memstrata.ops.preflight postgres "$PG_URL" 2>/dev/null; then
     local host port
-    read -r host port < <("$PY" -m ops.preflight hostport "$PG_URL")
+    read -r host port < <("$PY" -m memstrata.ops.preflight hostport "$PG_URL")
     is_local "$host" || die "PostgreSQL at $host:$port does not answer (not local: not starting one)"
     if port_open "$host" "$port"; then
-      "$PY" -m ops.preflight postgres "$PG_URL" || true
+      "$PY" -m memstrata.ops.preflight postgres "$PG_URL" || true
       die "PostgreSQL on $host:$port refuses the connection of MEMSTRATA_POSTGRES_URL (see above)"
     fi
     command -v pg_ctlcluster >/dev/null 2>&1 || apt_install postgresql
-    if ! "$PY" -m ops.preflight postgres "$PG_URL" 2>/dev/null; then
+    if ! "$PY" -m memstrata.ops.preflight postgres "$PG_URL" 2>/dev/null; then
       _pg_start_local "$port"
-      wait_until 30 "$PY" -m ops.preflight postgres "$PG_URL" \
-        || { "$PY" -m ops.preflight postgres "$PG_URL" || true; die "PostgreSQL did not come up"; }
+      wait_until 30 "$PY" -m memstrata.ops.preflight postgres "$PG_URL" \
+        || { "$PY" -m memstrata.ops.preflight postgres "$PG_URL" || true; die "PostgreSQL did not come up"; }
     fi
   fi
-  log "PostgreSQL answers at $("$PY" -m ops.preflight hostport "$PG_URL" | tr ' ' ':')"
-  "$PY" -m ops.preflight createdb "$PG_URL" "$@" | sed 's/^/==> /' >&2
+  log "PostgreSQL answers at $("$PY" -m memstrata.ops.preflight hostport "$PG_URL" | tr ' ' ':')"
+  "$PY" -m memstrata.ops.preflight createdb "$PG_URL" "$@" | sed 's/^/==> /' >&2
 }
 
 ensure_flower_password() {  # reuse var/flower-password, or generate it once

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import time
 
-from core.models.memory import MemoryItem
-from core.runtime import Runtime
-from ops.report import duration
+from memstrata.core.models.memory import MemoryItem
+from memstrata.core.runtime import Runtime
+from memstrata.ops.report import duration
 
 
 def plan_sweep(res: Runtime, *, now: float, max_items: int) -> list[tuple[str, MemoryItem]]:

@@ -22,9 +22,9 @@ from pathlib import Path
 from types import FrameType
 from urllib.parse import urlparse
 
-from core.settings import load_settings
-from ops.demo_run import run_demo
-from ops.procs import (
+from memstrata.core.settings import load_settings
+from memstrata.ops.demo_run import run_demo
+from memstrata.ops.procs import (
     Child,
     Supervisor,
     beat_argv,
@@ -34,7 +34,12 @@ from ops.procs import (
     wait_for,
     worker_argv,
 )
-from ops.runtime import CliError, absolute_transcript_dir, connected_runtime, workers_answering
+from memstrata.ops.runtime import (
+    CliError,
+    absolute_transcript_dir,
+    connected_runtime,
+    workers_answering,
+)
 
 STOP_TIMEOUT_S = 20.0
 
@@ -65,7 +70,7 @@ def _children(args: argparse.Namespace) -> list[Child]:
     target = urlparse(settings.ltm.milvus_uri)
     if target.hostname in {"127.0.0.1", "localhost"}:  # the embedded default: serve it here
         address = f"127.0.0.1:{target.port or 19530}"
-        argv = [sys.executable, "-m", "ops.cli", "milvus", "var/milvus/ltm.db", address]
+        argv = [sys.executable, "-m", "memstrata.ops.cli", "milvus", "var/milvus/ltm.db", address]
         milvus = [Child("milvus", argv, env, logs / "milvus.log")]
     return [
         *milvus,

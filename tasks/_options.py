@@ -38,7 +38,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from core.errors import InvalidInput, TransientError
+from memstrata.core.errors import InvalidInput, TransientError
 
 # ------------------------------------------------------------------ task names
 DRAIN = "memstrata.ingest.drain"

@@ -9,16 +9,22 @@ from celery import Celery
 from celery.signals import worker_process_init, worker_process_shutdown
 from kombu.entity import Queue
 
-from core.keys import GlobalKeys
-from core.runtime import close_runtime, reset_runtime
-from core.settings import Settings, load_settings
-from tasks.broker import TRANSPORT
+from memstrata.core.keys import GlobalKeys
+from memstrata.core.runtime import close_runtime, reset_runtime
+from memstrata.core.settings import Settings, load_settings
+from memstrata.tasks.broker import TRANSPORT
 
 QUEUES = ("ingest", "ltm", "maintenance")
 
 app = Celery(
     "memstrata",
-    include=["tasks.ingest", "tasks.maintenance", "tasks.compress", "tasks.ltm", "tasks.lifecycle"],
+    include=[
+        "memstrata.tasks.ingest",
+        "memstrata.tasks.maintenance",
+        "memstrata.tasks.compress",
+        "memstrata.tasks.ltm",
+        "memstrata.tasks.lifecycle",
+    ],
 )
 
 
@@ -30,7 +36,7 @@ def visibility_timeout_s(settings: Settings) -> int:
 
 def celery_config(settings: Settings) -> dict[str, Any]:
     """Everything DESIGN §4 asks of Celery, derived from typed settings."""
-    import beat_schedule
+    from memstrata.beat_schedule import build_schedule  # it imports the task names
 
     return {
         "broker_url": settings.effective_broker_url,
@@ -68,7 +74,7 @@ def celery_config(settings: Settings) -> dict[str, Any]:
         "worker_send_task_events": True,
         "task_send_sent_event": False,  # one publish per kick; workers still report to Flower
         "worker_hijack_root_logger": False,
-        "beat_schedule": beat_schedule.build_schedule(settings),
+        "beat_schedule": build_schedule(settings),
         "timezone": "UTC",
     }
 

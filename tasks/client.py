@@ -1,6 +1,6 @@
 """Producer side: a ``MemoryClient`` wired to Celery, for agent processes.
 
-from tasks.client import connect
+from memstrata.tasks.client import connect
 memory = connect()
 memory.record_turn(user_id="u_42", session_id="s_123", task_id="bug456", messages=[...])
 """
@@ -13,10 +13,10 @@ import os
 import queue
 import threading
 
-from core.api import MemoryClient
-from core.runtime import get_runtime
-from tasks._options import DRAIN
-from tasks.app import app
+from memstrata.core.api import MemoryClient
+from memstrata.core.runtime import get_runtime
+from memstrata.tasks._options import DRAIN
+from memstrata.tasks.app import app
 
 log = logging.getLogger(__name__)
 

@@ -17,17 +17,17 @@ from typing import Any
 
 from pydantic import Field
 
-from core.compress.cache import SessionActivity, ViewCache, due_for_compression
-from core.compress.errors import BudgetTooSmall
-from core.compress.service import compress_cached
-from core.compress.tokens import EstimateCounter
-from core.errors import NotFound
-from core.ids import SafeId
-from core.maintenance import run_locked
-from core.models.transcript import TranscriptRecord, TurnPointer
-from core.runtime import get_runtime
-from tasks._options import BEAT, COMPRESS, COMPRESS_IDLE, ON_DEMAND, TaskInput, payload
-from tasks.app import app
+from memstrata.core.compress.cache import SessionActivity, ViewCache, due_for_compression
+from memstrata.core.compress.errors import BudgetTooSmall
+from memstrata.core.compress.service import compress_cached
+from memstrata.core.compress.tokens import EstimateCounter
+from memstrata.core.errors import NotFound
+from memstrata.core.ids import SafeId
+from memstrata.core.maintenance import run_locked
+from memstrata.core.models.transcript import TranscriptRecord, TurnPointer
+from memstrata.core.runtime import get_runtime
+from memstrata.tasks._options import BEAT, COMPRESS, COMPRESS_IDLE, ON_DEMAND, TaskInput, payload
+from memstrata.tasks.app import app
 
 log = logging.getLogger(__name__)
 

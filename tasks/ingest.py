@@ -9,13 +9,13 @@ from typing import Any
 from celery.exceptions import SoftTimeLimitExceeded
 from pydantic import ValidationInfo, field_validator
 
-from core.ingest.drain import drain_shard
-from core.ingest.queue import consumer_name
-from core.models.transcript import TranscriptRecord, TurnPointer
-from core.runtime import get_runtime
-from tasks._options import DRAIN, INGEST, LTM_INDEX_HISTORY, MAX_IDS, TaskInput, payload
-from tasks.app import app
-from tasks.compress import track_turns
+from memstrata.core.ingest.drain import drain_shard
+from memstrata.core.ingest.queue import consumer_name
+from memstrata.core.models.transcript import TranscriptRecord, TurnPointer
+from memstrata.core.runtime import get_runtime
+from memstrata.tasks._options import DRAIN, INGEST, LTM_INDEX_HISTORY, MAX_IDS, TaskInput, payload
+from memstrata.tasks.app import app
+from memstrata.tasks.compress import track_turns
 
 log = logging.getLogger(__name__)
 

@@ -16,19 +16,19 @@ from typing import Any, Literal, TypeVar
 
 from pydantic import Field, model_validator
 
-from core.ids import SafeId
-from core.lifecycle.finalise import finalise, finalise_idle
-from core.lifecycle.maintenance import forget, summarise, sync_access
-from core.lifecycle.preload import preload
-from core.lifecycle.rebuild import rebuild_session
-from core.lifecycle.retract import retract_card, retract_pg_fact
-from core.lifecycle.runtime import Lifecycle
-from core.lifecycle.scan import scan
-from core.lifecycle.scheduler import run_batch
-from core.maintenance import run_locked
-from core.models.inputs import Text
-from core.runtime import get_runtime
-from tasks._options import (
+from memstrata.core.ids import SafeId
+from memstrata.core.lifecycle.finalise import finalise, finalise_idle
+from memstrata.core.lifecycle.maintenance import forget, summarise, sync_access
+from memstrata.core.lifecycle.preload import preload
+from memstrata.core.lifecycle.rebuild import rebuild_session
+from memstrata.core.lifecycle.retract import retract_card, retract_pg_fact
+from memstrata.core.lifecycle.runtime import Lifecycle
+from memstrata.core.lifecycle.scan import scan
+from memstrata.core.lifecycle.scheduler import run_batch
+from memstrata.core.maintenance import run_locked
+from memstrata.core.models.inputs import Text
+from memstrata.core.runtime import get_runtime
+from memstrata.tasks._options import (
     BEAT,
     LIFECYCLE_BATCH,
     LIFECYCLE_FINALISE,
@@ -46,7 +46,7 @@ from tasks._options import (
     TaskInput,
     payload,
 )
-from tasks.app import app
+from memstrata.tasks.app import app
 
 log = logging.getLogger(__name__)
 

@@ -16,15 +16,15 @@ from typing import Any
 
 from pydantic import Field
 
-from core.ids import SafeId
-from core.ltm.errors import IndexUnavailable
-from core.ltm.history import project_turns
-from core.ltm.indexer import ProjectReport, plan_reconcile, reconcile
-from core.ltm.runtime import LtmRuntime
-from core.maintenance import run_locked
-from core.models.transcript import TurnPointer
-from core.runtime import get_runtime
-from tasks._options import (
+from memstrata.core.ids import SafeId
+from memstrata.core.ltm.errors import IndexUnavailable
+from memstrata.core.ltm.history import project_turns
+from memstrata.core.ltm.indexer import ProjectReport, plan_reconcile, reconcile
+from memstrata.core.ltm.runtime import LtmRuntime
+from memstrata.core.maintenance import run_locked
+from memstrata.core.models.transcript import TurnPointer
+from memstrata.core.runtime import get_runtime
+from memstrata.tasks._options import (
     BEAT,
     LTM,
     LTM_DELETE,
@@ -36,7 +36,7 @@ from tasks._options import (
     TaskInput,
     payload,
 )
-from tasks.app import app
+from memstrata.tasks.app import app
 
 log = logging.getLogger(__name__)
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 import logging
 import time
 
-from core.ingest.reconcile import reconcile
-from core.maintenance import run_locked
-from core.runtime import get_runtime
-from tasks._options import BEAT, RECLAIM, RECONCILE, SWEEP, BatchLimit, payload
-from tasks.app import app
+from memstrata.core.ingest.reconcile import reconcile
+from memstrata.core.maintenance import run_locked
+from memstrata.core.runtime import get_runtime
+from memstrata.tasks._options import BEAT, RECLAIM, RECONCILE, SWEEP, BatchLimit, payload
+from memstrata.tasks.app import app
 
 log = logging.getLogger(__name__)
 
@@ -32,7 +32,7 @@ def sweep_expired(max_items: int | None = None) -> dict[str, int]:
 @app.task(name=RECLAIM, **BEAT)
 def ingest_reclaim() -> dict[str, int]:
     """Kick a drain for any shard that holds turns but has no drain queued or running."""
-    from tasks.ingest import drain
+    from memstrata.tasks.ingest import drain
 
     res = get_runtime()
     kicked = 0
@@ -51,7 +51,7 @@ def ingest_reconcile(max_turns: int | None = None) -> dict[str, float]:
     Bounded (``max_turns``, else ``MEMSTRATA_INGEST_RECONCILE_MAX_TURNS``) and locked, so
     two runs never overlap; returns and logs the report, ``lag_s`` included.
     """
-    from tasks.ingest import drain
+    from memstrata.tasks.ingest import drain
 
     limit = payload(BatchLimit, limit=max_turns).limit
     res = get_runtime()

@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 import redis
 
-from core.ltm.config import LtmSettings
-from core.runtime import Runtime
-from core.settings import Settings, load_settings
+from memstrata.core.ltm.config import LtmSettings
+from memstrata.core.runtime import Runtime
+from memstrata.core.settings import Settings, load_settings
 
 REDIS_URL = os.environ.get("MEMSTRATA_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 

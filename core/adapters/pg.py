@@ -46,7 +46,7 @@ from fnmatch import fnmatchcase
 
 from sqlalchemy import exc as sa
 
-from core.errors import (
+from memstrata.core.errors import (
     ConcurrentWrite,
     Conflict,
     InvalidInput,

@@ -34,7 +34,7 @@ from contextlib import contextmanager
 import redis
 from redis import exceptions as rx
 
-from core.errors import (
+from memstrata.core.errors import (
     ConcurrentWrite,
     MemstrataError,
     StoreFull,

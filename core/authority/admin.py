@@ -14,10 +14,10 @@ from pydantic import BaseModel, JsonValue, ValidationError
 from sqlalchemy import Connection, and_, delete, select, text, update
 from sqlalchemy.dialects.postgresql import insert
 
-from core.authority.db import Db, connection_of, translated
-from core.authority.domain import DEFAULT_LIMITS, AuthorityLimits, encode_value
-from core.authority.errors import UnknownProject, UnknownTenant, UnknownUser
-from core.authority.schemas import (
+from memstrata.core.authority.db import Db, connection_of, translated
+from memstrata.core.authority.domain import DEFAULT_LIMITS, AuthorityLimits, encode_value
+from memstrata.core.authority.errors import UnknownProject, UnknownTenant, UnknownUser
+from memstrata.core.authority.schemas import (
     ProjectCreate,
     ProjectPublic,
     ProjectUpdate,
@@ -27,9 +27,16 @@ from core.authority.schemas import (
     WorkspaceCreate,
     WriteResult,
 )
-from core.authority.tables import AGENT_SETTINGS, PROJECTS, ROLES, TENANTS, USERS, WORKSPACES
-from core.errors import InvalidInput
-from core.ids import validate_id
+from memstrata.core.authority.tables import (
+    AGENT_SETTINGS,
+    PROJECTS,
+    ROLES,
+    TENANTS,
+    USERS,
+    WORKSPACES,
+)
+from memstrata.core.errors import InvalidInput
+from memstrata.core.ids import validate_id
 
 _NEXT_VERSION = text("nextval('authority_version_seq')")
 

@@ -11,9 +11,9 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
-from core.authority.domain import FactDomain, PermissionScope
-from core.authority.filters import filters_for
-from core.authority.snapshot import DEFAULT_AGENT, AuthoritySnapshot
+from memstrata.core.authority.domain import FactDomain, PermissionScope
+from memstrata.core.authority.filters import filters_for
+from memstrata.core.authority.snapshot import DEFAULT_AGENT, AuthoritySnapshot
 
 Lang = Literal["zh", "en"]
 

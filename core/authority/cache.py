@@ -26,13 +26,13 @@ from enum import StrEnum
 import redis
 from pydantic import ValidationError
 
-from core.adapters.redis import redis_errors
-from core.authority.db import Db
-from core.authority.read import read_snapshot, read_version
-from core.authority.schemas import UserVersion
-from core.authority.snapshot import AuthoritySnapshot
-from core.ids import validate_id
-from core.keys import AuthorityKeys
+from memstrata.core.adapters.redis import redis_errors
+from memstrata.core.authority.db import Db
+from memstrata.core.authority.read import read_snapshot, read_version
+from memstrata.core.authority.schemas import UserVersion
+from memstrata.core.authority.snapshot import AuthoritySnapshot
+from memstrata.core.ids import validate_id
+from memstrata.core.keys import AuthorityKeys
 
 _FILL = """
 local known = tonumber(redis.call('GET', KEYS[2]) or '0')

@@ -12,8 +12,8 @@ from __future__ import annotations
 from sqlalchemy import Connection, Engine, create_engine
 from sqlalchemy.orm import Session
 
-from core.adapters.pg import ConstraintRule, PgErrorMap
-from core.authority.errors import (
+from memstrata.core.adapters.pg import ConstraintRule, PgErrorMap
+from memstrata.core.authority.errors import (
     AuthorityUnavailable,
     ConcurrentFactWrite,
     UnknownProject,

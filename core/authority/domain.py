@@ -18,13 +18,13 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
-from core.authority.errors import (
+from memstrata.core.authority.errors import (
     FactValueTooLarge,
     InvalidFactKey,
     InvalidFactValue,
     UnknownDomain,
 )
-from core.ids import validate_id
+from memstrata.core.ids import validate_id
 
 
 class FactDomain(StrEnum):

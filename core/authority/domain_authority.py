@@ -25,16 +25,16 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
-from core.authority.domain import (
+from memstrata.core.authority.domain import (
     AUTHORITATIVE_DOMAINS,
     PERMISSION_PROJECT_PREFIX,
     FactDomain,
     domain_of_key,
     encode_value,
 )
-from core.authority.errors import InvalidFactValue
-from core.authority.snapshot import DEFAULT_AGENT, AuthoritySnapshot
-from core.models.memory import MemoryItem
+from memstrata.core.authority.errors import InvalidFactValue
+from memstrata.core.authority.snapshot import DEFAULT_AGENT, AuthoritySnapshot
+from memstrata.core.models.memory import MemoryItem
 
 _PROFILE_TOPICS = frozenset({"language", "answer_style", "timezone", "display_name"})
 

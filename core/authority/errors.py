@@ -26,7 +26,7 @@ caller to roll back, so "nothing written" holds either way.
 
 from __future__ import annotations
 
-from core.errors import (
+from memstrata.core.errors import (
     ConcurrentWrite,
     InvalidInput,
     NotFound,

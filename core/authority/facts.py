@@ -20,8 +20,8 @@ from typing import Any
 from pydantic import ValidationError
 from sqlalchemy import Connection, Row, func, select, update
 
-from core.authority.db import Db, connection_of, translated
-from core.authority.domain import (
+from memstrata.core.authority.db import Db, connection_of, translated
+from memstrata.core.authority.domain import (
     DEFAULT_LIMITS,
     PERMISSION_PROJECT_PREFIX,
     PROFILE_FIELDS,
@@ -34,9 +34,9 @@ from core.authority.domain import (
     encode_value,
     parse_domain,
 )
-from core.authority.errors import InvalidFactValue, UnknownProject
-from core.authority.read import raise_unknown_user
-from core.authority.schemas import (
+from memstrata.core.authority.errors import InvalidFactValue, UnknownProject
+from memstrata.core.authority.read import raise_unknown_user
+from memstrata.core.authority.schemas import (
     FactPublic,
     FactWrite,
     FactWriteResult,
@@ -44,7 +44,7 @@ from core.authority.schemas import (
     PromotionRecord,
     UserVersion,
 )
-from core.authority.statements import (
+from memstrata.core.authority.statements import (
     NEXT_VERSION,
     READ_CURRENT,
     READ_CURRENT_FOR_WRITE,
@@ -52,9 +52,9 @@ from core.authority.statements import (
     projection_kind,
     projection_params,
 )
-from core.authority.tables import FACTS, PREFERENCES, PROFILES, PROJECTS, ROLES, USERS
-from core.errors import InvalidInput, PayloadTooLarge
-from core.ids import validate_id
+from memstrata.core.authority.tables import FACTS, PREFERENCES, PROFILES, PROJECTS, ROLES, USERS
+from memstrata.core.errors import InvalidInput, PayloadTooLarge
+from memstrata.core.ids import validate_id
 
 
 def upsert_fact(

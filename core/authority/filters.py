@@ -12,10 +12,10 @@ import json
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from core.authority.domain import PermissionScope
-from core.authority.errors import ScopeDenied
-from core.authority.snapshot import AuthoritySnapshot
-from core.ids import SafeId, validate_id
+from memstrata.core.authority.domain import PermissionScope
+from memstrata.core.authority.errors import ScopeDenied
+from memstrata.core.authority.snapshot import AuthoritySnapshot
+from memstrata.core.ids import SafeId, validate_id
 
 _SCOPE_RANK = {
     PermissionScope.READ_ONLY: 0,

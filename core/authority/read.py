@@ -12,12 +12,12 @@ from typing import NoReturn
 from pydantic import ValidationError
 from sqlalchemy import Connection, select, text
 
-from core.authority.db import Db, connection_of, translated
-from core.authority.errors import UnknownTenant, UnknownUser
-from core.authority.snapshot import AuthoritySnapshot
-from core.authority.tables import TENANTS, USERS
-from core.errors import CorruptRecord
-from core.ids import validate_id
+from memstrata.core.authority.db import Db, connection_of, translated
+from memstrata.core.authority.errors import UnknownTenant, UnknownUser
+from memstrata.core.authority.snapshot import AuthoritySnapshot
+from memstrata.core.authority.tables import TENANTS, USERS
+from memstrata.core.errors import CorruptRecord
+from memstrata.core.ids import validate_id
 
 _SNAPSHOT_SQL = text(
     """

@@ -11,8 +11,8 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, StringConstraints
 
-from core.authority.domain import FactDomain, FactOrigin, PermissionScope
-from core.ids import SafeId
+from memstrata.core.authority.domain import FactDomain, FactOrigin, PermissionScope
+from memstrata.core.ids import SafeId
 
 Tag = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_.\-]{1,64}$")]
 Name = Annotated[str, StringConstraints(min_length=1, max_length=256)]

@@ -10,8 +10,12 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
-from core.authority.domain import PERMISSION_PROJECT_PREFIX, PROFILE_FIELDS, PermissionScope
-from core.authority.schemas import FactPublic, ProjectAccess, WorkspacePublic
+from memstrata.core.authority.domain import (
+    PERMISSION_PROJECT_PREFIX,
+    PROFILE_FIELDS,
+    PermissionScope,
+)
+from memstrata.core.authority.schemas import FactPublic, ProjectAccess, WorkspacePublic
 
 DEFAULT_AGENT = "default"
 

@@ -13,8 +13,8 @@ from typing import Any
 from sqlalchemy import Select, and_, bindparam, func, select, text
 from sqlalchemy.dialects.postgresql import insert
 
-from core.authority.domain import PERMISSION_PROJECT_PREFIX, PROFILE_FIELDS
-from core.authority.tables import FACTS, PREFERENCES, PROFILES, ROLES, USERS
+from memstrata.core.authority.domain import PERMISSION_PROJECT_PREFIX, PROFILE_FIELDS
+from memstrata.core.authority.tables import FACTS, PREFERENCES, PROFILES, ROLES, USERS
 
 NEXT_VERSION = text("nextval('authority_version_seq')")
 _NEXT_FACT_ID = func.nextval(func.pg_get_serial_sequence("stable_memory_facts", "id"))

@@ -33,7 +33,7 @@ from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import registry
 from sqlmodel import Field, SQLModel
 
-from core.authority.domain import FactDomain, FactOrigin, PermissionScope
+from memstrata.core.authority.domain import FactDomain, FactOrigin, PermissionScope
 
 NAMING = {
     "ix": "ix_%(table_name)s_%(column_0_N_name)s",

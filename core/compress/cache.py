@@ -22,13 +22,13 @@ from typing import cast
 import redis
 from redis.commands.core import Script
 
-from core.adapters.redis import redis_errors
-from core.compress.model import CompressedView
-from core.compress.tokens import TokenCounter, message_tokens
-from core.errors import CorruptRecord
-from core.ids import validate_id
-from core.keys import CompressKeys, GlobalKeys, parse_user_scope, scope_member
-from core.models.transcript import TranscriptRecord
+from memstrata.core.adapters.redis import redis_errors
+from memstrata.core.compress.model import CompressedView
+from memstrata.core.compress.tokens import TokenCounter, message_tokens
+from memstrata.core.errors import CorruptRecord
+from memstrata.core.ids import validate_id
+from memstrata.core.keys import CompressKeys, GlobalKeys, parse_user_scope, scope_member
+from memstrata.core.models.transcript import TranscriptRecord
 
 VIEW_TTL_S = 24 * 3600
 ACTIVITY_TTL_S = 7 * 24 * 3600  # a session quiet for a week is done; its counters go

@@ -20,10 +20,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from core.compress.model import CompressionPolicy, DependencyClass
-from core.compress.session import SessionIndex, ToolSlot
-from core.compress.text import overlap, quoted
-from core.models.memory import MemoryItem, MemoryStatus, MemoryType
+from memstrata.core.compress.model import CompressionPolicy, DependencyClass
+from memstrata.core.compress.session import SessionIndex, ToolSlot
+from memstrata.core.compress.text import overlap, quoted
+from memstrata.core.models.memory import MemoryItem, MemoryStatus, MemoryType
 
 _CONCLUSION_TYPES = frozenset({MemoryType.FACT, MemoryType.DECISION, MemoryType.CONSTRAINT})
 _NOT_DIGESTS = frozenset({"raw_output", "chit_chat"})

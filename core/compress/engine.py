@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from core.compress.deps import Dependency, classify
-from core.compress.errors import BudgetTooSmall
-from core.compress.model import (
+from memstrata.core.compress.deps import Dependency, classify
+from memstrata.core.compress.errors import BudgetTooSmall
+from memstrata.core.compress.model import (
     CompressedView,
     CompressionPolicy,
     DependencyClass,
@@ -25,10 +25,10 @@ from core.compress.model import (
     ToolResultExplain,
     ViewMessage,
 )
-from core.compress.nearfield import NearField, near_field
-from core.compress.session import SessionIndex, Unit, index_session
-from core.compress.stub import stub_text
-from core.compress.summary import (
+from memstrata.core.compress.nearfield import NearField, near_field
+from memstrata.core.compress.session import SessionIndex, Unit, index_session
+from memstrata.core.compress.stub import stub_text
+from memstrata.core.compress.summary import (
     SECTIONS,
     TITLES,
     Line,
@@ -38,11 +38,11 @@ from core.compress.summary import (
     render,
     rule_lines,
 )
-from core.compress.text import cjk_share
-from core.compress.tokens import MESSAGE_OVERHEAD, TokenCounter, default_counter
-from core.errors import InvalidInput, NotFound
-from core.models.memory import MemoryItem
-from core.models.transcript import Role, TranscriptRecord
+from memstrata.core.compress.text import cjk_share
+from memstrata.core.compress.tokens import MESSAGE_OVERHEAD, TokenCounter, default_counter
+from memstrata.core.errors import InvalidInput, NotFound
+from memstrata.core.models.memory import MemoryItem
+from memstrata.core.models.transcript import Role, TranscriptRecord
 
 _TIER1_ORDER = {"next": 0, "requirements": 1, "state": 2, "risks": 3, "done": 4}
 SIZE_BUCKET_TOKENS = 500

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from core.errors import InvalidInput, PermanentError
+from memstrata.core.errors import InvalidInput, PermanentError
 
 
 class BudgetTooSmall(InvalidInput):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from core.compress.model import CompressedView
+from memstrata.core.compress.model import CompressedView
 
 
 def explain(view: CompressedView) -> str:

@@ -11,10 +11,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
-from core.compress.model import CompressedView, Level, SummaryLine, SummarySection
-from core.compress.summary import header
-from core.compress.tokens import MESSAGE_OVERHEAD, TokenCounter
-from core.models.transcript import TranscriptRecord
+from memstrata.core.compress.model import CompressedView, Level, SummaryLine, SummarySection
+from memstrata.core.compress.summary import header
+from memstrata.core.compress.tokens import MESSAGE_OVERHEAD, TokenCounter
+from memstrata.core.models.transcript import TranscriptRecord
 
 
 class Summariser(Protocol):

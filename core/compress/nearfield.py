@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from core.compress.deps import Dependency
-from core.compress.model import CompressionPolicy, DependencyClass
-from core.compress.session import SessionIndex
-from core.compress.text import overlap, quoted
-from core.models.transcript import Role
+from memstrata.core.compress.deps import Dependency
+from memstrata.core.compress.model import CompressionPolicy, DependencyClass
+from memstrata.core.compress.session import SessionIndex
+from memstrata.core.compress.text import overlap, quoted
+from memstrata.core.models.transcript import Role
 
 
 @dataclass(frozen=True)

@@ -8,17 +8,17 @@ from __future__ import annotations
 
 import time
 
-from core.compress.cache import SessionActivity, ViewCache
-from core.compress.engine import compress
-from core.compress.llm import Summariser, apply_summariser
-from core.compress.model import CompressedView, CompressionPolicy
-from core.compress.tokens import TokenCounter, default_counter
-from core.errors import NotFound
-from core.ids import validate_id
-from core.models.memory import MemoryItem
-from core.models.transcript import TranscriptRecord
-from core.stm.store import StmStore
-from core.transcript.store import TranscriptStore
+from memstrata.core.compress.cache import SessionActivity, ViewCache
+from memstrata.core.compress.engine import compress
+from memstrata.core.compress.llm import Summariser, apply_summariser
+from memstrata.core.compress.model import CompressedView, CompressionPolicy
+from memstrata.core.compress.tokens import TokenCounter, default_counter
+from memstrata.core.errors import NotFound
+from memstrata.core.ids import validate_id
+from memstrata.core.models.memory import MemoryItem
+from memstrata.core.models.transcript import TranscriptRecord
+from memstrata.core.stm.store import StmStore
+from memstrata.core.transcript.store import TranscriptStore
 
 ITEM_LIMIT = 1000
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from core.compress.tokens import TokenCounter, message_tokens, prime
-from core.models.transcript import Role, TranscriptRecord
+from memstrata.core.compress.tokens import TokenCounter, message_tokens, prime
+from memstrata.core.models.transcript import Role, TranscriptRecord
 
 
 @dataclass(frozen=True)

@@ -8,10 +8,10 @@ it).  The full output stays in L0 under the same id.
 
 from __future__ import annotations
 
-from core.compress.deps import Dependency
-from core.compress.model import CompressionPolicy
-from core.compress.summary import ERROR_LINE, clip
-from core.models.memory import MemoryType
+from memstrata.core.compress.deps import Dependency
+from memstrata.core.compress.model import CompressionPolicy
+from memstrata.core.compress.summary import ERROR_LINE, clip
+from memstrata.core.models.memory import MemoryType
 
 ERROR_SCAN_CHARS = 20_000
 _ERROR_LABEL = {"en": "first error line", "zh": "首个错误行"}

@@ -18,11 +18,11 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from core.compress.deps import Dependency
-from core.compress.model import CompressionPolicy, DependencyClass
-from core.compress.session import SessionIndex
-from core.models.memory import MemoryItem, MemoryStatus, MemoryType
-from core.models.transcript import Role
+from memstrata.core.compress.deps import Dependency
+from memstrata.core.compress.model import CompressionPolicy, DependencyClass
+from memstrata.core.compress.session import SessionIndex
+from memstrata.core.models.memory import MemoryItem, MemoryStatus, MemoryType
+from memstrata.core.models.transcript import Role
 
 SECTIONS = ("goal", "requirements", "done", "decisions", "risks", "state", "next")
 TITLES = {

@@ -20,8 +20,8 @@ from functools import lru_cache
 from importlib import resources
 from typing import TYPE_CHECKING, Protocol
 
-from core.compress.errors import TokenizerUnavailable
-from core.models.transcript import TranscriptRecord
+from memstrata.core.compress.errors import TokenizerUnavailable
+from memstrata.core.models.transcript import TranscriptRecord
 
 if TYPE_CHECKING:
     import tiktoken

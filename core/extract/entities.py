@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
-from core.extract.lexicon import Lexicon
+from memstrata.core.extract.lexicon import Lexicon
 
 _PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
     (

@@ -28,7 +28,8 @@ def _load_json(path: Path | None, name: str) -> dict[str, Any]:
     if path is not None:
         data: dict[str, Any] = json.loads(Path(path).read_text(encoding="utf-8"))
         return data
-    raw = (resources.files("core.extract") / "lexicons" / name).read_text(encoding="utf-8")
+    lexicons = resources.files("memstrata.core.extract") / "lexicons"
+    raw = (lexicons / name).read_text(encoding="utf-8")
     loaded: dict[str, Any] = json.loads(raw)
     return loaded
 

@@ -27,13 +27,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from core.extract.entities import extract_entities, topic_of
-from core.extract.lexicon import Lexicon, default_lexicon
-from core.extract.windows import Reading, read_windows
-from core.models.candidate import Candidate, CandidateSignals
-from core.models.memory import MemorySource, MemoryType
-from core.models.transcript import Role, TranscriptRecord
-from core.textcut import fair_shares
+from memstrata.core.extract.entities import extract_entities, topic_of
+from memstrata.core.extract.lexicon import Lexicon, default_lexicon
+from memstrata.core.extract.windows import Reading, read_windows
+from memstrata.core.models.candidate import Candidate, CandidateSignals
+from memstrata.core.models.memory import MemorySource, MemoryType
+from memstrata.core.models.transcript import Role, TranscriptRecord
+from memstrata.core.textcut import fair_shares
 
 _CLAUSE_SPLIT = re.compile(
     r"(?<=[。！？；!?;，])|\n+|(?<=[a-z0-9)\]'\"])\.\s+(?=[A-Z\u4e00-\u9fff])"

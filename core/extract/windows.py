@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from core.textcut import without_markers
+from memstrata.core.textcut import without_markers
 
 _ENDS = ("。", "！", "？", "；", "!", "?", ";", "，", "\n")
 

@@ -27,11 +27,11 @@ from typing import Any
 
 import redis
 
-from core.adapters.redis import redis_errors
-from core.errors import InvalidInput, NotFound, StoreUnavailable
-from core.ingest.queue import IngestQueue
-from core.keys import GlobalKeys
-from core.models.transcript import TurnPointer
+from memstrata.core.adapters.redis import redis_errors
+from memstrata.core.errors import InvalidInput, NotFound, StoreUnavailable
+from memstrata.core.ingest.queue import IngestQueue
+from memstrata.core.keys import GlobalKeys
+from memstrata.core.models.transcript import TurnPointer
 
 ATTEMPTS_TTL_S = 7 * 24 * 3600
 _STREAM_ID = re.compile(r"[0-9]{1,20}-[0-9]{1,20}")

@@ -30,12 +30,12 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from core.errors import PermanentError, TransientError
-from core.ingest.deadletters import Attempts
-from core.ingest.pipeline import IngestPipeline, TurnOutcome
-from core.ingest.queue import Entry, IngestQueue
-from core.models.transcript import TranscriptRecord, TurnPointer
-from core.transcript.store import TranscriptStore
+from memstrata.core.errors import PermanentError, TransientError
+from memstrata.core.ingest.deadletters import Attempts
+from memstrata.core.ingest.pipeline import IngestPipeline, TurnOutcome
+from memstrata.core.ingest.queue import Entry, IngestQueue
+from memstrata.core.models.transcript import TranscriptRecord, TurnPointer
+from memstrata.core.transcript.store import TranscriptStore
 
 log = logging.getLogger(__name__)
 

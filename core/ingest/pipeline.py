@@ -20,14 +20,14 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
-from core.extract.rules import BudgetNote, ExtractionContext, Extractor, clip
-from core.keys import user_scope
-from core.models.candidate import Candidate, Verdict, WriteDecision, WriteProfile
-from core.models.identity import fingerprint
-from core.models.memory import MemoryItem, MemoryStatus, MemoryType
-from core.models.transcript import TranscriptRecord, TurnPointer
-from core.policy.write import Existing, WritePolicy, judge
-from core.stm.store import DecisionRow, StmStore, UpsertResult
+from memstrata.core.extract.rules import BudgetNote, ExtractionContext, Extractor, clip
+from memstrata.core.keys import user_scope
+from memstrata.core.models.candidate import Candidate, Verdict, WriteDecision, WriteProfile
+from memstrata.core.models.identity import fingerprint
+from memstrata.core.models.memory import MemoryItem, MemoryStatus, MemoryType
+from memstrata.core.models.transcript import TranscriptRecord, TurnPointer
+from memstrata.core.policy.write import Existing, WritePolicy, judge
+from memstrata.core.stm.store import DecisionRow, StmStore, UpsertResult
 
 DECISION_PREVIEW_CHARS = 160
 DECISION_REASON_CHARS = 200

@@ -29,9 +29,9 @@ from typing import Any
 
 import redis
 
-from core.adapters.redis import redis_errors
-from core.keys import GlobalKeys, user_scope
-from core.models.transcript import TurnPointer
+from memstrata.core.adapters.redis import redis_errors
+from memstrata.core.keys import GlobalKeys, user_scope
+from memstrata.core.models.transcript import TurnPointer
 
 GROUP = "ingest"
 

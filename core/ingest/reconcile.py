@@ -26,9 +26,9 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
-from core.errors import CorruptRecord, NotFound
-from core.ingest.queue import IngestQueue
-from core.transcript.store import SessionFile, TranscriptStore, TurnSpan
+from memstrata.core.errors import CorruptRecord, NotFound
+from memstrata.core.ingest.queue import IngestQueue
+from memstrata.core.transcript.store import SessionFile, TranscriptStore, TurnSpan
 
 log = logging.getLogger(__name__)
 

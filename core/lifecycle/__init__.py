@@ -21,9 +21,9 @@ Applying them (each with an audit row in ``lifecycle_audit``):
 :meth:`core.runtime.Runtime.lifecycle`).
 """
 
-from core.lifecycle.batch import BatchEntry, BatchPlan, BatchPolicy, plan_batch
-from core.lifecycle.config import ForgetPolicy, LifecycleSettings
-from core.lifecycle.policy import Decision, ItemView, PromotionPolicy, Route, decide
+from memstrata.core.lifecycle.batch import BatchEntry, BatchPlan, BatchPolicy, plan_batch
+from memstrata.core.lifecycle.config import ForgetPolicy, LifecycleSettings
+from memstrata.core.lifecycle.policy import Decision, ItemView, PromotionPolicy, Route, decide
 
 __all__ = [
     "BatchEntry",

@@ -37,7 +37,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects.postgresql import JSONB
 
-from core.adapters.pg import pg_errors
+from memstrata.core.adapters.pg import pg_errors
 
 lifecycle_metadata = MetaData()
 

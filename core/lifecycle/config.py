@@ -10,8 +10,8 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from core.lifecycle.batch import BatchPolicy
-from core.lifecycle.policy import PromotionPolicy
+from memstrata.core.lifecycle.batch import BatchPolicy
+from memstrata.core.lifecycle.policy import PromotionPolicy
 
 
 class ForgetPolicy(BaseModel):

@@ -11,14 +11,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from core.adapters.pg import pg_errors
-from core.errors import NotFound
-from core.lifecycle.audit import Action, AuditEvent, record
-from core.lifecycle.runtime import Lifecycle
-from core.ltm.card import CardDraft
-from core.models.identity import EPISODE, card_key
-from core.models.memory import MemoryItem
-from core.models.transcript import Role, TranscriptRecord
+from memstrata.core.adapters.pg import pg_errors
+from memstrata.core.errors import NotFound
+from memstrata.core.lifecycle.audit import Action, AuditEvent, record
+from memstrata.core.lifecycle.runtime import Lifecycle
+from memstrata.core.ltm.card import CardDraft
+from memstrata.core.models.identity import EPISODE, card_key
+from memstrata.core.models.memory import MemoryItem
+from memstrata.core.models.transcript import Role, TranscriptRecord
 
 CONTEXT_CHARS = 300
 

@@ -15,17 +15,17 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from core.adapters.pg import pg_errors
-from core.compress.cache import SessionActivity
-from core.keys import parse_user_scope
-from core.lifecycle.audit import Action, AuditEvent, record
-from core.lifecycle.episodes import write_episodes
-from core.lifecycle.generality import assess
-from core.lifecycle.policy import PromotionPolicy
-from core.lifecycle.runtime import Lifecycle
-from core.lifecycle.scan import scan_user
-from core.ltm.card import CardDraft
-from core.models.memory import MemoryItem
+from memstrata.core.adapters.pg import pg_errors
+from memstrata.core.compress.cache import SessionActivity
+from memstrata.core.keys import parse_user_scope
+from memstrata.core.lifecycle.audit import Action, AuditEvent, record
+from memstrata.core.lifecycle.episodes import write_episodes
+from memstrata.core.lifecycle.generality import assess
+from memstrata.core.lifecycle.policy import PromotionPolicy
+from memstrata.core.lifecycle.runtime import Lifecycle
+from memstrata.core.lifecycle.scan import scan_user
+from memstrata.core.ltm.card import CardDraft
+from memstrata.core.models.memory import MemoryItem
 
 SESSION_SUMMARY = "session_summary"
 

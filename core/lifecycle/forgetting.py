@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from core.lifecycle.config import ForgetPolicy
+from memstrata.core.lifecycle.config import ForgetPolicy
 
 
 @dataclass(frozen=True)

@@ -15,13 +15,13 @@ from dataclasses import dataclass
 
 from sqlalchemy import func, literal, select, text, tuple_, update
 
-from core.adapters.pg import pg_errors
-from core.lifecycle.audit import Action, AuditEvent, record
-from core.lifecycle.forgetting import CardFacts, Forget, select_for_forgetting
-from core.lifecycle.promote import topic_tag
-from core.lifecycle.runtime import Lifecycle
-from core.ltm.card import CardDraft, CardStatus
-from core.ltm.tables import cards
+from memstrata.core.adapters.pg import pg_errors
+from memstrata.core.lifecycle.audit import Action, AuditEvent, record
+from memstrata.core.lifecycle.forgetting import CardFacts, Forget, select_for_forgetting
+from memstrata.core.lifecycle.promote import topic_tag
+from memstrata.core.lifecycle.runtime import Lifecycle
+from memstrata.core.ltm.card import CardDraft, CardStatus
+from memstrata.core.ltm.tables import cards
 
 SUMMARY_TYPE = "topic_summary"
 

@@ -24,8 +24,8 @@ from enum import StrEnum
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from core.authority.domain_authority import authority_key
-from core.lifecycle.generality import assess
+from memstrata.core.authority.domain_authority import authority_key
+from memstrata.core.lifecycle.generality import assess
 
 _SEGMENT = re.compile(r"^[A-Za-z0-9_\-]{1,64}$")
 

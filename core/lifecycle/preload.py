@@ -14,14 +14,14 @@ from typing import Protocol
 
 from sqlalchemy import or_, select
 
-from core.adapters.pg import pg_errors
-from core.keys import user_scope
-from core.lifecycle.audit import Action, AuditEvent
-from core.lifecycle.finalise import SESSION_SUMMARY
-from core.lifecycle.runtime import Lifecycle
-from core.ltm.card import CardStatus, LtmCard
-from core.ltm.tables import cards
-from core.models.memory import MemoryItem, MemorySource, MemoryType
+from memstrata.core.adapters.pg import pg_errors
+from memstrata.core.keys import user_scope
+from memstrata.core.lifecycle.audit import Action, AuditEvent
+from memstrata.core.lifecycle.finalise import SESSION_SUMMARY
+from memstrata.core.lifecycle.runtime import Lifecycle
+from memstrata.core.ltm.card import CardStatus, LtmCard
+from memstrata.core.ltm.tables import cards
+from memstrata.core.models.memory import MemoryItem, MemorySource, MemoryType
 
 _TERMS = re.compile(r"[\w\-]{2,}|[\u4e00-\u9fff]{2,}")
 # English function words: never a reason to call two texts related

@@ -12,17 +12,17 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from core.adapters.pg import pg_errors
-from core.authority.facts import promote_fact
-from core.authority.schemas import PromotionRecord, UserVersion
-from core.errors import InvalidInput, NotFound
-from core.lifecycle.audit import Action, AuditEvent, record
-from core.lifecycle.batch import BatchEntry
-from core.lifecycle.policy import Decision, ItemView, Route
-from core.lifecycle.runtime import Lifecycle
-from core.lifecycle.states import Event, Record, State, current, next_state
-from core.ltm.card import CardDraft
-from core.models.identity import PROMOTED, card_key
+from memstrata.core.adapters.pg import pg_errors
+from memstrata.core.authority.facts import promote_fact
+from memstrata.core.authority.schemas import PromotionRecord, UserVersion
+from memstrata.core.errors import InvalidInput, NotFound
+from memstrata.core.lifecycle.audit import Action, AuditEvent, record
+from memstrata.core.lifecycle.batch import BatchEntry
+from memstrata.core.lifecycle.policy import Decision, ItemView, Route
+from memstrata.core.lifecycle.runtime import Lifecycle
+from memstrata.core.lifecycle.states import Event, Record, State, current, next_state
+from memstrata.core.ltm.card import CardDraft
+from memstrata.core.models.identity import PROMOTED, card_key
 
 log = logging.getLogger(__name__)
 

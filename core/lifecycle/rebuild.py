@@ -12,10 +12,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from itertools import groupby
 
-from core.errors import InvalidInput
-from core.lifecycle.audit import Action, AuditEvent
-from core.lifecycle.runtime import Lifecycle
-from core.models.transcript import TurnPointer
+from memstrata.core.errors import InvalidInput
+from memstrata.core.lifecycle.audit import Action, AuditEvent
+from memstrata.core.lifecycle.runtime import Lifecycle
+from memstrata.core.models.transcript import TurnPointer
 
 REPLAY_TURNS = 200
 

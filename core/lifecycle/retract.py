@@ -10,14 +10,14 @@ from dataclasses import dataclass
 
 from sqlalchemy import select
 
-from core.adapters.pg import pg_errors
-from core.authority.facts import retract_fact
-from core.errors import NotFound
-from core.ids import validate_id
-from core.lifecycle.audit import Action, AuditEvent, audit_table, record
-from core.lifecycle.runtime import Lifecycle
-from core.lifecycle.states import Event, Record, State, next_state
-from core.ltm.card import CardStatus
+from memstrata.core.adapters.pg import pg_errors
+from memstrata.core.authority.facts import retract_fact
+from memstrata.core.errors import NotFound
+from memstrata.core.ids import validate_id
+from memstrata.core.lifecycle.audit import Action, AuditEvent, audit_table, record
+from memstrata.core.lifecycle.runtime import Lifecycle
+from memstrata.core.lifecycle.states import Event, Record, State, next_state
+from memstrata.core.ltm.card import CardStatus
 
 
 @dataclass(frozen=True)

@@ -19,16 +19,16 @@ from dataclasses import dataclass
 import redis
 from sqlalchemy import Engine
 
-from core.authority.cache import ProfileCache
-from core.ids import owner_tenant
-from core.ingest.pipeline import IngestPipeline
-from core.keys import LifecycleKeys
-from core.lifecycle.audit import AuditLog
-from core.lifecycle.config import LifecycleSettings
-from core.ltm.ledger import Ledger
-from core.stm.lifecycle import LifecycleStore
-from core.stm.store import StmStore
-from core.transcript.store import TranscriptStore
+from memstrata.core.authority.cache import ProfileCache
+from memstrata.core.ids import owner_tenant
+from memstrata.core.ingest.pipeline import IngestPipeline
+from memstrata.core.keys import LifecycleKeys
+from memstrata.core.lifecycle.audit import AuditLog
+from memstrata.core.lifecycle.config import LifecycleSettings
+from memstrata.core.ltm.ledger import Ledger
+from memstrata.core.stm.lifecycle import LifecycleStore
+from memstrata.core.stm.store import StmStore
+from memstrata.core.transcript.store import TranscriptStore
 
 
 def _ignore(_ids: Sequence[str]) -> None:

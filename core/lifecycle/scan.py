@@ -14,11 +14,17 @@ from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-from core.lifecycle.policy import Decision, ItemView, decide
-from core.lifecycle.promote import apply, is_open
-from core.lifecycle.runtime import Lifecycle
-from core.lifecycle.states import Record
-from core.lifecycle.views import UserBatch, fetch_users, parse_users, read_users, user_scopes
+from memstrata.core.lifecycle.policy import Decision, ItemView, decide
+from memstrata.core.lifecycle.promote import apply, is_open
+from memstrata.core.lifecycle.runtime import Lifecycle
+from memstrata.core.lifecycle.states import Record
+from memstrata.core.lifecycle.views import (
+    UserBatch,
+    fetch_users,
+    parse_users,
+    read_users,
+    user_scopes,
+)
 
 USERS_PER_ROUND = 200
 

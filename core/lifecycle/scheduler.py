@@ -10,14 +10,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from core.adapters.pg import pg_errors
-from core.lifecycle.audit import Action, AuditEvent, record
-from core.lifecycle.batch import BatchEntry, BatchPlan, Merge, plan_batch
-from core.lifecycle.promote import short_hash, topic_tag
-from core.lifecycle.runtime import Lifecycle
-from core.lifecycle.states import Event, Record, State, next_state
-from core.ltm.card import CardDraft
-from core.stm.lifecycle import ItemRef
+from memstrata.core.adapters.pg import pg_errors
+from memstrata.core.lifecycle.audit import Action, AuditEvent, record
+from memstrata.core.lifecycle.batch import BatchEntry, BatchPlan, Merge, plan_batch
+from memstrata.core.lifecycle.promote import short_hash, topic_tag
+from memstrata.core.lifecycle.runtime import Lifecycle
+from memstrata.core.lifecycle.states import Event, Record, State, next_state
+from memstrata.core.ltm.card import CardDraft
+from memstrata.core.stm.lifecycle import ItemRef
 
 
 def _ref(e: BatchEntry) -> ItemRef:

@@ -20,7 +20,7 @@ import json
 from dataclasses import dataclass
 from enum import StrEnum
 
-from core.errors import IllegalTransition
+from memstrata.core.errors import IllegalTransition
 
 
 class State(StrEnum):

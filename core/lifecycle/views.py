@@ -17,11 +17,11 @@ import json
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
-from core.keys import parse_user_scope
-from core.lifecycle.policy import ItemView
-from core.lifecycle.states import Record
-from core.stm.lifecycle import LifecycleStore
-from core.stm.store import StmStore
+from memstrata.core.keys import parse_user_scope
+from memstrata.core.lifecycle.policy import ItemView
+from memstrata.core.lifecycle.states import Record
+from memstrata.core.stm.lifecycle import LifecycleStore
+from memstrata.core.stm.store import StmStore
 
 FIELDS = (
     "id", "user_id", "tenant_id", "session_id", "memory_type", "subtype", "summary",

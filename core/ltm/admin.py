@@ -9,10 +9,10 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from core.ltm.history import project_transcripts
-from core.ltm.indexer import rebuild
-from core.ltm.runtime import LtmRuntime
-from core.transcript.store import TranscriptStore
+from memstrata.core.ltm.history import project_transcripts
+from memstrata.core.ltm.indexer import rebuild
+from memstrata.core.ltm.runtime import LtmRuntime
+from memstrata.core.transcript.store import TranscriptStore
 
 
 def status(ltm: LtmRuntime) -> dict[str, Any]:

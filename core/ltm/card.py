@@ -15,8 +15,8 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
-from core.ids import SafeId
-from core.ltm.text import normalise
+from memstrata.core.ids import SafeId
+from memstrata.core.ltm.text import normalise
 
 BM25_TEXT_MAX_BYTES = 60_000
 """Milvus VARCHAR fields hold at most 65,535 bytes; the rest is cut at a token boundary."""

@@ -11,7 +11,7 @@ from typing import Any, Literal
 from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from core.ltm.policy import SearchPolicy
+from memstrata.core.ltm.policy import SearchPolicy
 
 
 class LtmSettings(BaseSettings):

@@ -16,9 +16,9 @@ from typing import Any
 import httpx
 import numpy as np
 
-from core.errors import InvalidInput
-from core.ltm.embedding import Vectors, _normalised
-from core.ltm.errors import EmbeddingDimensionMismatch, EmbeddingUnavailable
+from memstrata.core.errors import InvalidInput
+from memstrata.core.ltm.embedding import Vectors, _normalised
+from memstrata.core.ltm.errors import EmbeddingDimensionMismatch, EmbeddingUnavailable
 
 
 class OpenAIEmbedder:

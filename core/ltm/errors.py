@@ -15,7 +15,7 @@ one class both state machines (card projections, promotion lifecycle) use.
 
 from __future__ import annotations
 
-from core.errors import PermanentError, StoreRejected, StoreUnavailable
+from memstrata.core.errors import PermanentError, StoreRejected, StoreUnavailable
 
 
 class IndexUnavailable(StoreUnavailable):

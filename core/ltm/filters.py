@@ -13,9 +13,9 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from core.errors import InvalidInput
-from core.ids import SafeId
-from core.ltm.card import CardStatus, Label
+from memstrata.core.errors import InvalidInput
+from memstrata.core.ids import SafeId
+from memstrata.core.ltm.card import CardStatus, Label
 
 
 class CardFilter(BaseModel):

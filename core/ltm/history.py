@@ -21,17 +21,17 @@ import hashlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from core.errors import NotFound
-from core.ids import owner_tenant
-from core.ltm.card import CardStatus, LtmCard
-from core.ltm.embedding import CachedEmbedder
-from core.ltm.filters import CardFilter
-from core.ltm.policy import Fusion, SearchMode, SearchPolicy
-from core.ltm.ports import LexicalIndex, VectorIndex
-from core.ltm.search import LtmSearch
-from core.ltm.text import normalise
-from core.models.transcript import Role, TranscriptRecord, TurnPointer
-from core.transcript.store import TranscriptStore
+from memstrata.core.errors import NotFound
+from memstrata.core.ids import owner_tenant
+from memstrata.core.ltm.card import CardStatus, LtmCard
+from memstrata.core.ltm.embedding import CachedEmbedder
+from memstrata.core.ltm.filters import CardFilter
+from memstrata.core.ltm.policy import Fusion, SearchMode, SearchPolicy
+from memstrata.core.ltm.ports import LexicalIndex, VectorIndex
+from memstrata.core.ltm.search import LtmSearch
+from memstrata.core.ltm.text import normalise
+from memstrata.core.models.transcript import Role, TranscriptRecord, TurnPointer
+from memstrata.core.transcript.store import TranscriptStore
 
 HISTORY_TYPE = "raw_turn"
 INDEXED_ROLES = frozenset({Role.USER, Role.ASSISTANT})

@@ -16,12 +16,12 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-from core.errors import MemstrataError, PermanentError, TransientError
-from core.ltm.card import CardStatus, LtmCard
-from core.ltm.embedding import CachedEmbedder
-from core.ltm.ledger import Ledger, Projection
-from core.ltm.ports import LexicalIndex, VectorIndex
-from core.ltm.projection import ProjectionState
+from memstrata.core.errors import MemstrataError, PermanentError, TransientError
+from memstrata.core.ltm.card import CardStatus, LtmCard
+from memstrata.core.ltm.embedding import CachedEmbedder
+from memstrata.core.ltm.ledger import Ledger, Projection
+from memstrata.core.ltm.ports import LexicalIndex, VectorIndex
+from memstrata.core.ltm.projection import ProjectionState
 
 log = logging.getLogger(__name__)
 

@@ -20,12 +20,12 @@ from typing import Any
 from sqlalchemy import Connection, Engine, and_, bindparam, func, or_, select, text, update
 from sqlalchemy.dialects.postgresql import insert
 
-from core.adapters.pg import pg_errors
-from core.errors import CorruptRecord, NotFound, PayloadTooLarge
-from core.ids import validate_id
-from core.ltm.card import CardDraft, CardStatus, LtmCard
-from core.ltm.projection import ProjectionState
-from core.ltm.tables import INDEX_NAMES, cards, projections
+from memstrata.core.adapters.pg import pg_errors
+from memstrata.core.errors import CorruptRecord, NotFound, PayloadTooLarge
+from memstrata.core.ids import validate_id
+from memstrata.core.ltm.card import CardDraft, CardStatus, LtmCard
+from memstrata.core.ltm.projection import ProjectionState
+from memstrata.core.ltm.tables import INDEX_NAMES, cards, projections
 
 
 @dataclass(frozen=True)

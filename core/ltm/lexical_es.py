@@ -15,12 +15,12 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from core.ids import validate_id
-from core.ltm.card import LtmCard
-from core.ltm.errors import IndexRejected, IndexUnavailable
-from core.ltm.filters import CardFilter, es_filter, owner_filter
-from core.ltm.ports import Hit
-from core.ltm.text import normalise
+from memstrata.core.ids import validate_id
+from memstrata.core.ltm.card import LtmCard
+from memstrata.core.ltm.errors import IndexRejected, IndexUnavailable
+from memstrata.core.ltm.filters import CardFilter, es_filter, owner_filter
+from memstrata.core.ltm.ports import Hit
+from memstrata.core.ltm.text import normalise
 
 _KEYWORDS = ("tenant_id", "user_id", "project_id", "memory_type", "status")
 

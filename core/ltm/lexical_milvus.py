@@ -10,13 +10,19 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from core.errors import MemstrataError
-from core.ids import validate_id
-from core.ltm.card import LtmCard
-from core.ltm.filters import CardFilter, milvus_expr
-from core.ltm.milvus import MilvusConnection, count_owner, delete_owner, milvus_errors, rpc_timeout
-from core.ltm.ports import Hit
-from core.ltm.vector import add_scalar_fields, hits_of
+from memstrata.core.errors import MemstrataError
+from memstrata.core.ids import validate_id
+from memstrata.core.ltm.card import LtmCard
+from memstrata.core.ltm.filters import CardFilter, milvus_expr
+from memstrata.core.ltm.milvus import (
+    MilvusConnection,
+    count_owner,
+    delete_owner,
+    milvus_errors,
+    rpc_timeout,
+)
+from memstrata.core.ltm.ports import Hit
+from memstrata.core.ltm.vector import add_scalar_fields, hits_of
 
 _OUT = ["importance", "updated_at", "title", "summary"]
 _MAX_BYTES = 65_535

@@ -20,8 +20,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from core.errors import InvalidInput
-from core.ltm.errors import IndexRejected, IndexUnavailable
+from memstrata.core.errors import InvalidInput
+from memstrata.core.ltm.errors import IndexRejected, IndexUnavailable
 
 _NAME_RE = re.compile(r"[^A-Za-z0-9_]")
 # what pymilvus says when the channel itself failed (as opposed to a server's refusal,
@@ -131,7 +131,7 @@ class MilvusConnection:
 def count_owner(conn: MilvusConnection, collection: str, tenant_id: str, user_id: str,
                 what: str) -> int:  # fmt: skip
     """How many records of one owner a collection holds (0 if it does not exist)."""
-    from core.ltm.filters import milvus_expr, owner_filter
+    from memstrata.core.ltm.filters import milvus_expr, owner_filter
 
     timeout = rpc_timeout(conn.timeout_s)
     with milvus_errors(f"count {what} of an owner", conn):
@@ -150,7 +150,7 @@ def count_owner(conn: MilvusConnection, collection: str, tenant_id: str, user_id
 def delete_owner(conn: MilvusConnection, collection: str, tenant_id: str, user_id: str,
                  what: str) -> None:  # fmt: skip
     """Delete every record of one owner from a collection (erase)."""
-    from core.ltm.filters import milvus_expr, owner_filter
+    from memstrata.core.ltm.filters import milvus_expr, owner_filter
 
     timeout = rpc_timeout(conn.timeout_s)
     with milvus_errors(f"delete {what} of an owner", conn):

@@ -13,7 +13,7 @@ out of the temp folder, so this launcher adds both (MEASURED.md):
 * on Linux, the server gets SIGTERM when its launcher dies (``PR_SET_PDEATHSIG``), so a
   killed test run or ops script leaves no orphan server behind.
 
-Run as ``python -m core.ltm.milvus_server DB_FILE 127.0.0.1:19530`` to serve in the
+Run as ``python -m memstrata.core.ltm.milvus_server DB_FILE 127.0.0.1:19530`` to serve in the
 foreground (ops scripts); tests and code use :class:`MilvusServer`.
 """
 
@@ -35,8 +35,8 @@ import time
 from pathlib import Path
 from typing import IO
 
-from core.errors import InvalidInput
-from core.ltm.errors import MilvusServerError
+from memstrata.core.errors import InvalidInput
+from memstrata.core.ltm.errors import MilvusServerError
 
 _DB_NAME_RE = re.compile(r"[A-Za-z0-9.\-_]{1,36}")  # what the binary itself accepts
 _TCP_RE = re.compile(r"(?P<host>[0-9.]+|localhost):(?P<port>\d{1,5})")
@@ -245,7 +245,9 @@ def serve_forever(db_file: Path, address: str, log_dir: Path | None = None) -> i
 
 if __name__ == "__main__":  # pragma: no cover - ops entry point
     if len(sys.argv) not in (3, 4):
-        sys.stderr.write("usage: python -m core.ltm.milvus_server DB_FILE HOST:PORT [LOG_DIR]\n")
+        sys.stderr.write(
+            "usage: python -m memstrata.core.ltm.milvus_server DB_FILE HOST:PORT [LOG_DIR]\n"
+        )
         sys.exit(2)
     sys.exit(
         serve_forever(

@@ -10,9 +10,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from core.ltm.card import LtmCard
-from core.ltm.embedding import Vectors
-from core.ltm.filters import CardFilter
+from memstrata.core.ltm.card import LtmCard
+from memstrata.core.ltm.embedding import Vectors
+from memstrata.core.ltm.filters import CardFilter
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-from core.errors import IllegalTransition
+from memstrata.core.errors import IllegalTransition
 
 
 class ProjectionState(StrEnum):

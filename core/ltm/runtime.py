@@ -13,15 +13,15 @@ from typing import Any
 
 from sqlalchemy import Engine
 
-from core.ltm.config import LtmSettings
-from core.ltm.embedding import CachedEmbedder, check_dimension
-from core.ltm.history import HistoryIndex
-from core.ltm.indexer import Projector
-from core.ltm.ledger import Ledger
-from core.ltm.milvus import MilvusConnection
-from core.ltm.ports import LexicalIndex
-from core.ltm.search import LtmSearch
-from core.ltm.vector import MilvusVectorIndex
+from memstrata.core.ltm.config import LtmSettings
+from memstrata.core.ltm.embedding import CachedEmbedder, check_dimension
+from memstrata.core.ltm.history import HistoryIndex
+from memstrata.core.ltm.indexer import Projector
+from memstrata.core.ltm.ledger import Ledger
+from memstrata.core.ltm.milvus import MilvusConnection
+from memstrata.core.ltm.ports import LexicalIndex
+from memstrata.core.ltm.search import LtmSearch
+from memstrata.core.ltm.vector import MilvusVectorIndex
 
 
 @dataclass

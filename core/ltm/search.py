@@ -15,12 +15,12 @@ from collections.abc import Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-from core.errors import InvalidInput
-from core.ltm.embedding import CachedEmbedder
-from core.ltm.filters import CardFilter
-from core.ltm.policy import Fusion, SearchMode, SearchPolicy
-from core.ltm.ports import Hit, LexicalIndex, VectorIndex
-from core.ltm.text import exact_terms, normalise
+from memstrata.core.errors import InvalidInput
+from memstrata.core.ltm.embedding import CachedEmbedder
+from memstrata.core.ltm.filters import CardFilter
+from memstrata.core.ltm.policy import Fusion, SearchMode, SearchPolicy
+from memstrata.core.ltm.ports import Hit, LexicalIndex, VectorIndex
+from memstrata.core.ltm.text import exact_terms, normalise
 
 __all__ = ["Fusion", "LtmSearch", "Ranked", "SearchMode", "SearchPolicy", "fuse", "rerank"]
 

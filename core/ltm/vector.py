@@ -13,14 +13,20 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from core.errors import InvalidInput
-from core.ids import validate_id
-from core.ltm.card import LtmCard
-from core.ltm.embedding import Vectors
-from core.ltm.errors import EmbeddingDimensionMismatch
-from core.ltm.filters import CardFilter, milvus_expr
-from core.ltm.milvus import MilvusConnection, count_owner, delete_owner, milvus_errors, rpc_timeout
-from core.ltm.ports import Hit
+from memstrata.core.errors import InvalidInput
+from memstrata.core.ids import validate_id
+from memstrata.core.ltm.card import LtmCard
+from memstrata.core.ltm.embedding import Vectors
+from memstrata.core.ltm.errors import EmbeddingDimensionMismatch
+from memstrata.core.ltm.filters import CardFilter, milvus_expr
+from memstrata.core.ltm.milvus import (
+    MilvusConnection,
+    count_owner,
+    delete_owner,
+    milvus_errors,
+    rpc_timeout,
+)
+from memstrata.core.ltm.ports import Hit
 
 _OUT = ["importance", "updated_at"]
 

@@ -62,9 +62,9 @@ from sqlalchemy import (
     select,
 )
 
-from core.adapters.pg import PgErrorMap
-from core.authority.errors import AuthorityUnavailable
-from core.errors import PermanentError
+from memstrata.core.adapters.pg import PgErrorMap
+from memstrata.core.authority.errors import AuthorityUnavailable
+from memstrata.core.errors import PermanentError
 
 log = logging.getLogger(__name__)
 _MIGRATION_ERRORS = PgErrorMap(unavailable=AuthorityUnavailable)
@@ -85,9 +85,9 @@ class MigrationError(PermanentError):
 
 def declared_metadata() -> list[MetaData]:
     """Every metadata object whose tables the code queries: what the revisions must build."""
-    from core.authority.tables import authority_metadata
-    from core.lifecycle.audit import lifecycle_metadata
-    from core.ltm.tables import ltm_metadata
+    from memstrata.core.authority.tables import authority_metadata
+    from memstrata.core.lifecycle.audit import lifecycle_metadata
+    from memstrata.core.ltm.tables import ltm_metadata
 
     return [authority_metadata, ltm_metadata, lifecycle_metadata]
 

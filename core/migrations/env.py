@@ -11,7 +11,7 @@ from __future__ import annotations
 from alembic import context
 from sqlalchemy import Connection, create_engine
 
-from core.migrations import VERSION_TABLE, declared_metadata
+from memstrata.core.migrations import VERSION_TABLE, declared_metadata
 
 
 def _run(connection: Connection) -> None:

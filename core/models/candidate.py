@@ -7,7 +7,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from core.models.memory import MemorySource, MemoryType
+from memstrata.core.models.memory import MemorySource, MemoryType
 
 
 class CandidateSignals(BaseModel):

@@ -26,7 +26,7 @@ from typing import Annotated, Any
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Strict, ValidationError
 
-from core.errors import InvalidInput
+from memstrata.core.errors import InvalidInput
 
 MAX_AHEAD_S = 10 * 365.25 * 24 * 3600
 """How far ahead of the wall clock an event time may be: ten years.

@@ -8,8 +8,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from core.errors import CorruptRecord
-from core.ids import SafeId
+from memstrata.core.errors import CorruptRecord
+from memstrata.core.ids import SafeId
 
 _JSON_FIELDS = ("detail", "entities", "tags", "source", "history", "seen_sessions")
 

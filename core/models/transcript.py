@@ -7,9 +7,9 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from core.errors import PayloadTooLarge
-from core.ids import SafeId
-from core.models.inputs import InputModel, Text
+from memstrata.core.errors import PayloadTooLarge
+from memstrata.core.ids import SafeId
+from memstrata.core.models.inputs import InputModel, Text
 
 MAX_TOOL_CALLS = 64
 

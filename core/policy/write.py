@@ -10,8 +10,8 @@ from dataclasses import dataclass
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from core.models.candidate import Candidate, Verdict, WriteProfile
-from core.models.memory import MemoryType
+from memstrata.core.models.candidate import Candidate, Verdict, WriteProfile
+from memstrata.core.models.memory import MemoryType
 
 
 class TtlPolicy(BaseModel):

@@ -14,8 +14,8 @@ import collections
 import logging
 import threading
 
-from core.errors import MemstrataError
-from core.stm.store import RecallMark, StmStore
+from memstrata.core.errors import MemstrataError
+from memstrata.core.stm.store import RecallMark, StmStore
 
 log = logging.getLogger(__name__)
 

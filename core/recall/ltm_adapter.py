@@ -10,15 +10,15 @@ from __future__ import annotations
 
 import time
 
-from core.authority.filters import RetrievalFilters
-from core.ltm.filters import CardFilter
-from core.ltm.history import HISTORY_TYPE, HistoryIndex
-from core.ltm.ledger import Ledger
-from core.ltm.policy import SearchMode
-from core.ltm.search import LtmSearch
-from core.models.identity import memory_key, text_fingerprint
-from core.recall.pool import PoolCandidate, SourceType
-from core.recall.route import LtmMode
+from memstrata.core.authority.filters import RetrievalFilters
+from memstrata.core.ltm.filters import CardFilter
+from memstrata.core.ltm.history import HISTORY_TYPE, HistoryIndex
+from memstrata.core.ltm.ledger import Ledger
+from memstrata.core.ltm.policy import SearchMode
+from memstrata.core.ltm.search import LtmSearch
+from memstrata.core.models.identity import memory_key, text_fingerprint
+from memstrata.core.recall.pool import PoolCandidate, SourceType
+from memstrata.core.recall.route import LtmMode
 
 _MODES = {LtmMode.LEXICAL: SearchMode.LEXICAL, LtmMode.VECTOR: SearchMode.VECTOR,
           LtmMode.HYBRID: SearchMode.HYBRID}  # fmt: skip

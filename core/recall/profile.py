@@ -18,9 +18,9 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from core.extract.entities import extract_entities
-from core.extract.lexicon import Lexicon, default_lexicon
-from core.ltm.text import exact_terms
+from memstrata.core.extract.entities import extract_entities
+from memstrata.core.extract.lexicon import Lexicon, default_lexicon
+from memstrata.core.ltm.text import exact_terms
 
 INTENTS = (
     "profile_query",
@@ -44,7 +44,8 @@ class QueryLexicon:
 
 def load_query_lexicon(path: Path | None = None) -> QueryLexicon:
     if path is None:
-        raw = (resources.files("core.recall") / "lexicons" / "query.json").read_text("utf-8")
+        lexicons = resources.files("memstrata.core.recall") / "lexicons"
+        raw = (lexicons / "query.json").read_text("utf-8")
     else:
         raw = Path(path).read_text("utf-8")
     data = json.loads(raw)

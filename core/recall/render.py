@@ -17,8 +17,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from core.authority.blocks import AuthorityBlocks
-from core.recall.pool import PoolCandidate, SourceType
+from memstrata.core.authority.blocks import AuthorityBlocks
+from memstrata.core.recall.pool import PoolCandidate, SourceType
 
 Lang = Literal["zh", "en"]
 

@@ -11,7 +11,7 @@ from enum import StrEnum
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from core.recall.profile import QueryProfile
+from memstrata.core.recall.profile import QueryProfile
 
 
 class LtmMode(StrEnum):

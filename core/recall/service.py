@@ -39,28 +39,28 @@ from typing import Protocol
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from sqlalchemy import Engine
 
-from core.authority.blocks import AuthorityBlocks, build_blocks
-from core.authority.cache import CacheLookup, CacheStatus, ProfileCache
-from core.authority.db import autocommit_reader, translated
-from core.authority.domain import AUTHORITATIVE_DOMAINS, domain_of_key
-from core.authority.domain_authority import (
+from memstrata.core.authority.blocks import AuthorityBlocks, build_blocks
+from memstrata.core.authority.cache import CacheLookup, CacheStatus, ProfileCache
+from memstrata.core.authority.db import autocommit_reader, translated
+from memstrata.core.authority.domain import AUTHORITATIVE_DOMAINS, domain_of_key
+from memstrata.core.authority.domain_authority import (
     Action,
     AuthorityCandidate,
     AuthorityDecision,
     arbitrate,
     authority_key,
 )
-from core.authority.filters import RetrievalFilters, filters_for
-from core.authority.read import read_snapshot, read_version
-from core.authority.snapshot import AuthoritySnapshot, owner_only
-from core.breaker import Breakers, describe, tripping
-from core.errors import InvalidInput, MemstrataError, TransientError
-from core.extract.entities import extract_entities
-from core.extract.lexicon import default_lexicon
-from core.ids import DEFAULT_TENANT, SafeId
-from core.models.inputs import EventTime, InputModel, StrictBool, StrictInt, Text
-from core.recall.access import AccessLog
-from core.recall.pool import (
+from memstrata.core.authority.filters import RetrievalFilters, filters_for
+from memstrata.core.authority.read import read_snapshot, read_version
+from memstrata.core.authority.snapshot import AuthoritySnapshot, owner_only
+from memstrata.core.breaker import Breakers, describe, tripping
+from memstrata.core.errors import InvalidInput, MemstrataError, TransientError
+from memstrata.core.extract.entities import extract_entities
+from memstrata.core.extract.lexicon import default_lexicon
+from memstrata.core.ids import DEFAULT_TENANT, SafeId
+from memstrata.core.models.inputs import EventTime, InputModel, StrictBool, StrictInt, Text
+from memstrata.core.recall.access import AccessLog
+from memstrata.core.recall.pool import (
     PoolCandidate,
     PoolPolicy,
     RescoreWeights,
@@ -69,11 +69,17 @@ from core.recall.pool import (
     Verdict,
     build_pool,
 )
-from core.recall.profile import QueryProfile, RuntimeState, build_query_profile
-from core.recall.render import Lang, RenderedMemory, language_for, render
-from core.recall.route import LtmMode, Route, RoutingPolicy, decide_route, with_ltm_fallback
-from core.recall.text import coverage, terms
-from core.stm.store import RecallMark, RecallRead, StmHit, StmStore
+from memstrata.core.recall.profile import QueryProfile, RuntimeState, build_query_profile
+from memstrata.core.recall.render import Lang, RenderedMemory, language_for, render
+from memstrata.core.recall.route import (
+    LtmMode,
+    Route,
+    RoutingPolicy,
+    decide_route,
+    with_ltm_fallback,
+)
+from memstrata.core.recall.text import coverage, terms
+from memstrata.core.stm.store import RecallMark, RecallRead, StmHit, StmStore
 
 log = logging.getLogger(__name__)
 

@@ -20,10 +20,10 @@ from typing import Literal, cast
 import redis
 from redis.commands.core import Script
 
-from core.adapters.redis import redis_errors
-from core.ids import validate_id
-from core.keys import LifecycleKeys, UserKeys, parse_user_scope, scope_member, user_scope
-from core.stm.store import lua
+from memstrata.core.adapters.redis import redis_errors
+from memstrata.core.ids import validate_id
+from memstrata.core.keys import LifecycleKeys, UserKeys, parse_user_scope, scope_member, user_scope
+from memstrata.core.stm.store import lua
 
 ItemRef = tuple[str, str | None, str]  # user_id, tenant_id, memory id (or card id)
 Cursor = Literal["scan", "access"]

@@ -17,17 +17,17 @@ from typing import Any
 import redis
 from redis.commands.core import Script
 
-from core.adapters.redis import redis_errors
-from core.errors import InvalidInput, PayloadTooLarge
-from core.ids import owner_tenant, validate_id
-from core.keys import GlobalKeys, TenantKeys, UserKeys, index_suffixes, parse_user_scope
-from core.models.candidate import WriteDecision
-from core.models.memory import MemoryItem, MemoryStatus
+from memstrata.core.adapters.redis import redis_errors
+from memstrata.core.errors import InvalidInput, PayloadTooLarge
+from memstrata.core.ids import owner_tenant, validate_id
+from memstrata.core.keys import GlobalKeys, TenantKeys, UserKeys, index_suffixes, parse_user_scope
+from memstrata.core.models.candidate import WriteDecision
+from memstrata.core.models.memory import MemoryItem, MemoryStatus
 
 
 def lua(name: str) -> str:
     """A script of ``core/stm/lua/`` (the store package's scripts live there, not inline)."""
-    return (resources.files("core.stm") / "lua" / name).read_text(encoding="utf-8")
+    return (resources.files("memstrata.core.stm") / "lua" / name).read_text(encoding="utf-8")
 
 
 def _compact_json(value: object) -> str:
@@ -472,7 +472,7 @@ class StmStore:
         now: float | None = None,
         tenant_id: str | None = None,
     ) -> list[MemoryItem]:
-        from core.models.memory import MemoryType
+        from memstrata.core.models.memory import MemoryType
 
         try:
             mtype = MemoryType(memory_type)

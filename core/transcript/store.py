@@ -35,11 +35,11 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from core.errors import Conflict, CorruptRecord, InvalidInput, NotFound, PayloadTooLarge
-from core.ids import is_valid_id, owner_tenant, validate_id
-from core.models.inputs import validate_event_time
-from core.models.transcript import MessageIn, TranscriptRecord, TurnPointer
-from core.textcut import cut_middle, fair_shares
+from memstrata.core.errors import Conflict, CorruptRecord, InvalidInput, NotFound, PayloadTooLarge
+from memstrata.core.ids import is_valid_id, owner_tenant, validate_id
+from memstrata.core.models.inputs import validate_event_time
+from memstrata.core.models.transcript import MessageIn, TranscriptRecord, TurnPointer
+from memstrata.core.textcut import cut_middle, fair_shares
 
 DEDUP_WINDOW_BYTES = 256 * 1024
 """How far back from the end of a session file a caller-named turn id is looked for."""

@@ -7,14 +7,14 @@ issue names) and ``markdown(figures: dict) -> str`` for ``docs/BENCHMARKS.md``.
 from __future__ import annotations
 
 BENCHES: dict[str, str] = {
-    "stm": "ops.bench.stm",
-    "ingest": "ops.bench.ingest",
-    "extract": "ops.bench.extract",  # extraction cost per input byte on the worst inputs
-    "compress": "ops.bench.compress",
-    "authority": "ops.bench.authority",
-    "ltm": "ops.bench.ltm",
-    "quality": "ops.bench.quality.suite",  # every figure of docs/QUALITY.md
-    "recall": "ops.bench.recall",
-    "sweep": "ops.bench.sweep",
-    "faults": "ops.bench.faults",  # worker kills and Redis restarts under load
+    "stm": "memstrata.ops.bench.stm",
+    "ingest": "memstrata.ops.bench.ingest",
+    "extract": "memstrata.ops.bench.extract",  # extraction cost per input byte on the worst inputs
+    "compress": "memstrata.ops.bench.compress",
+    "authority": "memstrata.ops.bench.authority",
+    "ltm": "memstrata.ops.bench.ltm",
+    "quality": "memstrata.ops.bench.quality.suite",  # every figure of docs/QUALITY.md
+    "recall": "memstrata.ops.bench.recall",
+    "sweep": "memstrata.ops.bench.sweep",
+    "faults": "memstrata.ops.bench.faults",  # worker kills and Redis restarts under load
 }

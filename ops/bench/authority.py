@@ -19,22 +19,22 @@ import redis
 from pydantic import JsonValue
 from sqlalchemy import Engine
 
-from core import migrations
-from core.authority.admin import (
+from memstrata.core import migrations
+from memstrata.core.authority.admin import (
     create_project,
     create_tenant,
     create_user,
     create_workspace,
     set_agent_setting,
 )
-from core.authority.cache import ProfileCache
-from core.authority.db import autocommit_reader, make_engine
-from core.authority.facts import grant_role, set_profile, upsert_fact
-from core.authority.read import read_snapshot
-from ops.bench.common.db import scratch_postgres
-from ops.bench.common.env import new_namespace, purge, redis_url
-from ops.bench.common.machine import machine
-from ops.bench.common.stats import percentile, r3
+from memstrata.core.authority.cache import ProfileCache
+from memstrata.core.authority.db import autocommit_reader, make_engine
+from memstrata.core.authority.facts import grant_role, set_profile, upsert_fact
+from memstrata.core.authority.read import read_snapshot
+from memstrata.ops.bench.common.db import scratch_postgres
+from memstrata.ops.bench.common.env import new_namespace, purge, redis_url
+from memstrata.ops.bench.common.machine import machine
+from memstrata.ops.bench.common.stats import percentile, r3
 
 TARGET_CACHED_P50_MS = 0.5
 TARGET_COLD_P50_MS = 3.0

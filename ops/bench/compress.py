@@ -28,20 +28,20 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from core.compress.cache import SessionActivity
-from core.compress.engine import compress
-from core.compress.errors import BudgetTooSmall
-from core.compress.model import CompressedView
-from core.compress.service import compress_session, session_items
-from core.compress.text import clear_caches
-from core.compress.tokens import default_counter
-from core.models.memory import MemoryItem, MemoryType
-from core.models.transcript import MessageIn, Role, TranscriptRecord
-from core.runtime import Runtime
-from core.settings import load_settings
-from ops.bench.common.env import new_namespace, purge, redis_url
-from ops.bench.common.machine import machine
-from ops.bench.common.stats import median, percentile, r3
+from memstrata.core.compress.cache import SessionActivity
+from memstrata.core.compress.engine import compress
+from memstrata.core.compress.errors import BudgetTooSmall
+from memstrata.core.compress.model import CompressedView
+from memstrata.core.compress.service import compress_session, session_items
+from memstrata.core.compress.text import clear_caches
+from memstrata.core.compress.tokens import default_counter
+from memstrata.core.models.memory import MemoryItem, MemoryType
+from memstrata.core.models.transcript import MessageIn, Role, TranscriptRecord
+from memstrata.core.runtime import Runtime
+from memstrata.core.settings import load_settings
+from memstrata.ops.bench.common.env import new_namespace, purge, redis_url
+from memstrata.ops.bench.common.machine import machine
+from memstrata.ops.bench.common.stats import median, percentile, r3
 
 # ``../shared/bench`` beside the repository (read in place); MEMSTRATA_BENCH_DIR overrides.
 SHARED = Path(
@@ -216,7 +216,7 @@ def agent_sessions(
 ) -> Iterator[tuple[str, str, list[Turn]]]:
     """(source, session id, turns) for every session, read by ``ops.replay``'s loaders
     (the FORMAT.md recipes, tool-call ids made unique, tau-bench trial 0 only)."""
-    from ops.replay import SOURCES, group_turns, load_source, to_message
+    from memstrata.ops.replay import SOURCES, group_turns, load_source, to_message
 
     for source in SOURCES:
         for session in load_source(source, root, limit=per_source):

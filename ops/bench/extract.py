@@ -21,15 +21,20 @@ from functools import partial
 from pathlib import Path
 from typing import Any, cast
 
-from core.extract.rules import Extraction, ExtractionBudget, ExtractionContext, RuleExtractor
-from core.ingest.pipeline import IngestPipeline
-from core.models.transcript import Role, TranscriptRecord, TurnPointer
-from core.policy.write import WritePolicy
-from core.runtime import Runtime
-from core.settings import load_settings
-from ops.bench.common.env import new_namespace, purge, redis_url, scratch_dir
-from ops.bench.common.machine import load_average, machine
-from ops.bench.common.stats import r3
+from memstrata.core.extract.rules import (
+    Extraction,
+    ExtractionBudget,
+    ExtractionContext,
+    RuleExtractor,
+)
+from memstrata.core.ingest.pipeline import IngestPipeline
+from memstrata.core.models.transcript import Role, TranscriptRecord, TurnPointer
+from memstrata.core.policy.write import WritePolicy
+from memstrata.core.runtime import Runtime
+from memstrata.core.settings import load_settings
+from memstrata.ops.bench.common.env import new_namespace, purge, redis_url, scratch_dir
+from memstrata.ops.bench.common.machine import load_average, machine
+from memstrata.ops.bench.common.stats import r3
 
 CHARS = 65_536
 KINDS: dict[str, tuple[Role, str]] = {

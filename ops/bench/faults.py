@@ -23,14 +23,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from core.api import MemoryClient
-from core.errors import StoreUnavailable
-from core.runtime import Runtime
-from core.settings import load_settings
-from ops.bench.common.env import REPO, patched_env, scratch_dir
-from ops.bench.common.machine import machine
-from ops.bench.common.scratch_redis import RedisServer
-from ops.bench.common.workers import WorkerGroup, celery_follow_env
+from memstrata.core.api import MemoryClient
+from memstrata.core.errors import StoreUnavailable
+from memstrata.core.runtime import Runtime
+from memstrata.core.settings import load_settings
+from memstrata.ops.bench.common.env import REPO, patched_env, scratch_dir
+from memstrata.ops.bench.common.machine import machine
+from memstrata.ops.bench.common.scratch_redis import RedisServer
+from memstrata.ops.bench.common.workers import WorkerGroup, celery_follow_env
 
 CONVERGE_LIMIT_S = 180.0
 
@@ -115,8 +115,8 @@ def wait_converged(ledger: Ledger, res: Runtime, timeout_s: float) -> float | No
 
 class _Kicker:
     def __call__(self, shard: int) -> None:
-        from tasks._options import DRAIN
-        from tasks.app import app
+        from memstrata.tasks._options import DRAIN
+        from memstrata.tasks.app import app
 
         app.send_task(DRAIN, args=[shard])
 
@@ -142,7 +142,7 @@ def _fault(name: str, turns: int, faults: int, folder: Path) -> dict[str, Any]:
                 "-m",
                 "celery",
                 "-A",
-                "tasks.app",
+                "memstrata.tasks.app",
                 "beat",
                 "-s",
                 str(folder / "beat-schedule"),

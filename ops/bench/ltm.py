@@ -20,18 +20,18 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from core import migrations
-from core.ltm.config import LtmSettings
-from core.ltm.filters import CardFilter
-from core.ltm.milvus_server import MilvusServer, free_port
-from core.ltm.runtime import LtmRuntime
-from core.ltm.search import SearchMode, SearchPolicy
-from core.runtime import Runtime
-from core.settings import load_settings
-from ops.bench.common.db import scratch_postgres
-from ops.bench.common.machine import load_average
-from ops.bench.common.stats import percentile, r3
-from ops.bench.ltm_data import (
+from memstrata.core import migrations
+from memstrata.core.ltm.config import LtmSettings
+from memstrata.core.ltm.filters import CardFilter
+from memstrata.core.ltm.milvus_server import MilvusServer, free_port
+from memstrata.core.ltm.runtime import LtmRuntime
+from memstrata.core.ltm.search import SearchMode, SearchPolicy
+from memstrata.core.runtime import Runtime
+from memstrata.core.settings import load_settings
+from memstrata.ops.bench.common.db import scratch_postgres
+from memstrata.ops.bench.common.machine import load_average
+from memstrata.ops.bench.common.stats import percentile, r3
+from memstrata.ops.bench.ltm_data import (
     DEFAULT_MADIAL,
     madial_cases,
     memory_draft,

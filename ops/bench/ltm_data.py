@@ -15,8 +15,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from core.ltm.card import CardDraft
-from ops.bench.common.madial import read_madial
+from memstrata.core.ltm.card import CardDraft
+from memstrata.ops.bench.common.madial import read_madial
 
 DEFAULT_MADIAL = Path(__file__).resolve().parents[3] / "shared" / "bench" / "madial-bench"
 

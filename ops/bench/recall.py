@@ -22,16 +22,16 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from core import migrations
-from core.authority.admin import create_project, create_tenant, create_user
-from core.authority.facts import grant_role, set_profile
-from core.models.memory import MemoryItem, MemorySource, MemoryType
-from core.recall.service import Recaller, RecallRequest
-from core.runtime import Runtime
-from ops.bench.common.db import scratch_postgres
-from ops.bench.common.env import new_namespace, purge, redis_url
-from ops.bench.common.machine import machine
-from ops.bench.common.stats import median, percentile, r3
+from memstrata.core import migrations
+from memstrata.core.authority.admin import create_project, create_tenant, create_user
+from memstrata.core.authority.facts import grant_role, set_profile
+from memstrata.core.models.memory import MemoryItem, MemorySource, MemoryType
+from memstrata.core.recall.service import Recaller, RecallRequest
+from memstrata.core.runtime import Runtime
+from memstrata.ops.bench.common.db import scratch_postgres
+from memstrata.ops.bench.common.env import new_namespace, purge, redis_url
+from memstrata.ops.bench.common.machine import machine
+from memstrata.ops.bench.common.stats import median, percentile, r3
 
 TENANT = "bench"
 USER = "u_bench"
@@ -106,8 +106,8 @@ def _route_figures(recaller: Recaller, queries: dict[str, RecallRequest], n: int
 
 def _seed_ltm(rt: Any, cards: int, rng: random.Random) -> None:
     """``cards`` synthetic incident cards of the user across 7 projects, embedded and indexed."""
-    from ops.bench.ltm import BATCH
-    from ops.bench.ltm_data import synthetic_draft
+    from memstrata.ops.bench.ltm import BATCH
+    from memstrata.ops.bench.ltm_data import synthetic_draft
 
     for lo in range(0, cards, BATCH):
         drafts = [
@@ -129,7 +129,7 @@ def run(quick: bool = False) -> dict[str, Any]:
     # for LTM search at 100k): the default full run uses 10k, the env var sets any size
     n_cards = int(os.environ.get("MEMSTRATA_BENCH_RECALL_CARDS", 2_000 if quick else 10_000))
     ns = new_namespace("benchrecall")
-    from ops.bench.ltm import ltm_stack
+    from memstrata.ops.bench.ltm import ltm_stack
 
     with (
         migrated_postgres() as pg_url,

@@ -18,8 +18,8 @@ from importlib import import_module
 from pathlib import Path
 from typing import Any
 
-from ops.bench.common.env import REPO
-from ops.bench.common.machine import load_average, machine
+from memstrata.ops.bench.common.env import REPO
+from memstrata.ops.bench.common.machine import load_average, machine
 
 HEADER = """# Benchmarks
 

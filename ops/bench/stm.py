@@ -18,13 +18,13 @@ from typing import Any
 
 import redis
 
-from core.models.identity import fingerprint
-from core.models.memory import MemoryItem, MemorySource, MemoryType
-from core.stm.store import StmStore
-from ops.bench.common.cpu import busy_share, machine_busy
-from ops.bench.common.env import new_namespace, purge, redis_url
-from ops.bench.common.machine import machine
-from ops.bench.common.stats import percentile, r3
+from memstrata.core.models.identity import fingerprint
+from memstrata.core.models.memory import MemoryItem, MemorySource, MemoryType
+from memstrata.core.stm.store import StmStore
+from memstrata.ops.bench.common.cpu import busy_share, machine_busy
+from memstrata.ops.bench.common.env import new_namespace, purge, redis_url
+from memstrata.ops.bench.common.machine import machine
+from memstrata.ops.bench.common.stats import percentile, r3
 
 TARGET_UPSERT_P99_MS = 1.0
 ROUNDS = 5
@@ -268,8 +268,8 @@ def run(quick: bool) -> dict[str, Any]:
 
 def _memory(quick: bool) -> dict[str, Any]:
     """Bytes per item on the configured Redis, and on a scratch one with ops/redis.conf."""
-    from ops.bench import stm_memory
-    from ops.bench.common import scratch_redis
+    from memstrata.ops.bench import stm_memory
+    from memstrata.ops.bench.common import scratch_redis
 
     client = redis.Redis.from_url(redis_url(), decode_responses=True, socket_timeout=10)
     try:
@@ -285,7 +285,7 @@ def _memory(quick: bool) -> dict[str, Any]:
 
 
 def _memory_lines(mem: dict[str, Any]) -> list[str]:
-    from ops.bench import stm_memory
+    from memstrata.ops.bench import stm_memory
 
     ok = "met" if mem["bytes_per_item"] <= mem["target_bytes_per_item"] else "MISSED"
     lines = [

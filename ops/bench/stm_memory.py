@@ -29,13 +29,13 @@ from typing import Any
 
 import redis
 
-from core.extract.rules import RuleExtractor
-from core.ingest.pipeline import IngestPipeline
-from core.models.transcript import MessageIn
-from core.policy.write import WritePolicy
-from core.stm.store import StmStore
-from core.transcript.store import TranscriptStore
-from ops.bench.common.env import new_namespace, purge
+from memstrata.core.extract.rules import RuleExtractor
+from memstrata.core.ingest.pipeline import IngestPipeline
+from memstrata.core.models.transcript import MessageIn
+from memstrata.core.policy.write import WritePolicy
+from memstrata.core.stm.store import StmStore
+from memstrata.core.transcript.store import TranscriptStore
+from memstrata.ops.bench.common.env import new_namespace, purge
 
 # the per-owner STM keys that exist because of items (their entries are the items' indexes)
 _INDEX_FAMILIES = ("recent", "session", "task", "entity", "type", "expire", "evict", "canon",
@@ -108,7 +108,7 @@ def measure_mix(
     client: redis.Redis, *, users: int, per_user: int, **store_kw: Any
 ) -> dict[str, Any]:
     """The STM benchmark's item mix, ``per_user`` items per user on average."""
-    from ops.bench.stm import _items  # the same realistic items as the latency figures
+    from memstrata.ops.bench.stm import _items  # the same realistic items as the latency figures
 
     ns = new_namespace("benchmem")
     store = StmStore(client, namespace=ns, **store_kw)
@@ -185,11 +185,12 @@ def markdown_rows(label: str, figures: dict[str, Any]) -> list[str]:
 
 
 def main() -> None:
-    """``python -m ops.bench.stm_memory [--quick]``: the memory rows of ``bench stm`` alone."""
+    """``python -m memstrata.ops.bench.stm_memory [--quick]``: the memory rows of ``bench stm``
+    alone."""
     import argparse
     import json
 
-    from ops.bench.stm import _memory, _memory_lines
+    from memstrata.ops.bench.stm import _memory, _memory_lines
 
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true")

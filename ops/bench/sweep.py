@@ -17,15 +17,15 @@ from typing import Any
 
 import redis
 
-from core.keys import GlobalKeys
-from core.lifecycle.scan import scan
-from core.models.memory import MemoryItem, MemorySource, MemoryStatus, MemoryType
-from core.runtime import Runtime
-from core.settings import load_settings
-from core.stm.store import StmStore
-from ops.bench.common.env import new_namespace, purge, redis_url
-from ops.bench.common.machine import machine
-from ops.bench.common.stats import r3
+from memstrata.core.keys import GlobalKeys
+from memstrata.core.lifecycle.scan import scan
+from memstrata.core.models.memory import MemoryItem, MemorySource, MemoryStatus, MemoryType
+from memstrata.core.runtime import Runtime
+from memstrata.core.settings import load_settings
+from memstrata.core.stm.store import StmStore
+from memstrata.ops.bench.common.env import new_namespace, purge, redis_url
+from memstrata.ops.bench.common.machine import machine
+from memstrata.ops.bench.common.stats import r3
 
 TARGET_SWEEP_PER_S = 50_000
 

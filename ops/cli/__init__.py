@@ -30,18 +30,18 @@ from collections.abc import Sequence
 
 from pydantic import ValidationError
 
-from core.errors import MemstrataError
-from core.redact import redact
-from core.runtime import close_runtime
-from ops.cli import bench, deadletters, erase, lifecycle, ltm, memory, roles
-from ops.runtime import CliError
+from memstrata.core.errors import MemstrataError
+from memstrata.core.redact import redact
+from memstrata.core.runtime import close_runtime
+from memstrata.ops.cli import bench, deadletters, erase, lifecycle, ltm, memory, roles
+from memstrata.ops.runtime import CliError
 
 _MODEL_PREFIX = re.compile(r"^[A-Z][A-Za-z]+\.(?=[a-z_]+: )")
 
 
 def _replay(argv: Sequence[str]) -> int:
     """Everything after ``replay`` goes to ``ops.replay`` untouched (its own options)."""
-    from ops import replay
+    from memstrata.ops import replay
 
     code: int = replay.main(list(argv))
     return code

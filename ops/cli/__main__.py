@@ -1,5 +1,5 @@
-"""``python -m ops.cli …``: the same as the ``memstrata`` console script."""
+"""``python -m memstrata.ops.cli …``: the same as the ``memstrata`` console script."""
 
-from ops.cli import main
+from memstrata.ops.cli import main
 
 raise SystemExit(main())

@@ -10,10 +10,10 @@ from typing import Any
 
 
 def _bench(args: argparse.Namespace) -> int:
-    from ops.bench import BENCHES
+    from memstrata.ops.bench import BENCHES
 
     if args.name == "all":
-        from ops.bench.report import run_all
+        from memstrata.ops.bench.report import run_all
 
         results = run_all(BENCHES, quick=args.quick, progress=lambda m: print(m, file=sys.stderr))
         if args.json:
@@ -46,7 +46,7 @@ def _bench(args: argparse.Namespace) -> int:
 
 def _quality_failed(figures: dict[str, Any]) -> bool:
     """Print a quality run's errors (its results are written all the same); True if any."""
-    from ops.bench.quality import failures
+    from memstrata.ops.bench.quality import failures
 
     lines = failures(figures)
     if lines:

@@ -13,9 +13,9 @@ import json
 import time
 from collections.abc import Iterator
 
-from core.ingest.deadletters import DeadLetter, DeadLetters
-from core.ingest.queue import shard_for
-from ops.runtime import CliError, connected_runtime
+from memstrata.core.ingest.deadletters import DeadLetter, DeadLetters
+from memstrata.core.ingest.queue import shard_for
+from memstrata.ops.runtime import CliError, connected_runtime
 
 PAGE = 500
 
@@ -48,8 +48,8 @@ def _chosen(store: DeadLetters, args: argparse.Namespace) -> list[DeadLetter]:
 
 
 def _kick(shard: int) -> None:
-    from tasks._options import DRAIN
-    from tasks.app import app
+    from memstrata.tasks._options import DRAIN
+    from memstrata.tasks.app import app
 
     app.send_task(DRAIN, args=[shard])
 

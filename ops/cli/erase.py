@@ -6,14 +6,14 @@ from __future__ import annotations
 import argparse
 import json
 
-from ops.runtime import connected_runtime
+from memstrata.ops.runtime import connected_runtime
 
 _LAYERS = (("l0", "L0 transcripts"), ("redis", "Redis"), ("pg", "PostgreSQL"),
            ("ltm", "LTM indexes"))  # fmt: skip
 
 
 def _erase(args: argparse.Namespace) -> int:
-    from core.erase import erase_owner
+    from memstrata.core.erase import erase_owner
 
     rt = connected_runtime()
     report = erase_owner(rt, user_id=args.user, tenant_id=args.tenant, dry_run=args.dry_run)

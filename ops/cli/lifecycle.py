@@ -8,8 +8,8 @@ import json
 import time
 from collections.abc import Sequence
 
-from core.lifecycle.runtime import Lifecycle
-from ops.runtime import CliError, connected_runtime
+from memstrata.core.lifecycle.runtime import Lifecycle
+from memstrata.ops.runtime import CliError, connected_runtime
 
 
 def _lifecycle() -> Lifecycle:
@@ -17,15 +17,15 @@ def _lifecycle() -> Lifecycle:
 
 
 def _index_cards(ids: Sequence[str]) -> None:
-    from tasks._options import LTM_INDEX, MAX_IDS
-    from tasks.app import app
+    from memstrata.tasks._options import LTM_INDEX, MAX_IDS
+    from memstrata.tasks.app import app
 
     for i in range(0, len(ids), MAX_IDS):
         app.send_task(LTM_INDEX, args=[list(ids[i : i + MAX_IDS])], queue="ltm")
 
 
 def _retract(args: argparse.Namespace) -> int:
-    from core.lifecycle.retract import retract_card, retract_pg_fact
+    from memstrata.core.lifecycle.retract import retract_card, retract_pg_fact
 
     lc = _lifecycle()
     if args.kind == "card":
@@ -44,7 +44,7 @@ def _retract(args: argparse.Namespace) -> int:
 
 
 def _rebuild(args: argparse.Namespace) -> int:
-    from core.lifecycle.rebuild import rebuild_session
+    from memstrata.core.lifecycle.rebuild import rebuild_session
 
     out = rebuild_session(_lifecycle(), user_id=args.user, session_id=args.session,
                           tenant_id=args.tenant, now=time.time())  # fmt: skip
@@ -54,7 +54,7 @@ def _rebuild(args: argparse.Namespace) -> int:
 
 
 def _forget(args: argparse.Namespace) -> int:
-    from core.lifecycle.maintenance import forget
+    from memstrata.core.lifecycle.maintenance import forget
 
     plan = forget(_lifecycle(), now=time.time() + args.ahead, apply=args.apply, limit=args.limit)
     rows = [

@@ -6,11 +6,11 @@ import argparse
 import json
 from pathlib import Path
 
-from core.runtime import get_runtime
+from memstrata.core.runtime import get_runtime
 
 
 def _ltm(args: argparse.Namespace) -> int:
-    from core.ltm import admin
+    from memstrata.core.ltm import admin
 
     runtime = get_runtime()
     ltm = runtime.ltm
@@ -27,7 +27,7 @@ def _ltm(args: argparse.Namespace) -> int:
 
 
 def _milvus(args: argparse.Namespace) -> int:
-    from core.ltm.milvus_server import serve_forever
+    from memstrata.core.ltm.milvus_server import serve_forever
 
     return serve_forever(
         Path(args.db_file), args.address, Path(args.log_dir) if args.log_dir else None

@@ -7,11 +7,11 @@ import argparse
 import json
 import time
 
-from ops.runtime import CliError, connected_runtime
+from memstrata.ops.runtime import CliError, connected_runtime
 
 
 def _inspect(args: argparse.Namespace) -> int:
-    from ops.report import items_block
+    from memstrata.ops.report import items_block
 
     res = connected_runtime()
     stm, user, limit = res.stm, args.user, args.limit
@@ -35,9 +35,9 @@ def _inspect(args: argparse.Namespace) -> int:
 
 
 def _explain(args: argparse.Namespace) -> int:
-    from core.ingest.pipeline import read_decisions
-    from core.models.candidate import Verdict
-    from ops.report import decisions_block
+    from memstrata.core.ingest.pipeline import read_decisions
+    from memstrata.core.models.candidate import Verdict
+    from memstrata.ops.report import decisions_block
 
     res = connected_runtime()
     decisions = read_decisions(res.stm, args.user, args.session)
@@ -62,9 +62,9 @@ def _explain(args: argparse.Namespace) -> int:
 
 
 def _compress(args: argparse.Namespace) -> int:
-    from core.compress.cache import SessionActivity, ViewCache
-    from core.compress.explain import explain
-    from core.compress.service import compress_cached
+    from memstrata.core.compress.cache import SessionActivity, ViewCache
+    from memstrata.core.compress.explain import explain
+    from memstrata.core.compress.service import compress_cached
 
     res = connected_runtime()
     ns = res.settings.key_namespace
@@ -92,7 +92,7 @@ def _compress(args: argparse.Namespace) -> int:
 
 
 def _recall(args: argparse.Namespace) -> int:
-    from core.recall.service import RecallRequest
+    from memstrata.core.recall.service import RecallRequest
 
     # bad input is refused before any store is touched (main() prints the first problem)
     request = RecallRequest(
@@ -131,7 +131,7 @@ def _sweep(args: argparse.Namespace) -> int:
         raise CliError("--ahead only goes with --dry-run (a real sweep uses the real clock)")
     limit = args.max_items or res.settings.sweep_batch
     if args.dry_run:
-        from ops.sweep_plan import plan_sweep, render_plan
+        from memstrata.ops.sweep_plan import plan_sweep, render_plan
 
         plan = plan_sweep(res, now=time.time() + args.ahead, max_items=limit)
         if args.json:
@@ -139,7 +139,7 @@ def _sweep(args: argparse.Namespace) -> int:
         else:
             print(render_plan(plan, ahead_s=args.ahead))
         return 0
-    from tasks.maintenance import sweep_expired
+    from memstrata.tasks.maintenance import sweep_expired
 
     out = sweep_expired(max_items=limit)
     if args.json:

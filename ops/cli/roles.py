@@ -8,10 +8,15 @@ import os
 import sys
 from pathlib import Path
 
-from core.settings import load_settings
-from ops.demo_run import run_demo
-from ops.runtime import CliError, absolute_transcript_dir, connected_runtime, workers_answering
-from ops.up import up
+from memstrata.core.settings import load_settings
+from memstrata.ops.demo_run import run_demo
+from memstrata.ops.runtime import (
+    CliError,
+    absolute_transcript_dir,
+    connected_runtime,
+    workers_answering,
+)
+from memstrata.ops.up import up
 
 
 def _exec(argv: list[str], env: dict[str, str] | None = None) -> int:
@@ -22,7 +27,7 @@ def _exec(argv: list[str], env: dict[str, str] | None = None) -> int:
 
 
 def _worker(args: argparse.Namespace) -> int:
-    from ops.procs import worker_argv
+    from memstrata.ops.procs import worker_argv
 
     absolute_transcript_dir()
     argv = worker_argv(
@@ -32,14 +37,14 @@ def _worker(args: argparse.Namespace) -> int:
 
 
 def _beat(args: argparse.Namespace) -> int:
-    from ops.procs import beat_argv
+    from memstrata.ops.procs import beat_argv
 
     schedule = Path(args.schedule) if args.schedule else None
     return _exec(beat_argv(load_settings(), schedule=schedule, loglevel=args.loglevel))
 
 
 def _flower(args: argparse.Namespace) -> int:
-    from ops.procs import flower_argv, flower_env
+    from memstrata.ops.procs import flower_argv, flower_env
 
     settings = load_settings()
     try:
@@ -69,7 +74,7 @@ def _demo(args: argparse.Namespace) -> int:
 
 
 def _migrate(args: argparse.Namespace) -> int:
-    from core import migrations
+    from memstrata.core import migrations
 
     url = load_settings().postgres_url
     before = migrations.current(url)
@@ -83,8 +88,8 @@ def _migrate(args: argparse.Namespace) -> int:
 
 def _adopt_owner_layout() -> None:
     """Data written before one owner identity moves into the default tenant (once)."""
-    from core.owner_layout import adopt_redis, adopt_transcripts
-    from core.runtime import get_runtime
+    from memstrata.core.owner_layout import adopt_redis, adopt_transcripts
+    from memstrata.core.runtime import get_runtime
 
     runtime = get_runtime()
     keys = adopt_redis(runtime.redis, runtime.settings.key_namespace)

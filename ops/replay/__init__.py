@@ -13,7 +13,7 @@ report counts each adaptation.  Data is read in place, never copied.
 grouping, :mod:`~ops.replay.replayer` the replay itself and :mod:`~ops.replay.report`
 the markdown report; this module is the command line.
 
-    python -m ops.replay --source tau-bench --limit 3 --report docs/replay-report.md
+    python -m memstrata.ops.replay --source tau-bench --limit 3 --report docs/replay-report.md
 """
 
 from __future__ import annotations
@@ -26,12 +26,19 @@ import uuid
 from collections.abc import Sequence
 from pathlib import Path
 
-from core.runtime import Runtime
-from core.settings import load_settings
-from ops.replay.formats import DEFAULT_ROOT, SOURCES, Raw, Session, load_source, unique_call_ids
-from ops.replay.replayer import InlineKicker, Replayer, SessionReport, safe_id
-from ops.replay.report import render_markdown
-from ops.replay.turns import TRUNCATION, group_turns, to_message
+from memstrata.core.runtime import Runtime
+from memstrata.core.settings import load_settings
+from memstrata.ops.replay.formats import (
+    DEFAULT_ROOT,
+    SOURCES,
+    Raw,
+    Session,
+    load_source,
+    unique_call_ids,
+)
+from memstrata.ops.replay.replayer import InlineKicker, Replayer, SessionReport, safe_id
+from memstrata.ops.replay.report import render_markdown
+from memstrata.ops.replay.turns import TRUNCATION, group_turns, to_message
 
 __all__ = [
     "DEFAULT_ROOT",
@@ -54,7 +61,9 @@ __all__ = [
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m ops.replay", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(
+        prog="python -m memstrata.ops.replay", description=__doc__.split("\n")[0]
+    )
     p.add_argument("--source", default="all", help=f"all, or one of: {', '.join(SOURCES)}")
     p.add_argument("--limit", type=int, default=2, help="sessions per source (default 2)")
     p.add_argument("--root", type=Path, default=DEFAULT_ROOT, help="the agent-sessions folder")
@@ -96,8 +105,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         return 2
     if args.celery:  # the workers' namespace and L0 folder, from MEMSTRATA_*; nothing purged
-        from core.runtime import get_runtime
-        from tasks.client import CeleryKicker
+        from memstrata.core.runtime import get_runtime
+        from memstrata.tasks.client import CeleryKicker
 
         res = get_runtime()
         reports = _replay_all(Replayer(res, kicker=CeleryKicker()), names, args)
@@ -117,7 +126,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             else:
                 print(f"kept: Redis namespace {ns!r}, transcripts in {l0}")
             res.close()
-    command = "python -m ops.replay " + " ".join(argv if argv is not None else sys.argv[1:])
+    given = argv if argv is not None else sys.argv[1:]
+    command = "python -m memstrata.ops.replay " + " ".join(given)
     text = render_markdown(reports, command=command.strip(), cap=res.settings.stm_session_cap)
     if args.report:
         args.report.parent.mkdir(parents=True, exist_ok=True)

@@ -1,9 +1,9 @@
-"""``python -m ops.replay …`` (also ``memstrata replay …``)."""
+"""``python -m memstrata.ops.replay …`` (also ``memstrata replay …``)."""
 
 import logging
 import sys
 
-from ops.replay import main
+from memstrata.ops.replay import main
 
 logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
 sys.exit(main())

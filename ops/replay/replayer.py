@@ -9,14 +9,14 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 
-from core.api import Kicker, MemoryClient
-from core.errors import MemstrataError
-from core.ingest.drain import drain_shard
-from core.ingest.pipeline import read_decisions
-from core.models.candidate import Verdict
-from core.runtime import Runtime
-from ops.replay.formats import Session
-from ops.replay.turns import group_turns, to_message
+from memstrata.core.api import Kicker, MemoryClient
+from memstrata.core.errors import MemstrataError
+from memstrata.core.ingest.drain import drain_shard
+from memstrata.core.ingest.pipeline import read_decisions
+from memstrata.core.models.candidate import Verdict
+from memstrata.core.runtime import Runtime
+from memstrata.ops.replay.formats import Session
+from memstrata.ops.replay.turns import group_turns, to_message
 
 log = logging.getLogger(__name__)
 

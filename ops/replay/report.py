@@ -7,7 +7,7 @@ import time
 from collections import Counter
 from collections.abc import Sequence
 
-from ops.replay.replayer import SessionReport
+from memstrata.ops.replay.replayer import SessionReport
 
 
 def _cell(text: str, width: int = 140) -> str:

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from core.models.transcript import MessageIn, Role, ToolCall
-from ops.replay.formats import Raw
+from memstrata.core.models.transcript import MessageIn, Role, ToolCall
+from memstrata.ops.replay.formats import Raw
 
 TRUNCATION = "\n…[cut by replay: {n} chars over the message limit]"
 

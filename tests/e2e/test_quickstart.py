@@ -23,14 +23,14 @@ import pytest
 import redis
 from sqlalchemy import inspect, select
 
-from core import migrations
-from core.ingest.pipeline import read_decisions
-from core.lifecycle.audit import audit_table
-from core.ltm.milvus_server import MilvusServer, free_port
-from core.models.candidate import Verdict
-from core.runtime import Runtime
-from core.settings import Settings
-from ops.demo_run import DEMO_TENANT, FOLLOW_UPS, DemoSession, load_sessions
+from memstrata.core import migrations
+from memstrata.core.ingest.pipeline import read_decisions
+from memstrata.core.lifecycle.audit import audit_table
+from memstrata.core.ltm.milvus_server import MilvusServer, free_port
+from memstrata.core.models.candidate import Verdict
+from memstrata.core.runtime import Runtime
+from memstrata.core.settings import Settings
+from memstrata.ops.demo_run import DEMO_TENANT, FOLLOW_UPS, DemoSession, load_sessions
 from tests.conftest import _purge
 from tests.integration.authority_db import scratch_database
 from tests.integration.conftest import REPO_ROOT, process_env

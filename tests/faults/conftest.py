@@ -20,11 +20,11 @@ from pathlib import Path
 
 import pytest
 
-from core.ltm.config import LtmSettings
-from core.runtime import Runtime
-from core.settings import Settings, load_settings
-from ops.bench.common.scratch_redis import RedisServer
-from ops.bench.faults import Ledger, letters, marker_turn, produce
+from memstrata.core.ltm.config import LtmSettings
+from memstrata.core.runtime import Runtime
+from memstrata.core.settings import Settings, load_settings
+from memstrata.ops.bench.common.scratch_redis import RedisServer
+from memstrata.ops.bench.faults import Ledger, letters, marker_turn, produce
 from tests.integration.conftest import (  # noqa: F401  (fixtures re-exported for this suite)
     CeleryProcess,
     memory,

@@ -11,7 +11,7 @@ import pytest
 from kombu.connection import Connection
 from kombu.transport import redis as kombu_redis
 
-from tasks.broker import Transport
+from memstrata.tasks.broker import Transport
 from tests.faults.conftest import RedisServer
 
 pytestmark = pytest.mark.integration

@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from core.ltm.embedding import CachedEmbedder
-from core.ltm.indexer import plan_reconcile, reconcile
-from core.ltm.milvus_server import MilvusServer, free_port
-from core.ltm.runtime import LtmRuntime
+from memstrata.core.ltm.embedding import CachedEmbedder
+from memstrata.core.ltm.indexer import plan_reconcile, reconcile
+from memstrata.core.ltm.milvus_server import MilvusServer, free_port
+from memstrata.core.ltm.runtime import LtmRuntime
 from tests.integration import ltm_env
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]

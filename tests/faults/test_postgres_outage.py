@@ -15,12 +15,12 @@ from pathlib import Path
 
 import pytest
 
-from core.api import MemoryClient
-from core.authority.admin import create_tenant, create_user
-from core.ltm.config import LtmSettings
-from core.recall.service import AUTHORITY, RecallRequest
-from core.runtime import Runtime
-from core.settings import Settings, load_settings
+from memstrata.core.api import MemoryClient
+from memstrata.core.authority.admin import create_tenant, create_user
+from memstrata.core.ltm.config import LtmSettings
+from memstrata.core.recall.service import AUTHORITY, RecallRequest
+from memstrata.core.runtime import Runtime
+from memstrata.core.settings import Settings, load_settings
 from tests.faults.conftest import Ledger, RedisServer, Workers, produce, wait_converged
 from tests.integration.conftest import CeleryProcess
 from tests.integration.pg_cluster import PgCluster, migrated_cluster

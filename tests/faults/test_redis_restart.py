@@ -15,8 +15,8 @@ from collections.abc import Callable, Mapping
 
 import pytest
 
-from core.api import MemoryClient
-from core.runtime import Runtime
+from memstrata.core.api import MemoryClient
+from memstrata.core.runtime import Runtime
 from tests.faults.conftest import (
     Ledger,
     RedisServer,

@@ -11,8 +11,8 @@ from collections.abc import Callable, Mapping
 
 import pytest
 
-from core.api import MemoryClient
-from core.runtime import Runtime
+from memstrata.core.api import MemoryClient
+from memstrata.core.runtime import Runtime
 from tests.faults.conftest import Ledger, Workers, letters, produce, wait_converged
 from tests.integration.conftest import CeleryProcess
 

@@ -21,12 +21,17 @@ import psycopg
 import pytest
 from sqlalchemy import Engine, text
 
-from core import migrations
-from core.authority.admin import create_project, create_tenant, create_user, create_workspace
-from core.authority.cache import ProfileCache
-from core.authority.db import make_engine
-from core.authority.facts import grant_role, set_profile
-from core.runtime import Runtime
+from memstrata.core import migrations
+from memstrata.core.authority.admin import (
+    create_project,
+    create_tenant,
+    create_user,
+    create_workspace,
+)
+from memstrata.core.authority.cache import ProfileCache
+from memstrata.core.authority.db import make_engine
+from memstrata.core.authority.facts import grant_role, set_profile
+from memstrata.core.runtime import Runtime
 
 PG_HOST = os.environ.get("MEMSTRATA_TEST_PG_HOST", "127.0.0.1")
 PG_PORT = int(os.environ.get("MEMSTRATA_TEST_PG_PORT", "5432"))
@@ -172,7 +177,7 @@ def race_upserts(
 
     Returns, per value, whether this writer changed the fact (False = it was already current).
     """
-    from core.authority.facts import upsert_fact
+    from memstrata.core.authority.facts import upsert_fact
 
     eng = make_engine(url, pool_size=1)
     out: list[bool] = []

@@ -1,6 +1,6 @@
 """Real Celery processes for integration tests: a worker (and Beat) per test namespace.
 
-The worker is a subprocess started exactly as in production (``celery -A tasks.app
+The worker is a subprocess started exactly as in production (``celery -A memstrata.tasks.app
 worker``, prefork with one child, so ``worker_process_init`` rebuilds the resources after
 fork), with the test's settings handed over as ``MEMSTRATA_*`` environment variables.
 Because the broker's ``global_keyprefix`` is ``<namespace>:celery:``, each test talks to
@@ -30,11 +30,11 @@ import pytest
 from celery import Celery
 from pydantic import SecretStr
 
-from core.api import MemoryClient
-from core.runtime import Runtime
-from core.settings import Settings
-from tasks._options import DRAIN
-from tasks.app import celery_config
+from memstrata.core.api import MemoryClient
+from memstrata.core.runtime import Runtime
+from memstrata.core.settings import Settings
+from memstrata.tasks._options import DRAIN
+from memstrata.tasks.app import celery_config
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 READY_TIMEOUT_S = 30.0
@@ -129,7 +129,8 @@ def start_celery(
     log_path: Path,
     env: Mapping[str, str] | None = None,
 ) -> CeleryProcess:
-    cmd = [sys.executable, "-m", "celery", "-A", "tasks.app", role, *args, "--loglevel", "INFO"]
+    cmd = [sys.executable, "-m", "celery", "-A", "memstrata.tasks.app", role, *args,
+           "--loglevel", "INFO"]  # fmt: skip
     with log_path.open("wb") as log:
         proc = subprocess.Popen(
             cmd,

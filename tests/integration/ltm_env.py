@@ -18,14 +18,14 @@ from pathlib import Path
 import pytest
 from sqlalchemy import text
 
-from core import migrations
-from core.ltm.card import CardDraft
-from core.ltm.config import LtmSettings
-from core.ltm.embedding import CachedEmbedder, make_embedder
-from core.ltm.milvus_server import MilvusServer, free_port
-from core.ltm.runtime import LtmRuntime
-from core.runtime import build_ltm, make_ledger, make_postgres
-from core.settings import load_settings
+from memstrata.core import migrations
+from memstrata.core.ltm.card import CardDraft
+from memstrata.core.ltm.config import LtmSettings
+from memstrata.core.ltm.embedding import CachedEmbedder, make_embedder
+from memstrata.core.ltm.milvus_server import MilvusServer, free_port
+from memstrata.core.ltm.runtime import LtmRuntime
+from memstrata.core.runtime import build_ltm, make_ledger, make_postgres
+from memstrata.core.settings import load_settings
 from tests.integration.authority_db import scratch_database
 
 pytestmark = pytest.mark.integration

@@ -20,8 +20,8 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from core import migrations
-from core.ltm.milvus_server import free_port
+from memstrata.core import migrations
+from memstrata.core.ltm.milvus_server import free_port
 
 PG_ROOT = Path("/usr/lib/postgresql")
 START_TIMEOUT_S = 60

@@ -18,12 +18,12 @@ from typing import Any
 import pytest
 from celery import Celery
 
-from core.ingest.pipeline import read_decisions
-from core.models.candidate import Verdict
-from core.runtime import Runtime
-from core.settings import Settings
-from ops import replay
-from ops.replay import Replayer, Session, SessionReport, load_source, render_markdown
+from memstrata.core.ingest.pipeline import read_decisions
+from memstrata.core.models.candidate import Verdict
+from memstrata.core.runtime import Runtime
+from memstrata.core.settings import Settings
+from memstrata.ops import replay
+from memstrata.ops.replay import Replayer, Session, SessionReport, load_source, render_markdown
 from tests.conftest import REDIS_URL, _purge
 from tests.integration.conftest import AppKicker, CeleryProcess
 

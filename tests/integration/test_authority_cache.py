@@ -5,12 +5,12 @@ from __future__ import annotations
 import pytest
 from sqlalchemy import Engine
 
-from core.authority.admin import delete_user
-from core.authority.cache import CacheStatus, ProfileCache
-from core.authority.facts import upsert_fact
-from core.authority.read import read_snapshot
-from core.authority.schemas import FactWriteResult
-from core.runtime import Runtime
+from memstrata.core.authority.admin import delete_user
+from memstrata.core.authority.cache import CacheStatus, ProfileCache
+from memstrata.core.authority.facts import upsert_fact
+from memstrata.core.authority.read import read_snapshot
+from memstrata.core.authority.schemas import FactWriteResult
+from memstrata.core.runtime import Runtime
 from tests.integration import authority_db
 from tests.integration.authority_db import World
 

@@ -10,12 +10,12 @@ from threading import Barrier
 import pytest
 from sqlalchemy import Engine, func, select
 
-from core.authority.db import make_engine
-from core.authority.errors import AuthorityUnavailable, ConcurrentFactWrite
-from core.authority.facts import upsert_fact
-from core.authority.read import read_version
-from core.authority.tables import FACTS
-from core.errors import TransientError
+from memstrata.core.authority.db import make_engine
+from memstrata.core.authority.errors import AuthorityUnavailable, ConcurrentFactWrite
+from memstrata.core.authority.facts import upsert_fact
+from memstrata.core.authority.read import read_version
+from memstrata.core.authority.tables import FACTS
+from memstrata.core.errors import TransientError
 from tests.integration import authority_db
 from tests.integration.authority_db import World, race_in_process, race_upserts
 

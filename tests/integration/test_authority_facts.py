@@ -10,8 +10,8 @@ from sqlalchemy import Engine, func, insert, select
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session
 
-from core.authority.domain import AuthorityLimits, FactDomain, FactOrigin
-from core.authority.errors import (
+from memstrata.core.authority.domain import AuthorityLimits, FactDomain, FactOrigin
+from memstrata.core.authority.errors import (
     FactValueTooLarge,
     InvalidFactKey,
     InvalidFactValue,
@@ -20,7 +20,7 @@ from core.authority.errors import (
     UnknownTenant,
     UnknownUser,
 )
-from core.authority.facts import (
+from memstrata.core.authority.facts import (
     apply_fact_write,
     fact_history,
     grant_role,
@@ -29,10 +29,10 @@ from core.authority.facts import (
     save_explicit,
     upsert_fact,
 )
-from core.authority.read import read_version
-from core.authority.schemas import FactWrite, PromotionRecord
-from core.authority.tables import FACTS, PREFERENCES, PROFILES, ROLES
-from core.errors import InvalidId, InvalidInput, NotFound, PayloadTooLarge
+from memstrata.core.authority.read import read_version
+from memstrata.core.authority.schemas import FactWrite, PromotionRecord
+from memstrata.core.authority.tables import FACTS, PREFERENCES, PROFILES, ROLES
+from memstrata.core.errors import InvalidId, InvalidInput, NotFound, PayloadTooLarge
 from tests.integration import authority_db
 from tests.integration.authority_db import World
 

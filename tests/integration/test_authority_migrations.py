@@ -7,8 +7,8 @@ from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from sqlalchemy import create_engine, inspect, text
 
-from core import migrations
-from core.authority.tables import authority_metadata
+from memstrata.core import migrations
+from memstrata.core.authority.tables import authority_metadata
 from tests.integration.authority_db import scratch_database
 
 pytestmark = pytest.mark.integration
@@ -82,8 +82,8 @@ def test_migrated_schema_matches_the_models() -> None:
 
 
 def test_unreachable_database_is_a_transient_error() -> None:
-    from core.authority.errors import AuthorityUnavailable
-    from core.errors import TransientError
+    from memstrata.core.authority.errors import AuthorityUnavailable
+    from memstrata.core.errors import TransientError
 
     with pytest.raises(AuthorityUnavailable) as info:
         migrations.current("postgresql+psycopg://postgres@127.0.0.1:1/nowhere?connect_timeout=1")

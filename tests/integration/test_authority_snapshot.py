@@ -5,15 +5,15 @@ from __future__ import annotations
 import pytest
 from sqlalchemy import Engine, func, select
 
-from core.authority.admin import delete_user, set_agent_setting, update_project
-from core.authority.blocks import build_blocks
-from core.authority.domain import PermissionScope
-from core.authority.errors import ScopeDenied, UnknownTenant, UnknownUser
-from core.authority.facts import save_explicit, upsert_fact
-from core.authority.filters import filters_for
-from core.authority.read import read_snapshot
-from core.authority.snapshot import AuthoritySnapshot
-from core.authority.tables import FACTS, PROFILES, ROLES, USERS
+from memstrata.core.authority.admin import delete_user, set_agent_setting, update_project
+from memstrata.core.authority.blocks import build_blocks
+from memstrata.core.authority.domain import PermissionScope
+from memstrata.core.authority.errors import ScopeDenied, UnknownTenant, UnknownUser
+from memstrata.core.authority.facts import save_explicit, upsert_fact
+from memstrata.core.authority.filters import filters_for
+from memstrata.core.authority.read import read_snapshot
+from memstrata.core.authority.snapshot import AuthoritySnapshot
+from memstrata.core.authority.tables import FACTS, PROFILES, ROLES, USERS
 from tests.integration import authority_db
 from tests.integration.authority_db import World, seed_world
 

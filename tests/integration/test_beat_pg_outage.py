@@ -19,13 +19,13 @@ from pathlib import Path
 import pytest
 from sqlalchemy import Engine
 
-from core.authority.admin import create_tenant, create_user
-from core.authority.db import make_engine
-from core.authority.facts import fact_history
-from core.ltm.config import LtmSettings
-from core.runtime import Runtime
-from core.settings import Settings, load_settings
-from tasks._options import LIFECYCLE_SCAN
+from memstrata.core.authority.admin import create_tenant, create_user
+from memstrata.core.authority.db import make_engine
+from memstrata.core.authority.facts import fact_history
+from memstrata.core.ltm.config import LtmSettings
+from memstrata.core.runtime import Runtime
+from memstrata.core.settings import Settings, load_settings
+from memstrata.tasks._options import LIFECYCLE_SCAN
 from tests.conftest import REDIS_URL
 from tests.integration.conftest import CeleryProcess, wait_until
 from tests.integration.pg_cluster import PgCluster, migrated_cluster

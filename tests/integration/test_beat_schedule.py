@@ -10,11 +10,11 @@ from typing import Any, cast
 import pytest
 from celery import Celery
 
-from core.api import MemoryClient
-from core.runtime import Runtime
-from core.settings import load_settings
-from tasks._options import SWEEP
-from tasks.app import QUEUES, app, celery_config
+from memstrata.core.api import MemoryClient
+from memstrata.core.runtime import Runtime
+from memstrata.core.settings import load_settings
+from memstrata.tasks._options import SWEEP
+from memstrata.tasks.app import QUEUES, app, celery_config
 from tests.integration.conftest import CeleryProcess, user_state, wait_drained, wait_until
 from tests.integration.test_celery_ingest import EN_ITEMS, EN_TURN, ZH_ITEMS, ZH_TURN
 

@@ -19,15 +19,15 @@ from typing import Any, cast
 import pytest
 from celery import Celery
 
-from core.api import MemoryClient, parse_messages
-from core.errors import InvalidId, InvalidInput, PayloadTooLarge
-from core.ingest.pipeline import read_decisions
-from core.ingest.queue import GROUP, IngestQueue, shard_for
-from core.models.transcript import TurnPointer, TurnReceipt
-from core.runtime import Runtime
-from core.settings import Settings
-from core.transcript.store import TranscriptStore
-from tasks._options import DRAIN, RECLAIM
+from memstrata.core.api import MemoryClient, parse_messages
+from memstrata.core.errors import InvalidId, InvalidInput, PayloadTooLarge
+from memstrata.core.ingest.pipeline import read_decisions
+from memstrata.core.ingest.queue import GROUP, IngestQueue, shard_for
+from memstrata.core.models.transcript import TurnPointer, TurnReceipt
+from memstrata.core.runtime import Runtime
+from memstrata.core.settings import Settings
+from memstrata.core.transcript.store import TranscriptStore
+from memstrata.tasks._options import DRAIN, RECLAIM
 from tests.integration.conftest import (
     REPO_ROOT,
     CeleryProcess,
@@ -186,7 +186,7 @@ def test_recorded_turn_is_extracted_into_stm_by_the_worker(
 AGENT = """
 import json, logging, sys
 logging.basicConfig(level=logging.WARNING)
-from tasks.client import connect
+from memstrata.tasks.client import connect
 receipt = connect().record_turn(user_id="u_agent", session_id="s_1", task_id="bug456",
                                 messages=json.loads(sys.argv[1]), at=float(sys.argv[2]))
 print(receipt.model_dump_json())

@@ -13,9 +13,9 @@ from collections.abc import Mapping
 
 import pytest
 
-from core.ltm.config import LtmSettings
-from core.ltm.milvus_server import free_port
-from core.settings import Settings
+from memstrata.core.ltm.config import LtmSettings
+from memstrata.core.ltm.milvus_server import free_port
+from memstrata.core.settings import Settings
 from tests.integration.conftest import REPO_ROOT, process_env
 
 pytestmark = pytest.mark.integration
@@ -29,7 +29,8 @@ def cli(settings: Settings, args: list[str], env: Mapping[str, str] | None = Non
 ]:  # fmt: skip
     quiet = settings.model_copy(update={"ltm": LtmSettings(enabled=False)})
     proc = subprocess.run(
-        [sys.executable, "-m", "ops.cli", *args], cwd=REPO_ROOT, env=process_env(quiet, env),
+        [sys.executable, "-m", "memstrata.ops.cli", *args], cwd=REPO_ROOT,
+        env=process_env(quiet, env),
         capture_output=True, text=True, timeout=120, check=False,
     )  # fmt: skip
     return proc.returncode, proc.stdout, proc.stderr

@@ -6,17 +6,17 @@ import hashlib
 
 import pytest
 
-from core.compress.cache import SessionActivity, ViewCache, due_for_compression
-from core.compress.errors import BudgetTooSmall
-from core.compress.explain import explain
-from core.compress.model import DependencyClass, Level, Part
-from core.compress.service import compress_cached, compress_session, session_items
-from core.compress.tokens import default_counter
-from core.errors import NotFound
-from core.models.memory import MemoryItem, MemoryType
-from core.models.transcript import MessageIn, Role, TranscriptRecord
-from core.runtime import Runtime
-from ops.bench.compress import ingest, retained, scripted_session
+from memstrata.core.compress.cache import SessionActivity, ViewCache, due_for_compression
+from memstrata.core.compress.errors import BudgetTooSmall
+from memstrata.core.compress.explain import explain
+from memstrata.core.compress.model import DependencyClass, Level, Part
+from memstrata.core.compress.service import compress_cached, compress_session, session_items
+from memstrata.core.compress.tokens import default_counter
+from memstrata.core.errors import NotFound
+from memstrata.core.models.memory import MemoryItem, MemoryType
+from memstrata.core.models.transcript import MessageIn, Role, TranscriptRecord
+from memstrata.core.runtime import Runtime
+from memstrata.ops.bench.compress import ingest, retained, scripted_session
 
 pytestmark = pytest.mark.integration
 

@@ -10,12 +10,12 @@ from typing import Any
 import pytest
 from celery import Celery
 
-from core.compress.cache import SessionActivity, ViewCache
-from core.keys import CompressKeys
-from core.models.transcript import MessageIn, Role
-from core.runtime import Runtime
-from ops.bench.compress import ingest, scripted_session
-from tasks._options import COMPRESS, COMPRESS_IDLE
+from memstrata.core.compress.cache import SessionActivity, ViewCache
+from memstrata.core.keys import CompressKeys
+from memstrata.core.models.transcript import MessageIn, Role
+from memstrata.core.runtime import Runtime
+from memstrata.ops.bench.compress import ingest, scripted_session
+from memstrata.tasks._options import COMPRESS, COMPRESS_IDLE
 from tests.integration.conftest import CeleryProcess, start_celery, wait_until
 
 pytestmark = pytest.mark.integration
@@ -29,7 +29,7 @@ def compress_worker(res: Runtime, tmp_path: Path) -> Iterator[CeleryProcess]:
     """
     worker = start_celery(
         "worker",
-        ["-Q", "maintenance", "-P", "prefork", "-c", "1", "-I", "tasks.compress",
+        ["-Q", "maintenance", "-P", "prefork", "-c", "1", "-I", "memstrata.tasks.compress",
          "-n", f"wc-{res.settings.key_namespace}@%h",
          "--without-gossip", "--without-mingle", "--without-heartbeat"],
         settings=res.settings,
@@ -87,7 +87,7 @@ def test_missing_session_and_tiny_budget_are_reported_not_retried(
 def test_beat_job_compresses_long_idle_sessions(
     res: Runtime, producer: Celery, compress_worker: CeleryProcess
 ) -> None:
-    from core.compress.tokens import default_counter
+    from memstrata.core.compress.tokens import default_counter
 
     activity = SessionActivity(res.redis, namespace=res.settings.key_namespace)
     turns = scripted_session("en", cycles=30)

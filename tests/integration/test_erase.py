@@ -30,26 +30,26 @@ from typing import Any
 import pytest
 from sqlalchemy import text
 
-from core.api import MemoryClient
-from core.authority.admin import create_project, create_tenant, create_user
-from core.authority.facts import grant_role, upsert_fact
-from core.compress.cache import SessionActivity, ViewCache
-from core.compress.service import compress_cached
-from core.compress.tokens import EstimateCounter
-from core.erase import STEPS, erase_owner, erase_state
-from core.errors import InvalidInput, StoreUnavailable
-from core.ids import owner_tenant
-from core.ingest.drain import drain_shard
-from core.ingest.queue import Entry
-from core.keys import user_scope
-from core.lifecycle.finalise import finalise
-from core.ltm.config import LtmSettings
-from core.ltm.embedding import CachedEmbedder
-from core.ltm.milvus_server import MilvusServer, free_port
-from core.models.transcript import MessageIn, TranscriptRecord, TurnPointer
-from core.recall.service import RecallRequest
-from core.runtime import Runtime
-from core.settings import load_settings
+from memstrata.core.api import MemoryClient
+from memstrata.core.authority.admin import create_project, create_tenant, create_user
+from memstrata.core.authority.facts import grant_role, upsert_fact
+from memstrata.core.compress.cache import SessionActivity, ViewCache
+from memstrata.core.compress.service import compress_cached
+from memstrata.core.compress.tokens import EstimateCounter
+from memstrata.core.erase import STEPS, erase_owner, erase_state
+from memstrata.core.errors import InvalidInput, StoreUnavailable
+from memstrata.core.ids import owner_tenant
+from memstrata.core.ingest.drain import drain_shard
+from memstrata.core.ingest.queue import Entry
+from memstrata.core.keys import user_scope
+from memstrata.core.lifecycle.finalise import finalise
+from memstrata.core.ltm.config import LtmSettings
+from memstrata.core.ltm.embedding import CachedEmbedder
+from memstrata.core.ltm.milvus_server import MilvusServer, free_port
+from memstrata.core.models.transcript import MessageIn, TranscriptRecord, TurnPointer
+from memstrata.core.recall.service import RecallRequest
+from memstrata.core.runtime import Runtime
+from memstrata.core.settings import load_settings
 from tests.conftest import REDIS_URL, _purge
 from tests.integration import ltm_env
 from tests.integration.conftest import REPO_ROOT, process_env
@@ -335,7 +335,8 @@ def test_erase_removes_the_owner_from_every_store_and_leaves_its_neighbours_whol
     victim = owner_view(VICTIM, before)["redis"]
     assert any(f"{{{VICTIM.scope}}}" not in k for k in victim)  # global structures too
     env = process_env(rt.settings)
-    base = [sys.executable, "-m", "ops.cli", "erase", "--tenant", TA, "--user", VICTIM.user,
+    base = [sys.executable, "-m", "memstrata.ops.cli", "erase", "--tenant", TA,
+            "--user", VICTIM.user,
             "--json"]  # fmt: skip
 
     # When a dry run is asked for
@@ -429,7 +430,8 @@ def test_erase_refuses_a_bad_id_before_touching_anything(world: World, tmp_path:
         erase_owner(world.rt, user_id="../etc", tenant_id=TA)
     env = process_env(world.rt.settings)
     proc = subprocess.run(
-        [sys.executable, "-m", "ops.cli", "erase", "--user", "a b", "--dry-run"], cwd=REPO_ROOT,
+        [sys.executable, "-m", "memstrata.ops.cli", "erase", "--user", "a b", "--dry-run"],
+        cwd=REPO_ROOT,
         env=env, capture_output=True, text=True, timeout=120, check=False,
     )  # fmt: skip
     assert proc.returncode == 1 and proc.stderr.startswith("memstrata erase: invalid user_id")

@@ -11,14 +11,25 @@ from typing import Any
 
 import pytest
 
-from core.extract.rules import RuleExtractor
-from core.ingest.pipeline import IngestPipeline, TurnOutcome, memory_id_for, read_decisions
-from core.models.candidate import Verdict, WriteDecision
-from core.models.memory import MemoryItem
-from core.models.transcript import MessageIn, Role, ToolCall, TranscriptRecord, TurnPointer
-from core.policy.write import WritePolicy
-from core.runtime import Runtime
-from core.stm.store import StmStore
+from memstrata.core.extract.rules import RuleExtractor
+from memstrata.core.ingest.pipeline import (
+    IngestPipeline,
+    TurnOutcome,
+    memory_id_for,
+    read_decisions,
+)
+from memstrata.core.models.candidate import Verdict, WriteDecision
+from memstrata.core.models.memory import MemoryItem
+from memstrata.core.models.transcript import (
+    MessageIn,
+    Role,
+    ToolCall,
+    TranscriptRecord,
+    TurnPointer,
+)
+from memstrata.core.policy.write import WritePolicy
+from memstrata.core.runtime import Runtime
+from memstrata.core.stm.store import StmStore
 
 pytestmark = pytest.mark.integration
 

@@ -22,13 +22,13 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from sqlalchemy import Engine
 
-from core.api import MemoryClient
-from core.authority.cache import ProfileCache
-from core.authority.errors import ScopeDenied
-from core.errors import InvalidInput, NotFound, PayloadTooLarge
-from core.models.transcript import TurnReceipt
-from core.recall.service import Recaller, RecallRequest, RecallResult
-from core.runtime import Runtime, close_runtime, reset_runtime
+from memstrata.core.api import MemoryClient
+from memstrata.core.authority.cache import ProfileCache
+from memstrata.core.authority.errors import ScopeDenied
+from memstrata.core.errors import InvalidInput, NotFound, PayloadTooLarge
+from memstrata.core.models.transcript import TurnReceipt
+from memstrata.core.recall.service import Recaller, RecallRequest, RecallResult
+from memstrata.core.runtime import Runtime, close_runtime, reset_runtime
 from tests.integration import authority_db
 from tests.integration.authority_db import World
 
@@ -301,8 +301,8 @@ def task_runtime(res: Runtime) -> Iterator[Runtime]:
 def test_write_path_tasks_succeed_or_refuse_typed(
     res: Runtime, task_runtime: Runtime, task: str, value: Any
 ) -> None:
-    from tasks.ingest import drain
-    from tasks.maintenance import ingest_reconcile, sweep_expired
+    from memstrata.tasks.ingest import drain
+    from memstrata.tasks.maintenance import ingest_reconcile, sweep_expired
 
     root = Path(res.settings.transcript_dir)
     l0_before, redis_before = l0_state(root), redis_state(res)

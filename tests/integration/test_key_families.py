@@ -14,25 +14,25 @@ from collections.abc import Sequence
 
 import pytest
 
-from core.api import MemoryClient, parse_messages
-from core.compress.cache import SessionActivity, ViewCache, due_for_compression
-from core.compress.service import compress_cached
-from core.compress.tokens import default_counter
-from core.extract.rules import Extraction, ExtractionContext
-from core.ingest.drain import drain_shard
-from core.ingest.pipeline import IngestPipeline
-from core.keys import FAMILIES, families_of
-from core.lifecycle import scan as scan_module
-from core.lifecycle.finalise import finalise
-from core.lifecycle.maintenance import sync_access
-from core.lifecycle.runtime import Lifecycle
-from core.lifecycle.scan import scan
-from core.ltm.card import CardDraft
-from core.maintenance import run_locked
-from core.models.transcript import TranscriptRecord, TurnPointer
-from core.policy.write import WritePolicy
-from core.recall.service import RecallRequest
-from core.runtime import Runtime
+from memstrata.core.api import MemoryClient, parse_messages
+from memstrata.core.compress.cache import SessionActivity, ViewCache, due_for_compression
+from memstrata.core.compress.service import compress_cached
+from memstrata.core.compress.tokens import default_counter
+from memstrata.core.extract.rules import Extraction, ExtractionContext
+from memstrata.core.ingest.drain import drain_shard
+from memstrata.core.ingest.pipeline import IngestPipeline
+from memstrata.core.keys import FAMILIES, families_of
+from memstrata.core.lifecycle import scan as scan_module
+from memstrata.core.lifecycle.finalise import finalise
+from memstrata.core.lifecycle.maintenance import sync_access
+from memstrata.core.lifecycle.runtime import Lifecycle
+from memstrata.core.lifecycle.scan import scan
+from memstrata.core.ltm.card import CardDraft
+from memstrata.core.maintenance import run_locked
+from memstrata.core.models.transcript import TranscriptRecord, TurnPointer
+from memstrata.core.policy.write import WritePolicy
+from memstrata.core.recall.service import RecallRequest
+from memstrata.core.runtime import Runtime
 from tests.integration.test_lifecycle_env import (
     NOW,
     Tenant,

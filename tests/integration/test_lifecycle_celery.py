@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 from sqlalchemy import Engine
 
-from core.api import MemoryClient
-from core.authority.facts import fact_history
-from core.runtime import Runtime, close_runtime, reset_runtime
+from memstrata.core.api import MemoryClient
+from memstrata.core.authority.facts import fact_history
+from memstrata.core.runtime import Runtime, close_runtime, reset_runtime
 from tests.integration.conftest import (
     CeleryProcess,
     memory,
@@ -135,7 +135,7 @@ def test_beat_promotes_merges_finalises_and_sweeps(
 
 
 def test_a_periodic_job_started_twice_at_once_runs_once(res: Runtime) -> None:
-    import tasks.lifecycle as lifecycle_tasks
+    import memstrata.tasks.lifecycle as lifecycle_tasks
 
     reset_runtime(res.settings)
     lock = res.redis.lock(f"{res.settings.key_namespace}:lock:lifecycle-batch", timeout=30)

@@ -18,17 +18,17 @@ from typing import Any
 import pytest
 from sqlalchemy import Engine, select
 
-from core import migrations
-from core.authority.admin import create_project, create_tenant, create_user
-from core.authority.db import make_engine
-from core.lifecycle.runtime import Lifecycle
-from core.ltm.card import LtmCard
-from core.ltm.ledger import Ledger
-from core.ltm.tables import cards
-from core.models.memory import MemoryItem, MemorySource, MemoryType
-from core.models.transcript import MessageIn
-from core.runtime import Runtime
-from core.settings import Settings, load_settings
+from memstrata.core import migrations
+from memstrata.core.authority.admin import create_project, create_tenant, create_user
+from memstrata.core.authority.db import make_engine
+from memstrata.core.lifecycle.runtime import Lifecycle
+from memstrata.core.ltm.card import LtmCard
+from memstrata.core.ltm.ledger import Ledger
+from memstrata.core.ltm.tables import cards
+from memstrata.core.models.memory import MemoryItem, MemorySource, MemoryType
+from memstrata.core.models.transcript import MessageIn
+from memstrata.core.runtime import Runtime
+from memstrata.core.settings import Settings, load_settings
 from tests.conftest import REDIS_URL
 from tests.integration.authority_db import scratch_database
 

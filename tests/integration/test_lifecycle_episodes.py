@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 from sqlalchemy import Engine
 
-from core.lifecycle.finalise import finalise
-from core.lifecycle.runtime import Lifecycle
-from core.lifecycle.scan import scan_user
-from core.models.transcript import MessageIn
-from core.runtime import Runtime
+from memstrata.core.lifecycle.finalise import finalise
+from memstrata.core.lifecycle.runtime import Lifecycle
+from memstrata.core.lifecycle.scan import scan_user
+from memstrata.core.models.transcript import MessageIn
+from memstrata.core.runtime import Runtime
 from tests.integration.test_lifecycle_env import (
     NOW,
     Kicks,

@@ -11,17 +11,17 @@ from __future__ import annotations
 import pytest
 from sqlalchemy import Engine, select
 
-from core.authority.facts import fact_history
-from core.lifecycle import Route
-from core.lifecycle.audit import Action, audit_table
-from core.lifecycle.retract import retract_card, retract_pg_fact
-from core.lifecycle.runtime import Lifecycle
-from core.lifecycle.scan import scan
-from core.lifecycle.scheduler import run_batch
-from core.lifecycle.states import Record, State
-from core.ltm.card import CardStatus
-from core.models.memory import MemoryType
-from core.runtime import Runtime
+from memstrata.core.authority.facts import fact_history
+from memstrata.core.lifecycle import Route
+from memstrata.core.lifecycle.audit import Action, audit_table
+from memstrata.core.lifecycle.retract import retract_card, retract_pg_fact
+from memstrata.core.lifecycle.runtime import Lifecycle
+from memstrata.core.lifecycle.scan import scan
+from memstrata.core.lifecycle.scheduler import run_batch
+from memstrata.core.lifecycle.states import Record, State
+from memstrata.core.ltm.card import CardStatus
+from memstrata.core.models.memory import MemoryType
+from memstrata.core.runtime import Runtime
 from tests.integration.test_lifecycle_env import (
     NOW,
     Kicks,

@@ -5,17 +5,17 @@ from __future__ import annotations
 import pytest
 from sqlalchemy import Engine, select
 
-from core.keys import GlobalKeys
-from core.lifecycle.finalise import finalise, finalise_idle, idle_sessions
-from core.lifecycle.maintenance import forget, summarise, sync_access
-from core.lifecycle.preload import preload
-from core.lifecycle.rebuild import rebuild_session
-from core.lifecycle.runtime import Lifecycle
-from core.lifecycle.scan import scan_user
-from core.ltm.card import CardDraft, CardStatus
-from core.ltm.tables import cards
-from core.models.memory import MemoryType
-from core.runtime import Runtime
+from memstrata.core.keys import GlobalKeys
+from memstrata.core.lifecycle.finalise import finalise, finalise_idle, idle_sessions
+from memstrata.core.lifecycle.maintenance import forget, summarise, sync_access
+from memstrata.core.lifecycle.preload import preload
+from memstrata.core.lifecycle.rebuild import rebuild_session
+from memstrata.core.lifecycle.runtime import Lifecycle
+from memstrata.core.lifecycle.scan import scan_user
+from memstrata.core.ltm.card import CardDraft, CardStatus
+from memstrata.core.ltm.tables import cards
+from memstrata.core.models.memory import MemoryType
+from memstrata.core.runtime import Runtime
 from tests.integration.test_lifecycle_env import (
     NOW,
     Kicks,
@@ -162,7 +162,7 @@ def test_the_audit_migration_matches_the_table_the_code_queries(lc_engine: Engin
     from alembic.autogenerate import compare_metadata
     from alembic.runtime.migration import MigrationContext
 
-    from core.lifecycle.audit import lifecycle_metadata
+    from memstrata.core.lifecycle.audit import lifecycle_metadata
 
     with lc_engine.connect() as conn:
         diffs = compare_metadata(MigrationContext.configure(conn), lifecycle_metadata)

@@ -9,15 +9,15 @@ from pathlib import Path
 import pytest
 from celery import Celery
 
-from core.ltm.config import LtmSettings
-from core.ltm.embedding import CachedEmbedder
-from core.ltm.filters import CardFilter
-from core.ltm.milvus_server import MilvusServer
-from core.ltm.runtime import LtmRuntime
-from core.ltm.search import SearchMode
-from core.runtime import Runtime
-from core.settings import Settings, load_settings
-from tasks._options import LTM_DELETE, LTM_INDEX, LTM_RECONCILE
+from memstrata.core.ltm.config import LtmSettings
+from memstrata.core.ltm.embedding import CachedEmbedder
+from memstrata.core.ltm.filters import CardFilter
+from memstrata.core.ltm.milvus_server import MilvusServer
+from memstrata.core.ltm.runtime import LtmRuntime
+from memstrata.core.ltm.search import SearchMode
+from memstrata.core.runtime import Runtime
+from memstrata.core.settings import Settings, load_settings
+from memstrata.tasks._options import LTM_DELETE, LTM_INDEX, LTM_RECONCILE
 from tests.integration import ltm_env
 from tests.integration.conftest import CeleryProcess, start_celery, wait_until
 
@@ -67,7 +67,8 @@ def ltm_worker(
     worker = start_celery(
         "worker",
         ["-Q", "ltm", "-P", "prefork", "-c", "1", "-n", f"ltm-{res.settings.key_namespace}@%h",
-         "--include", "tasks.ltm", "--without-gossip", "--without-mingle", "--without-heartbeat"],
+         "--include", "memstrata.tasks.ltm", "--without-gossip", "--without-mingle",
+         "--without-heartbeat"],
         settings=res.settings,
         log_path=tmp_path / "worker.log",
         env={

@@ -9,11 +9,11 @@ from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from sqlalchemy import Engine, create_engine, inspect, text
 
-from core import migrations
-from core.errors import NotFound, PayloadTooLarge
-from core.ltm.ledger import Ledger
-from core.ltm.projection import ProjectionState
-from core.ltm.tables import ltm_metadata
+from memstrata.core import migrations
+from memstrata.core.errors import NotFound, PayloadTooLarge
+from memstrata.core.ltm.ledger import Ledger
+from memstrata.core.ltm.projection import ProjectionState
+from memstrata.core.ltm.tables import ltm_metadata
 from tests.integration import ltm_env
 from tests.integration.authority_db import scratch_database
 

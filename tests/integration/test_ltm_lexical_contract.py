@@ -11,15 +11,15 @@ from collections.abc import Iterator
 
 import pytest
 
-from core.ltm.card import CardStatus, LtmCard
-from core.ltm.filters import CardFilter
-from core.ltm.lexical_es import ElasticsearchLexicalIndex
-from core.ltm.lexical_es import connect as es_connect
-from core.ltm.lexical_milvus import MilvusLexicalIndex
-from core.ltm.milvus import MilvusConnection
-from core.ltm.milvus_server import MilvusServer
-from core.ltm.ports import LexicalIndex
-from core.ltm.text import normalise
+from memstrata.core.ltm.card import CardStatus, LtmCard
+from memstrata.core.ltm.filters import CardFilter
+from memstrata.core.ltm.lexical_es import ElasticsearchLexicalIndex
+from memstrata.core.ltm.lexical_es import connect as es_connect
+from memstrata.core.ltm.lexical_milvus import MilvusLexicalIndex
+from memstrata.core.ltm.milvus import MilvusConnection
+from memstrata.core.ltm.milvus_server import MilvusServer
+from memstrata.core.ltm.ports import LexicalIndex
+from memstrata.core.ltm.text import normalise
 from tests.integration import ltm_env
 
 pytestmark = pytest.mark.integration

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from core.errors import InvalidInput
-from core.ltm.errors import MilvusServerError
-from core.ltm.milvus import MilvusConnection
-from core.ltm.milvus_server import MilvusServer, free_port
+from memstrata.core.errors import InvalidInput
+from memstrata.core.ltm.errors import MilvusServerError
+from memstrata.core.ltm.milvus import MilvusConnection
+from memstrata.core.ltm.milvus_server import MilvusServer, free_port
 
 pytestmark = pytest.mark.integration
 

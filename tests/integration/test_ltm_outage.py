@@ -9,13 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from core.ltm.embedding import CachedEmbedder
-from core.ltm.errors import IndexUnavailable
-from core.ltm.filters import CardFilter
-from core.ltm.indexer import plan_reconcile, reconcile
-from core.ltm.milvus_server import MilvusServer, free_port
-from core.ltm.runtime import LtmRuntime
-from core.ltm.search import SearchMode
+from memstrata.core.ltm.embedding import CachedEmbedder
+from memstrata.core.ltm.errors import IndexUnavailable
+from memstrata.core.ltm.filters import CardFilter
+from memstrata.core.ltm.indexer import plan_reconcile, reconcile
+from memstrata.core.ltm.milvus_server import MilvusServer, free_port
+from memstrata.core.ltm.runtime import LtmRuntime
+from memstrata.core.ltm.search import SearchMode
 from tests.integration import ltm_env
 
 pytestmark = pytest.mark.integration

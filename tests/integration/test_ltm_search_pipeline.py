@@ -6,12 +6,12 @@ import time
 
 import pytest
 
-from core.ltm.errors import EmbeddingDimensionMismatch
-from core.ltm.filters import CardFilter
-from core.ltm.indexer import plan_reconcile, rebuild, reconcile
-from core.ltm.runtime import LtmRuntime
-from core.ltm.search import SearchMode
-from core.ltm.vector import MilvusVectorIndex
+from memstrata.core.ltm.errors import EmbeddingDimensionMismatch
+from memstrata.core.ltm.filters import CardFilter
+from memstrata.core.ltm.indexer import plan_reconcile, rebuild, reconcile
+from memstrata.core.ltm.runtime import LtmRuntime
+from memstrata.core.ltm.search import SearchMode
+from memstrata.core.ltm.vector import MilvusVectorIndex
 from tests.integration import ltm_env
 
 pytestmark = pytest.mark.integration

@@ -15,15 +15,15 @@ from pathlib import Path
 import pytest
 import redis
 
-from core.api import MemoryClient
-from core.errors import StoreFull, TransientError
-from core.ingest.drain import drain_shard
-from core.models.transcript import MessageIn
-from core.runtime import Runtime
-from core.settings import load_settings
-from ops.bench import stm_memory
-from ops.bench.common.env import REPO
-from ops.bench.common.scratch_redis import SHIPPED_CONF, scratch_redis
+from memstrata.core.api import MemoryClient
+from memstrata.core.errors import StoreFull, TransientError
+from memstrata.core.ingest.drain import drain_shard
+from memstrata.core.models.transcript import MessageIn
+from memstrata.core.runtime import Runtime
+from memstrata.core.settings import load_settings
+from memstrata.ops.bench import stm_memory
+from memstrata.ops.bench.common.env import REPO
+from memstrata.ops.bench.common.scratch_redis import SHIPPED_CONF, scratch_redis
 
 pytestmark = pytest.mark.integration
 

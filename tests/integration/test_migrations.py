@@ -16,9 +16,9 @@ from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from sqlalchemy import Engine, create_engine, inspect, text
 
-from core import migrations
-from core.migrations import MigrationError
-from ops.cli import main
+from memstrata.core import migrations
+from memstrata.core.migrations import MigrationError
+from memstrata.ops.cli import main
 from tests.integration.authority_db import scratch_database
 
 pytestmark = pytest.mark.integration

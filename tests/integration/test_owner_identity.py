@@ -23,22 +23,22 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from core.authority.admin import create_tenant, create_user
-from core.compress.service import compress_session
-from core.errors import InvalidInput
-from core.ids import owner_tenant
-from core.ingest.pipeline import read_decisions
-from core.lifecycle.finalise import finalise
-from core.lifecycle.preload import preload
-from core.lifecycle.runtime import Lifecycle
-from core.ltm.config import LtmSettings
-from core.ltm.embedding import CachedEmbedder
-from core.ltm.filters import CardFilter
-from core.ltm.milvus_server import MilvusServer
-from core.models.transcript import MessageIn
-from core.recall.service import Recaller, RecallRequest
-from core.runtime import Runtime
-from core.settings import load_settings
+from memstrata.core.authority.admin import create_tenant, create_user
+from memstrata.core.compress.service import compress_session
+from memstrata.core.errors import InvalidInput
+from memstrata.core.ids import owner_tenant
+from memstrata.core.ingest.pipeline import read_decisions
+from memstrata.core.lifecycle.finalise import finalise
+from memstrata.core.lifecycle.preload import preload
+from memstrata.core.lifecycle.runtime import Lifecycle
+from memstrata.core.ltm.config import LtmSettings
+from memstrata.core.ltm.embedding import CachedEmbedder
+from memstrata.core.ltm.filters import CardFilter
+from memstrata.core.ltm.milvus_server import MilvusServer
+from memstrata.core.models.transcript import MessageIn
+from memstrata.core.recall.service import Recaller, RecallRequest
+from memstrata.core.runtime import Runtime
+from memstrata.core.settings import load_settings
 from tests.conftest import REDIS_URL, _purge
 from tests.integration import ltm_env
 from tests.integration.conftest import REPO_ROOT, process_env
@@ -257,7 +257,8 @@ def test_the_cli_recall_stays_within_the_owner(finalised: World, tenant: str | N
         args += ["--tenant", tenant]
     env = process_env(finalised.runtime.settings)
     proc = subprocess.run(
-        [sys.executable, "-m", "ops.cli", *args], cwd=REPO_ROOT, env=env, capture_output=True,
+        [sys.executable, "-m", "memstrata.ops.cli", *args], cwd=REPO_ROOT, env=env,
+        capture_output=True,
         text=True, timeout=120, check=False,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-2000:]

@@ -6,9 +6,9 @@ from typing import cast
 
 import pytest
 
-from core.models.transcript import MessageIn
-from core.owner_layout import adopt_redis, adopt_transcripts
-from core.runtime import Runtime
+from memstrata.core.models.transcript import MessageIn
+from memstrata.core.owner_layout import adopt_redis, adopt_transcripts
+from memstrata.core.runtime import Runtime
 from tests.integration.test_stm_store import T0, item
 
 pytestmark = pytest.mark.integration

@@ -19,9 +19,9 @@ import pytest
 from sqlalchemy import Engine, create_engine, text
 from sqlalchemy import exc as sa
 
-from core.adapters.pg import ConstraintRule, PgErrorMap, pg_errors
-from core.authority.errors import AuthorityUnavailable, ConcurrentFactWrite
-from core.errors import (
+from memstrata.core.adapters.pg import ConstraintRule, PgErrorMap, pg_errors
+from memstrata.core.authority.errors import AuthorityUnavailable, ConcurrentFactWrite
+from memstrata.core.errors import (
     ConcurrentWrite,
     Conflict,
     InvalidInput,
@@ -32,7 +32,7 @@ from core.errors import (
     StoreUnavailable,
     TransientError,
 )
-from core.ltm.milvus_server import free_port
+from memstrata.core.ltm.milvus_server import free_port
 from tests.integration.authority_db import PG_HOST, PG_USER, scratch_database
 
 pytestmark = pytest.mark.integration
@@ -251,7 +251,7 @@ def test_a_deadlock_is_a_concurrent_write(engine: Engine) -> None:
 
 
 def test_the_authority_map_raises_the_authority_leaves(engine: Engine) -> None:
-    from core.authority.db import translated
+    from memstrata.core.authority.db import translated
 
     down = create_engine(f"postgresql+psycopg://{PG_USER}@{PG_HOST}:{free_port()}/x")
     try:

@@ -20,14 +20,14 @@ from typing import Any, cast
 import pytest
 from celery import Celery
 
-from core.api import MemoryClient
-from core.ingest.pipeline import BUDGET_RULE, DECISION_MAX_BYTES, read_decisions
-from core.ingest.queue import GROUP, shard_for
-from core.models.candidate import Verdict
-from core.runtime import Runtime
-from core.settings import Settings
-from core.textcut import CUT_MARKER_RE
-from tasks._options import RECLAIM
+from memstrata.core.api import MemoryClient
+from memstrata.core.ingest.pipeline import BUDGET_RULE, DECISION_MAX_BYTES, read_decisions
+from memstrata.core.ingest.queue import GROUP, shard_for
+from memstrata.core.models.candidate import Verdict
+from memstrata.core.runtime import Runtime
+from memstrata.core.settings import Settings
+from memstrata.core.textcut import CUT_MARKER_RE
+from memstrata.tasks._options import RECLAIM
 from tests.integration.conftest import (
     REPO_ROOT,
     CeleryProcess,
@@ -206,7 +206,7 @@ def test_refusals_beyond_the_cap_are_counted_not_recorded(res: Runtime) -> None:
 
 
 def _msg(content: str) -> Any:
-    from core.api import parse_messages
+    from memstrata.core.api import parse_messages
 
     return parse_messages([{"role": "user", "content": content}])[0]
 
@@ -296,7 +296,7 @@ class TestTurnOverTheSoftTimeLimit:
 # --------------------------------------------------------------------- the CLI
 def cli(settings: Settings, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "ops.cli", "dead-letters", *args],
+        [sys.executable, "-m", "memstrata.ops.cli", "dead-letters", *args],
         cwd=REPO_ROOT,
         env=process_env(settings),
         capture_output=True,

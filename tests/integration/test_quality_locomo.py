@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 
-from core.settings import Settings
-from ops.bench.quality.datasets import load_locomo
-from ops.bench.quality.report import markdown
-from ops.bench.quality.runner import evaluate, save
-from ops.bench.quality.stageloss import STAGES
+from memstrata.core.settings import Settings
+from memstrata.ops.bench.quality.datasets import load_locomo
+from memstrata.ops.bench.quality.report import markdown
+from memstrata.ops.bench.quality.runner import evaluate, save
+from memstrata.ops.bench.quality.stageloss import STAGES
 from tests.integration import authority_db
 
 pytestmark = pytest.mark.integration

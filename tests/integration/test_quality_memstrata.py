@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
-from core.settings import Settings
-from ops.bench import quality
-from ops.bench.quality.datasets import Dataset, Question, Space, Turn
-from ops.bench.quality.runner import evaluate
+from memstrata.core.settings import Settings
+from memstrata.ops.bench import quality
+from memstrata.ops.bench.quality.datasets import Dataset, Question, Space, Turn
+from memstrata.ops.bench.quality.runner import evaluate
 from tests.integration import authority_db
 
 pytestmark = pytest.mark.integration

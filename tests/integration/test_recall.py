@@ -12,13 +12,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sqlalchemy import Engine
 
-from core.authority.admin import create_tenant, create_user
-from core.authority.cache import ProfileCache
-from core.models.transcript import MessageIn
-from core.recall.pool import Verdict
-from core.recall.service import Recaller, RecallRequest
-from core.runtime import Runtime
-from core.stm.store import StmStore
+from memstrata.core.authority.admin import create_tenant, create_user
+from memstrata.core.authority.cache import ProfileCache
+from memstrata.core.models.transcript import MessageIn
+from memstrata.core.recall.pool import Verdict
+from memstrata.core.recall.service import Recaller, RecallRequest
+from memstrata.core.runtime import Runtime
+from memstrata.core.stm.store import StmStore
 from tests.integration import authority_db
 from tests.integration.authority_db import World
 
@@ -167,8 +167,8 @@ def test_stm_down_degrades_to_the_other_layers(
 
 
 def test_unknown_scope_and_bad_ids_are_refused(world: World, recaller: Recaller) -> None:
-    from core.authority.errors import ScopeDenied
-    from core.errors import InvalidInput, NotFound
+    from memstrata.core.authority.errors import ScopeDenied
+    from memstrata.core.errors import InvalidInput, NotFound
 
     with pytest.raises(NotFound):
         recaller.recall(req(world, "hi", user_id="nobody"))

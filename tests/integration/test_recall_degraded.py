@@ -17,15 +17,15 @@ from pathlib import Path
 
 import pytest
 
-from core.authority.admin import create_project, create_tenant, create_user
-from core.authority.facts import grant_role, set_profile
-from core.breaker import Breakers, BreakerState
-from core.ltm.config import LtmSettings
-from core.ltm.embedding import CachedEmbedder
-from core.ltm.milvus_server import MilvusServer, free_port
-from core.models.transcript import MessageIn
-from core.recall.pool import SourceType, Verdict
-from core.recall.service import (
+from memstrata.core.authority.admin import create_project, create_tenant, create_user
+from memstrata.core.authority.facts import grant_role, set_profile
+from memstrata.core.breaker import Breakers, BreakerState
+from memstrata.core.ltm.config import LtmSettings
+from memstrata.core.ltm.embedding import CachedEmbedder
+from memstrata.core.ltm.milvus_server import MilvusServer, free_port
+from memstrata.core.models.transcript import MessageIn
+from memstrata.core.recall.pool import SourceType, Verdict
+from memstrata.core.recall.service import (
     AUTHORITY,
     HISTORY,
     LTM,
@@ -35,9 +35,9 @@ from core.recall.service import (
     RecallResult,
     RecallSettings,
 )
-from core.runtime import Runtime
-from core.settings import load_settings
-from ops.bench.common.scratch_redis import RedisServer
+from memstrata.core.runtime import Runtime
+from memstrata.core.settings import load_settings
+from memstrata.ops.bench.common.scratch_redis import RedisServer
 from tests.clock import FixedClock
 from tests.conftest import REDIS_URL, _purge
 from tests.integration import ltm_env

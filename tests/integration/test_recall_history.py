@@ -8,17 +8,17 @@ from pathlib import Path
 
 import pytest
 
-from core.authority.admin import create_tenant, create_user
-from core.lifecycle.finalise import finalise
-from core.ltm.config import LtmSettings
-from core.ltm.embedding import CachedEmbedder
-from core.ltm.history import history_id, project_transcripts
-from core.ltm.milvus_server import MilvusServer
-from core.models.transcript import MessageIn
-from core.recall.pool import SourceType, Verdict
-from core.recall.service import RecallRequest
-from core.runtime import Runtime
-from core.settings import load_settings
+from memstrata.core.authority.admin import create_tenant, create_user
+from memstrata.core.lifecycle.finalise import finalise
+from memstrata.core.ltm.config import LtmSettings
+from memstrata.core.ltm.embedding import CachedEmbedder
+from memstrata.core.ltm.history import history_id, project_transcripts
+from memstrata.core.ltm.milvus_server import MilvusServer
+from memstrata.core.models.transcript import MessageIn
+from memstrata.core.recall.pool import SourceType, Verdict
+from memstrata.core.recall.service import RecallRequest
+from memstrata.core.runtime import Runtime
+from memstrata.core.settings import load_settings
 from tests.conftest import REDIS_URL, _purge
 from tests.integration import ltm_env
 from tests.integration.test_lifecycle_env import lifecycle_pg

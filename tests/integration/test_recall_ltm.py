@@ -8,16 +8,16 @@ from pathlib import Path
 import pytest
 from sqlalchemy import Engine
 
-from core.authority.cache import ProfileCache
-from core.lifecycle.policy import Decision, ItemView, Route
-from core.lifecycle.promote import card_for
-from core.ltm.embedding import CachedEmbedder
-from core.ltm.milvus_server import MilvusServer, free_port
-from core.ltm.runtime import LtmRuntime
-from core.recall.ltm_adapter import LedgerBackedSearcher
-from core.recall.pool import SourceType, Verdict
-from core.recall.service import Recaller, RecallRequest
-from core.runtime import Runtime
+from memstrata.core.authority.cache import ProfileCache
+from memstrata.core.lifecycle.policy import Decision, ItemView, Route
+from memstrata.core.lifecycle.promote import card_for
+from memstrata.core.ltm.embedding import CachedEmbedder
+from memstrata.core.ltm.milvus_server import MilvusServer, free_port
+from memstrata.core.ltm.runtime import LtmRuntime
+from memstrata.core.recall.ltm_adapter import LedgerBackedSearcher
+from memstrata.core.recall.pool import SourceType, Verdict
+from memstrata.core.recall.service import Recaller, RecallRequest
+from memstrata.core.runtime import Runtime
 from tests.integration import authority_db, ltm_env
 from tests.integration.authority_db import World
 from tests.integration.test_recall import T0, ZH_DEBUG, ingest

@@ -16,17 +16,17 @@ from typing import Any
 import pytest
 import redis
 
-from core.api import MemoryClient, parse_messages
-from core.errors import StoreUnavailable
-from core.ingest.drain import drain_shard
-from core.ingest.pipeline import read_decisions
-from core.ingest.queue import shard_for
-from core.ingest.reconcile import ReconcileReport, reconcile
-from core.ltm.config import LtmSettings
-from core.runtime import Runtime
-from core.settings import Settings, load_settings
-from ops.bench.common.scratch_redis import RedisServer
-from tasks._options import DRAIN, RECONCILE
+from memstrata.core.api import MemoryClient, parse_messages
+from memstrata.core.errors import StoreUnavailable
+from memstrata.core.ingest.drain import drain_shard
+from memstrata.core.ingest.pipeline import read_decisions
+from memstrata.core.ingest.queue import shard_for
+from memstrata.core.ingest.reconcile import ReconcileReport, reconcile
+from memstrata.core.ltm.config import LtmSettings
+from memstrata.core.runtime import Runtime
+from memstrata.core.settings import Settings, load_settings
+from memstrata.ops.bench.common.scratch_redis import RedisServer
+from memstrata.tasks._options import DRAIN, RECONCILE
 from tests.conftest import REDIS_URL, _purge
 from tests.integration.conftest import CeleryProcess, wait_until
 

@@ -21,8 +21,8 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from core.adapters.redis import RULES, redis_errors, translate
-from core.errors import (
+from memstrata.core.adapters.redis import RULES, redis_errors, translate
+from memstrata.core.errors import (
     ConcurrentWrite,
     MemstrataError,
     PermanentError,
@@ -32,10 +32,10 @@ from core.errors import (
     StoreUnavailable,
     TransientError,
 )
-from core.ingest.queue import IngestQueue
-from core.ltm.milvus_server import free_port
-from core.runtime import Runtime
-from core.stm.store import StmStore
+from memstrata.core.ingest.queue import IngestQueue
+from memstrata.core.ltm.milvus_server import free_port
+from memstrata.core.runtime import Runtime
+from memstrata.core.stm.store import StmStore
 from tests.integration.test_stm_store import item
 
 pytestmark = pytest.mark.integration

@@ -11,11 +11,11 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from core.errors import InvalidId, InvalidInput, PayloadTooLarge, StoreUnavailable
-from core.ids import entity_key_part
-from core.models.memory import MemoryItem, MemoryStatus, MemoryType
-from core.runtime import Runtime
-from core.stm.store import StmStore
+from memstrata.core.errors import InvalidId, InvalidInput, PayloadTooLarge, StoreUnavailable
+from memstrata.core.ids import entity_key_part
+from memstrata.core.models.memory import MemoryItem, MemoryStatus, MemoryType
+from memstrata.core.runtime import Runtime
+from memstrata.core.stm.store import StmStore
 
 pytestmark = pytest.mark.integration
 

@@ -19,9 +19,9 @@ from typing import Any
 import pytest
 from celery import Celery
 
-from core.ltm.milvus_server import free_port
-from core.settings import Settings, load_settings
-from tasks._options import (
+from memstrata.core.ltm.milvus_server import free_port
+from memstrata.core.settings import Settings, load_settings
+from memstrata.tasks._options import (
     COMPRESS,
     DRAIN,
     LIFECYCLE_FINALISE,

@@ -5,9 +5,9 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from core.authority.domain import FactDomain, FactOrigin, PermissionScope
-from core.authority.schemas import FactPublic, ProjectAccess, WorkspacePublic
-from core.authority.snapshot import AuthoritySnapshot
+from memstrata.core.authority.domain import FactDomain, FactOrigin, PermissionScope
+from memstrata.core.authority.schemas import FactPublic, ProjectAccess, WorkspacePublic
+from memstrata.core.authority.snapshot import AuthoritySnapshot
 
 T0 = datetime(2026, 11, 30, 9, 0, tzinfo=UTC)
 

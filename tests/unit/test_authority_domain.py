@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from core.authority.domain import (
+from memstrata.core.authority.domain import (
     AUTHORITATIVE_DOMAINS,
     AuthorityLimits,
     FactDomain,
@@ -14,13 +14,13 @@ from core.authority.domain import (
     encode_value,
     parse_domain,
 )
-from core.authority.errors import (
+from memstrata.core.authority.errors import (
     FactValueTooLarge,
     InvalidFactKey,
     InvalidFactValue,
     UnknownDomain,
 )
-from core.errors import InvalidId, InvalidInput, PayloadTooLarge
+from memstrata.core.errors import InvalidId, InvalidInput, PayloadTooLarge
 
 
 def test_the_seed_names_exactly_four_authoritative_domains() -> None:

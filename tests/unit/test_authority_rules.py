@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from core.authority.domain_authority import (
+from memstrata.core.authority.domain_authority import (
     Action,
     AuthorityCandidate,
     AuthorityPolicy,
@@ -10,7 +10,7 @@ from core.authority.domain_authority import (
     arbitrate,
     authority_key,
 )
-from core.models.memory import MemoryItem, MemoryType
+from memstrata.core.models.memory import MemoryItem, MemoryType
 from tests.unit.authority_snapshots import snapshot
 
 SNAP = snapshot(

@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from core.authority.blocks import build_blocks
-from core.authority.domain import PermissionScope
-from core.authority.errors import ScopeDenied
-from core.authority.filters import RetrievalFilters, filters_for
-from core.errors import InvalidId
+from memstrata.core.authority.blocks import build_blocks
+from memstrata.core.authority.domain import PermissionScope
+from memstrata.core.authority.errors import ScopeDenied
+from memstrata.core.authority.filters import RetrievalFilters, filters_for
+from memstrata.core.errors import InvalidId
 from tests.unit.authority_snapshots import snapshot
 
 

@@ -7,11 +7,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from core.authority.filters import filters_for
-from core.authority.snapshot import owner_only
-from core.breaker import Breakers, BreakerState, CircuitBreaker, describe, tripping
-from core.errors import NotFound, StoreUnavailable
-from core.redact import redact
+from memstrata.core.authority.filters import filters_for
+from memstrata.core.authority.snapshot import owner_only
+from memstrata.core.breaker import Breakers, BreakerState, CircuitBreaker, describe, tripping
+from memstrata.core.errors import NotFound, StoreUnavailable
+from memstrata.core.redact import redact
 from tests.clock import FixedClock
 
 T0 = 1_700_000_000.0

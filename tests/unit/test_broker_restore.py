@@ -1,13 +1,13 @@
-"""tasks.broker: restoring unacked messages after the connection closed must not raise (D1)."""
+"""tasks/broker.py: restoring unacked messages after the connection closed must not raise (D1)."""
 
 from __future__ import annotations
 
 from collections import OrderedDict
 from types import SimpleNamespace
 
-from core.settings import load_settings
-from tasks.app import celery_config, visibility_timeout_s
-from tasks.broker import TRANSPORT, QoS
+from memstrata.core.settings import load_settings
+from memstrata.tasks.app import celery_config, visibility_timeout_s
+from memstrata.tasks.broker import TRANSPORT, QoS
 
 
 def test_restore_after_close_leaves_messages_to_the_visibility_restore() -> None:

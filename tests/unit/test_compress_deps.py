@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from core.compress.deps import Dependency, classify
-from core.compress.model import CompressionPolicy, DependencyClass
-from core.compress.session import index_session
-from core.compress.tokens import default_counter
-from core.models.memory import MemoryItem, MemoryType
+from memstrata.core.compress.deps import Dependency, classify
+from memstrata.core.compress.model import CompressionPolicy, DependencyClass
+from memstrata.core.compress.session import index_session
+from memstrata.core.compress.tokens import default_counter
+from memstrata.core.models.memory import MemoryItem, MemoryType
 from tests.unit.test_compress_helpers import Script, item, log_lines
 
 POOL_LINE = "ERROR payments-db pool exhausted: active=50 max=50 wait_ms=1834"

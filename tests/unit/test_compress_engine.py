@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from core.compress.engine import compress
-from core.compress.errors import BudgetTooSmall
-from core.compress.explain import explain
-from core.compress.llm import with_mandatory
-from core.compress.model import (
+from memstrata.core.compress.engine import compress
+from memstrata.core.compress.errors import BudgetTooSmall
+from memstrata.core.compress.explain import explain
+from memstrata.core.compress.llm import with_mandatory
+from memstrata.core.compress.model import (
     CompressedView,
     CompressionPolicy,
     Level,
@@ -16,9 +16,9 @@ from core.compress.model import (
     SummaryLine,
     SummarySection,
 )
-from core.compress.summary import SECTIONS
-from core.errors import InvalidInput, NotFound
-from core.models.memory import MemoryItem, MemoryType
+from memstrata.core.compress.summary import SECTIONS
+from memstrata.core.errors import InvalidInput, NotFound
+from memstrata.core.models.memory import MemoryItem, MemoryType
 from tests.unit.test_compress_helpers import Script, item, log_lines
 
 CONSTRAINT = "Do not restart payment-service during business hours."
@@ -223,8 +223,8 @@ class _TerseModel:
 
 
 def test_an_optional_model_summary_keeps_mandatory_lines_and_the_budget() -> None:
-    from core.compress.llm import apply_summariser
-    from core.compress.tokens import default_counter
+    from memstrata.core.compress.llm import apply_summariser
+    from memstrata.core.compress.tokens import default_counter
 
     s, items = debugging_session(30)
     view = compress(s.records, items, budget_tokens=2500)

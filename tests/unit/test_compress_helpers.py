@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from core.models.memory import MemoryItem, MemorySource, MemoryType
-from core.models.transcript import Role, ToolCall, TranscriptRecord
+from memstrata.core.models.memory import MemoryItem, MemorySource, MemoryType
+from memstrata.core.models.transcript import Role, ToolCall, TranscriptRecord
 
 
 class Script:

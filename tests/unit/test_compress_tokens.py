@@ -4,9 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from core.compress.cache import crossed
-from core.compress.tokens import MESSAGE_OVERHEAD, Cl100kCounter, default_counter, message_tokens
-from core.models.transcript import Role, ToolCall, TranscriptRecord
+from memstrata.core.compress.cache import crossed
+from memstrata.core.compress.tokens import (
+    MESSAGE_OVERHEAD,
+    Cl100kCounter,
+    default_counter,
+    message_tokens,
+)
+from memstrata.core.models.transcript import Role, ToolCall, TranscriptRecord
 
 
 def test_counts_are_real_cl100k_tokens_without_network() -> None:

@@ -7,11 +7,16 @@ import re
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from core.extract.lexicon import default_lexicon
-from core.extract.rules import ExtractionBudget, ExtractionContext, RuleExtractor, strip_reasoning
-from core.extract.windows import read_windows
-from core.models.transcript import Role, TranscriptRecord
-from core.textcut import cut_middle, fair_shares
+from memstrata.core.extract.lexicon import default_lexicon
+from memstrata.core.extract.rules import (
+    ExtractionBudget,
+    ExtractionContext,
+    RuleExtractor,
+    strip_reasoning,
+)
+from memstrata.core.extract.windows import read_windows
+from memstrata.core.models.transcript import Role, TranscriptRecord
+from memstrata.core.textcut import cut_middle, fair_shares
 
 CTX = ExtractionContext(user_id="u", session_id="s")
 CJK = "我们决定回滚支付服务，不要重启生产环境。"
@@ -84,7 +89,7 @@ def test_stripping_reasoning_in_one_pass_matches_the_regex_it_replaces(parts: li
 
 def strip_reasoning_old(stripped_blocks: str, lexicon: object) -> str:
     """The rest of strip_reasoning (code fences, markers) applied to the regex's output."""
-    from core.extract import rules
+    from memstrata.core.extract import rules
 
     out = rules._CODE_FENCE.sub(" ", stripped_blocks)
     for marker in default_lexicon().reasoning_markers:

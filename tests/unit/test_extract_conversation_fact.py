@@ -7,10 +7,10 @@ rule already covered add none.
 
 from __future__ import annotations
 
-from core.extract.rules import ExtractionContext, RuleExtractor
-from core.models.candidate import Candidate
-from core.models.memory import MemoryType
-from core.models.transcript import Role, TranscriptRecord
+from memstrata.core.extract.rules import ExtractionContext, RuleExtractor
+from memstrata.core.models.candidate import Candidate
+from memstrata.core.models.memory import MemoryType
+from memstrata.core.models.transcript import Role, TranscriptRecord
 
 CTX = ExtractionContext(user_id="u_42", session_id="s_1", turn_index=2)
 EXTRACTOR = RuleExtractor()

@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from core.extract.entities import extract_entities, topic_of
-from core.extract.lexicon import default_lexicon
-from core.extract.rules import (
+from memstrata.core.extract.entities import extract_entities, topic_of
+from memstrata.core.extract.lexicon import default_lexicon
+from memstrata.core.extract.rules import (
     ExtractionContext,
     RuleExtractor,
     clip,
@@ -20,9 +20,9 @@ from core.extract.rules import (
     split_clauses,
     strip_reasoning,
 )
-from core.models.candidate import Candidate
-from core.models.memory import MemoryType
-from core.models.transcript import Role, ToolCall, TranscriptRecord
+from memstrata.core.models.candidate import Candidate
+from memstrata.core.models.memory import MemoryType
+from memstrata.core.models.transcript import Role, ToolCall, TranscriptRecord
 
 U, A, T = Role.USER, Role.ASSISTANT, Role.TOOL
 CTX = ExtractionContext(user_id="u_42", session_id="s_1", task_id="bug456", turn_index=3)

@@ -8,8 +8,8 @@ import re
 import pytest
 from pydantic import BaseModel, ValidationError
 
-from core.errors import InvalidId, InvalidInput
-from core.ids import SafeId, entity_key_part, validate_id
+from memstrata.core.errors import InvalidId, InvalidInput
+from memstrata.core.ids import SafeId, entity_key_part, validate_id
 
 UNSAFE_IDS = [
     pytest.param("u:42", id="key-separator-colon"),

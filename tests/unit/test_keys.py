@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from core.keys import (
+from memstrata.core.keys import (
     FAMILIES,
     AuthorityKeys,
     CompressKeys,

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from core.lifecycle.batch import BatchEntry, BatchPolicy, plan_batch
-from core.lifecycle.config import ForgetPolicy
-from core.lifecycle.forgetting import CardFacts, select_for_forgetting
+from memstrata.core.lifecycle.batch import BatchEntry, BatchPolicy, plan_batch
+from memstrata.core.lifecycle.config import ForgetPolicy
+from memstrata.core.lifecycle.forgetting import CardFacts, select_for_forgetting
 
 NOW = 1_800_000_000.0
 

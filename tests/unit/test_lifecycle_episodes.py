@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from core.lifecycle.episodes import CONTEXT_CHARS, episode_draft, message_context
-from core.models.memory import MemoryItem, MemorySource, MemoryType
-from core.models.transcript import Role, TranscriptRecord
+from memstrata.core.lifecycle.episodes import CONTEXT_CHARS, episode_draft, message_context
+from memstrata.core.models.memory import MemoryItem, MemorySource, MemoryType
+from memstrata.core.models.transcript import Role, TranscriptRecord
 
 AT = 1_800_000_000.0
 

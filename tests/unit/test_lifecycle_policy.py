@@ -4,9 +4,16 @@ from __future__ import annotations
 
 import pytest
 
-from core.errors import IllegalTransition
-from core.lifecycle.policy import ItemView, PromotionPolicy, Route, decide, pg_key, topic_of
-from core.lifecycle.states import Event, Record, State, current, next_state
+from memstrata.core.errors import IllegalTransition
+from memstrata.core.lifecycle.policy import (
+    ItemView,
+    PromotionPolicy,
+    Route,
+    decide,
+    pg_key,
+    topic_of,
+)
+from memstrata.core.lifecycle.states import Event, Record, State, current, next_state
 
 NOW = 1_800_000_000.0
 POLICY = PromotionPolicy()

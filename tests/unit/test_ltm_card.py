@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from core.errors import IllegalTransition, InvalidInput
-from core.ltm.card import CardDraft, CardStatus, LtmCard, card_id
-from core.ltm.filters import CardFilter, es_filter, milvus_expr
-from core.ltm.projection import ProjectionEvent, ProjectionState, next_state
+from memstrata.core.errors import IllegalTransition, InvalidInput
+from memstrata.core.ltm.card import CardDraft, CardStatus, LtmCard, card_id
+from memstrata.core.ltm.filters import CardFilter, es_filter, milvus_expr
+from memstrata.core.ltm.projection import ProjectionEvent, ProjectionState, next_state
 
 SEED_FIELDS = {
     "memory_id", "user_id", "tenant_id", "project_id", "memory_type", "title", "summary",
@@ -123,7 +123,7 @@ def test_status_values_are_the_seed_ones() -> None:
 
 
 def test_a_card_key_gives_back_the_canonical_key_of_the_item_it_came_from() -> None:
-    from core.models.identity import EPISODE, PROMOTED, card_key, memory_key
+    from memstrata.core.models.identity import EPISODE, PROMOTED, card_key, memory_key
 
     # Given the canonical key of an STM item
     key = "bug456:excluded:database"

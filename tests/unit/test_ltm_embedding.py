@@ -12,10 +12,10 @@ from typing import Any, ClassVar
 import numpy as np
 import pytest
 
-from core.errors import InvalidInput
-from core.ltm.embed_http import OpenAIEmbedder
-from core.ltm.embedding import CachedEmbedder, Vectors, check_dimension, make_embedder
-from core.ltm.errors import EmbeddingDimensionMismatch, EmbeddingUnavailable
+from memstrata.core.errors import InvalidInput
+from memstrata.core.ltm.embed_http import OpenAIEmbedder
+from memstrata.core.ltm.embedding import CachedEmbedder, Vectors, check_dimension, make_embedder
+from memstrata.core.ltm.errors import EmbeddingDimensionMismatch, EmbeddingUnavailable
 
 
 class CountingEmbedder:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from core.ltm.ports import Hit
-from core.ltm.search import Fusion, SearchPolicy, fuse, recency, rerank, weights_for
+from memstrata.core.ltm.ports import Hit
+from memstrata.core.ltm.search import Fusion, SearchPolicy, fuse, recency, rerank, weights_for
 
 NOW = 1_000_000.0
 

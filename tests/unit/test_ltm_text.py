@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from core.ltm.text import exact_terms, normalise
+from memstrata.core.ltm.text import exact_terms, normalise
 
 
 @pytest.mark.parametrize(

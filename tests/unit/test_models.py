@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from core.errors import CorruptRecord
-from core.models.memory import (
+from memstrata.core.errors import CorruptRecord
+from memstrata.core.models.memory import (
     MemoryItem,
     MemorySource,
     MemoryStatus,

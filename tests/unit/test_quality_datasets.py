@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from ops.bench.quality.datasets import (
+from memstrata.ops.bench.quality.datasets import (
     BEAM_HEADLINE,
     beam_answers,
     detect_format,
@@ -25,7 +25,7 @@ from ops.bench.quality.datasets import (
     parse_memdaily_time,
     strip_beam_artefact,
 )
-from ops.bench.quality.systems.base import bm25_tokens
+from memstrata.ops.bench.quality.systems.base import bm25_tokens
 
 
 @pytest.mark.parametrize(

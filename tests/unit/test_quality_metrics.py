@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from ops.bench.quality.metrics import (
+from memstrata.ops.bench.quality.metrics import (
     answer_containment,
     average,
     average_budgets,
@@ -21,8 +21,8 @@ from ops.bench.quality.metrics import (
     score_question,
     turn_budget,
 )
-from ops.bench.quality.systems.base import Hit, Injection, cl100k, pack
-from ops.bench.quality.systems.raw import rrf
+from memstrata.ops.bench.quality.systems.base import Hit, Injection, cl100k, pack
+from memstrata.ops.bench.quality.systems.raw import rrf
 
 
 def test_turn_budget_expands_dedups_and_cuts_in_rank_order() -> None:

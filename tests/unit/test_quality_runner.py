@@ -9,12 +9,12 @@ from typing import Any
 
 import pytest
 
-from ops import cli
-from ops.bench import quality
-from ops.bench.quality import runner
-from ops.bench.quality.datasets import Dataset, Question, Space, Turn
-from ops.bench.quality.report import markdown
-from ops.bench.quality.systems.base import Hit, Injection, SystemStats
+from memstrata.ops import cli
+from memstrata.ops.bench import quality
+from memstrata.ops.bench.quality import runner
+from memstrata.ops.bench.quality.datasets import Dataset, Question, Space, Turn
+from memstrata.ops.bench.quality.report import markdown
+from memstrata.ops.bench.quality.systems.base import Hit, Injection, SystemStats
 
 
 class Flaky:

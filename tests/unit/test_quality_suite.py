@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from ops.bench.quality.suite import BEGIN, END, Run, rewrite_doc, section, suite
+from memstrata.ops.bench.quality.suite import BEGIN, END, Run, rewrite_doc, section, suite
 
 
 def test_the_suite_covers_every_dataset_family_of_the_page() -> None:

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from core.recall.pool import (
+from memstrata.core.recall.pool import (
     PoolCandidate,
     PoolPolicy,
     SourceType,
@@ -15,8 +15,14 @@ from core.recall.pool import (
     dedup,
     estimate_tokens,
 )
-from core.recall.profile import RuntimeState, build_query_profile
-from core.recall.route import LtmMode, RoutingPolicy, decide_route, ltm_mode, with_ltm_fallback
+from memstrata.core.recall.profile import RuntimeState, build_query_profile
+from memstrata.core.recall.route import (
+    LtmMode,
+    RoutingPolicy,
+    decide_route,
+    ltm_mode,
+    with_ltm_fallback,
+)
 
 NOW = 1_700_000_000.0
 DEBUGGING = RuntimeState(
@@ -226,7 +232,13 @@ def test_token_estimate_is_positive_and_monotone_in_cjk(text: str) -> None:
 
 
 def test_a_candidate_whose_entity_the_query_names_scores_the_entity_feature() -> None:
-    from core.recall.pool import PoolCandidate, RescoreWeights, SourceType, named_in, rescore
+    from memstrata.core.recall.pool import (
+        PoolCandidate,
+        RescoreWeights,
+        SourceType,
+        named_in,
+        rescore,
+    )
 
     def cand(entities: tuple[str, ...]) -> PoolCandidate:
         return PoolCandidate(memory_id="c", source_type=SourceType.LTM, summary="went hiking",
@@ -259,7 +271,7 @@ def test_a_general_question_outside_a_task_also_searches_long_term_memory() -> N
 
 
 def test_a_duplicate_dropped_from_the_pool_leaves_its_provenance_to_the_kept_one() -> None:
-    from core.recall.pool import PoolCandidate, SourceType, dedup
+    from memstrata.core.recall.pool import PoolCandidate, SourceType, dedup
 
     def cand(mid: str, ids: tuple[str, ...], at: float) -> PoolCandidate:
         return PoolCandidate(memory_id=mid, source_type=SourceType.LTM, summary="went hiking",
@@ -289,7 +301,7 @@ def test_a_raw_message_already_in_a_kept_memory_is_a_duplicate_and_costs_no_rank
 
 
 def test_raw_history_renders_last_with_the_date_it_was_said() -> None:
-    from core.recall.render import RenderedMemory, render
+    from memstrata.core.recall.render import RenderedMemory, render
 
     card = cand("ltm_1", SourceType.LTM, "k1", "f1", summary="likes hiking")
     raw = cand("raw_1", SourceType.RAW_HISTORY, "raw:d1", "f2", summary="Caroline: I ran 5k",
@@ -303,7 +315,7 @@ def test_raw_history_renders_last_with_the_date_it_was_said() -> None:
 
 
 def test_each_layer_keeps_its_relevance_order_in_the_pool() -> None:
-    from core.recall.ltm_adapter import rank_similarity
+    from memstrata.core.recall.ltm_adapter import rank_similarity
 
     # a layer's first result is fully similar, the tenth half as much, and order is kept
     sims = [rank_similarity(r) for r in range(12)]
@@ -312,7 +324,7 @@ def test_each_layer_keeps_its_relevance_order_in_the_pool() -> None:
 
 
 def test_long_term_candidates_age_over_a_month_and_stm_over_a_day() -> None:
-    from core.recall.pool import RescoreWeights, rescore
+    from memstrata.core.recall.pool import RescoreWeights, rescore
 
     w = RescoreWeights()
     day = 24 * 3600.0

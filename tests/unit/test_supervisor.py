@@ -1,4 +1,4 @@
-"""ops.procs.Supervisor: what ``memstrata up`` does when a worker, Beat or Flower dies."""
+"""memstrata.ops.procs.Supervisor: what ``memstrata up`` does when a worker, Beat or Flower dies."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import sys
 import time
 from pathlib import Path
 
-from ops.procs import Child, Supervisor
+from memstrata.ops.procs import Child, Supervisor
 
 
 def _wait_exit(child: Child) -> None:

@@ -17,11 +17,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel
 
-from core.errors import InvalidInput
-from tasks._options import BatchLimit, TaskInput, payload
-from tasks.compress import CompressRequest
-from tasks.ingest import DrainInput
-from tasks.lifecycle import (
+from memstrata.core.errors import InvalidInput
+from memstrata.tasks._options import BatchLimit, TaskInput, payload
+from memstrata.tasks.compress import CompressRequest
+from memstrata.tasks.ingest import DrainInput
+from memstrata.tasks.lifecycle import (
     DryRun,
     ForgetInput,
     PreloadInput,
@@ -29,7 +29,7 @@ from tasks.lifecycle import (
     ScanInput,
     SessionInput,
 )
-from tasks.ltm import CardIds, TurnPointers
+from memstrata.tasks.ltm import CardIds, TurnPointers
 
 HOSTILE_IDS = ["", ".", "..", "a:b", "u*", "a b", "ｕ42", "u\u200b", "\ud800", "x" * 129]
 HOSTILE_IDS += ["../etc", "a/b", "\x00", "{s0}", "' or 1==1"]

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from core.errors import CorruptRecord, InvalidId, InvalidInput, NotFound, PayloadTooLarge
-from core.models.transcript import MessageIn, Role, ToolCall, TranscriptRecord
-from core.textcut import CUT_MARKER_RE, MARKER_MAX_CHARS
-from core.transcript.store import AppendedTurn, TranscriptStore, new_turn_id
+from memstrata.core.errors import CorruptRecord, InvalidId, InvalidInput, NotFound, PayloadTooLarge
+from memstrata.core.models.transcript import MessageIn, Role, ToolCall, TranscriptRecord
+from memstrata.core.textcut import CUT_MARKER_RE, MARKER_MAX_CHARS
+from memstrata.core.transcript.store import AppendedTurn, TranscriptStore, new_turn_id
 
 AT = 1_700_000_000.0
 
@@ -284,7 +284,7 @@ def test_torn_last_line_is_skipped_with_a_warning(
     with path.open("ab") as fh:
         fh.write(b'{"message_id":"t2.0","turn_id":"t2","user_id":"u_1","ro')
     # When the session is read
-    with caplog.at_level(logging.WARNING, logger="core.transcript.store"):
+    with caplog.at_level(logging.WARNING, logger="memstrata.core.transcript.store"):
         records = list(store.read_session(user_id="u_1", session_id="s_1"))
     # Then every complete record is returned and the torn tail is reported, not raised
     assert records == list(good.records)

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from core.errors import Conflict, InvalidId, InvalidInput
-from core.models.transcript import MessageIn, Role, ToolCall
-from core.transcript.store import TranscriptStore
+from memstrata.core.errors import Conflict, InvalidId, InvalidInput
+from memstrata.core.models.transcript import MessageIn, Role, ToolCall
+from memstrata.core.transcript.store import TranscriptStore
 
 AT = 1_700_000_000.0
 IDS = {"user_id": "u_1", "session_id": "s_1"}

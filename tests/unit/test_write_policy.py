@@ -8,10 +8,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from core.models.candidate import Candidate, CandidateSignals, Verdict
-from core.models.identity import fingerprint
-from core.models.memory import MemorySource, MemoryType
-from core.policy.write import (
+from memstrata.core.models.candidate import Candidate, CandidateSignals, Verdict
+from memstrata.core.models.identity import fingerprint
+from memstrata.core.models.memory import MemorySource, MemoryType
+from memstrata.core.policy.write import (
     Existing,
     TtlPolicy,
     WritePolicy,

@@ -15,7 +15,7 @@ def scratch_postgres(prefix: str = "memstrata_bench_") -> Iterator[str]:
     from psycopg.conninfo import make_conninfo
     from sqlalchemy.engine import make_url
 
-    from core.settings import load_settings
+    from memstrata.core.settings import load_settings
 
     base = make_url(os.environ.get("MEMSTRATA_POSTGRES_URL") or load_settings().postgres_url)
     name = f"{prefix}{uuid.uuid4().hex[:10]}"

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import redis
 
-from ops.bench.common.env import REPO
+from memstrata.ops.bench.common.env import REPO
 
 SHIPPED_CONF = REPO / "ops" / "redis.conf"
 
@@ -34,7 +34,7 @@ def scratch_redis(*args: str, conf: Path | None = None) -> Iterator[redis.Redis]
     Durability settings of ``conf`` are overridden (no AOF, no snapshots) and so is any
     ``maxmemory``: a caller that wants a limit passes it in ``args``.
     """
-    from core.ltm.milvus_server import free_port
+    from memstrata.core.ltm.milvus_server import free_port
 
     folder = Path(tempfile.mkdtemp(prefix="memstrata-redis-"))
     port = free_port()
@@ -69,7 +69,7 @@ class RedisServer:
     """A restartable ``redis-server`` with AOF (``appendfsync always``) on a free port."""
 
     def __init__(self, folder: Path) -> None:
-        from core.ltm.milvus_server import free_port
+        from memstrata.core.ltm.milvus_server import free_port
 
         self.port = free_port()
         self.folder = folder

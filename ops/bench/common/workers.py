@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ops.bench.common.cpu import children_cpu_seconds
-from ops.bench.common.env import REPO
+from memstrata.ops.bench.common.cpu import children_cpu_seconds
+from memstrata.ops.bench.common.env import REPO
 
 
 @dataclass
@@ -45,7 +45,7 @@ class WorkerGroup:
         for i in range(self.count):
             name = f"bench{tag}w{i}@%h"
             cmd = [
-                sys.executable, "-m", "celery", "-A", "tasks.app", "worker",
+                sys.executable, "-m", "celery", "-A", "memstrata.tasks.app", "worker",
                 "-Q", self.queues, "-P", self.pool, "-c", str(self.concurrency),
                 "-n", name, "--loglevel", "WARNING", "--without-gossip", "--without-mingle",
                 "--without-heartbeat",
@@ -70,7 +70,7 @@ class WorkerGroup:
         return time.perf_counter() - t0
 
     def _wait_ready(self, timeout_s: float) -> None:
-        from tasks.app import app
+        from memstrata.tasks.app import app
 
         deadline = time.monotonic() + timeout_s
         want = set(self.names)
@@ -130,8 +130,8 @@ def celery_follow_env() -> None:
     afterwards, or ``memstrata bench all`` would send one benchmark's tasks to another's
     queues.  Connections are pooled per broker options, so dropping the pools is enough.
     """
-    from core.settings import load_settings
-    from tasks.app import app, celery_config
+    from memstrata.core.settings import load_settings
+    from memstrata.tasks.app import app, celery_config
 
     app.conf.update(celery_config(load_settings()))
     app._pool = None

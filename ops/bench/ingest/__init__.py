@@ -1,6 +1,7 @@
 """End-to-end ingest benchmark: ``record_turn()`` → Celery drain workers → item in STM.
 
-Real worker subprocesses (``celery -A tasks.app worker``) in a namespace of their own, real
+Real worker subprocesses (``celery -A memstrata.tasks.app worker``) in a namespace of their
+own, real
 turns (user ask, assistant reply with a tool call, tool result; English and Chinese), and
 an open-loop producer, so that a slow pipeline shows up as latency instead of politely
 slowing the producer down.
@@ -32,18 +33,18 @@ from typing import Any
 
 import redis
 
-from ops.bench.common.env import new_namespace, patched_env, purge, redis_url, scratch_dir
-from ops.bench.common.machine import machine
-from ops.bench.common.workers import celery_follow_env
-from ops.bench.ingest.phases import run_phases
-from ops.bench.ingest.report import markdown, summary
+from memstrata.ops.bench.common.env import new_namespace, patched_env, purge, redis_url, scratch_dir
+from memstrata.ops.bench.common.machine import machine
+from memstrata.ops.bench.common.workers import celery_follow_env
+from memstrata.ops.bench.ingest.phases import run_phases
+from memstrata.ops.bench.ingest.report import markdown, summary
 
 __all__ = ["markdown", "run"]
 
 
 def run(quick: bool) -> dict[str, Any]:
     """Every phase in one namespace; workers, keys and temp files are removed on exit."""
-    from core.runtime import close_runtime, reset_runtime
+    from memstrata.core.runtime import close_runtime, reset_runtime
 
     ns = new_namespace("benching")
     url = redis_url()

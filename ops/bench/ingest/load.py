@@ -15,9 +15,9 @@ from typing import Any
 
 import redis
 
-from core.keys import UserKeys
-from ops.bench.common.cpu import cpu_seconds
-from ops.bench.common.fixtures import turn_messages
+from memstrata.core.keys import UserKeys
+from memstrata.ops.bench.common.cpu import cpu_seconds
+from memstrata.ops.bench.common.fixtures import turn_messages
 
 # Latency phases: 6 turns a session (~40 items) stay under the per-session cap (50), so no
 # item is evicted before the watcher sees it.
@@ -53,7 +53,7 @@ def produce(
     Turns go round-robin over this producer's users; each user starts a new session every
     ``TURNS_PER_SESSION`` turns.  Expects the process's resources to be built already.
     """
-    from tasks.client import connect
+    from memstrata.tasks.client import connect
 
     client = connect()
     users = producer_users(tag)
@@ -102,7 +102,7 @@ def produce_child(
 ) -> None:  # fmt: skip
     """Entry point of a spawned producer process."""
     os.environ.update(env)
-    from core.runtime import reset_runtime
+    from memstrata.core.runtime import reset_runtime
 
     reset_runtime()
     results.put((tag, produce(tag, rate, duration_s, start_at, first_turn)))

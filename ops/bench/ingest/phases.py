@@ -14,12 +14,12 @@ from typing import Any
 
 import redis
 
-from core.keys import GlobalKeys
-from ops.bench.common.cpu import busy_share, children_cpu_seconds, machine_busy
-from ops.bench.common.fixtures import turn_messages
-from ops.bench.common.stats import percentile, r3
-from ops.bench.common.workers import WorkerGroup
-from ops.bench.ingest.load import (
+from memstrata.core.keys import GlobalKeys
+from memstrata.ops.bench.common.cpu import busy_share, children_cpu_seconds, machine_busy
+from memstrata.ops.bench.common.fixtures import turn_messages
+from memstrata.ops.bench.common.stats import percentile, r3
+from memstrata.ops.bench.common.workers import WorkerGroup
+from memstrata.ops.bench.ingest.load import (
     WATCH_EVERY,
     e2e_ms,
     produce,
@@ -132,8 +132,8 @@ def task_overhead(
     Idle workers also cost CPU (broker polling), so the idle rate is measured first and
     subtracted.
     """
-    from tasks._options import DRAIN
-    from tasks.app import app
+    from memstrata.tasks._options import DRAIN
+    from memstrata.tasks.app import app
 
     ns = env["MEMSTRATA_KEY_NAMESPACE"]
     w0, r0, t0 = group.cpu_seconds(), _redis_cpu(client), time.perf_counter()
@@ -165,7 +165,7 @@ def backlog_drain(
     concurrency: int, log_dir: Path, first_turn: int,
 ) -> dict[str, Any]:  # fmt: skip
     """(c) capacity: queue ``turns`` with no worker running, then time the workers' drain."""
-    from tasks.client import connect
+    from memstrata.tasks.client import connect
 
     ns, shards = env["MEMSTRATA_KEY_NAMESPACE"], int(env.get("MEMSTRATA_INGEST_SHARDS", "4"))
     mc = connect()

@@ -6,8 +6,8 @@ import math
 import os
 from typing import Any
 
-from ops.bench.common.stats import r3
-from ops.bench.ingest.phases import TARGET_E2E_P95_MS, TARGET_RATE, TARGET_SUSTAINED
+from memstrata.ops.bench.common.stats import r3
+from memstrata.ops.bench.ingest.phases import TARGET_E2E_P95_MS, TARGET_RATE, TARGET_SUSTAINED
 
 
 def summary(out: dict[str, Any]) -> dict[str, Any]:

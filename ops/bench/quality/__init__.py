@@ -18,10 +18,16 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ops.bench.common.machine import machine
-from ops.bench.quality.datasets import FORMATS, Format
-from ops.bench.quality.report import markdown as _markdown
-from ops.bench.quality.runner import DEFAULT_DATASET, SYSTEMS, evaluate, load_dataset, save
+from memstrata.ops.bench.common.machine import machine
+from memstrata.ops.bench.quality.datasets import FORMATS, Format
+from memstrata.ops.bench.quality.report import markdown as _markdown
+from memstrata.ops.bench.quality.runner import (
+    DEFAULT_DATASET,
+    SYSTEMS,
+    evaluate,
+    load_dataset,
+    save,
+)
 
 __all__ = ["FORMATS", "SYSTEMS", "failures", "markdown", "run"]
 

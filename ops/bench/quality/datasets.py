@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
-from ops.bench.common.madial import read_madial
+from memstrata.ops.bench.common.madial import read_madial
 
 Format = Literal["locomo", "memdaily", "madial", "beam"]
 FORMATS: tuple[Format, ...] = ("locomo", "memdaily", "madial", "beam")

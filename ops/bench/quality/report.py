@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ops.bench.quality.metrics import KS, TOKEN_BUDGETS
-from ops.bench.quality.stageloss import STAGES
+from memstrata.ops.bench.quality.metrics import KS, TOKEN_BUDGETS
+from memstrata.ops.bench.quality.stageloss import STAGES
 
 ERRORS_SHOWN = 5  # per system, in the markdown (results.json keeps up to MAX_ERRORS)
 

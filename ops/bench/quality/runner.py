@@ -12,11 +12,11 @@ from pathlib import Path
 from statistics import median
 from typing import Any
 
-from core.recall.pool import estimate_tokens
-from ops.bench.quality import stageloss
-from ops.bench.quality.datasets import Dataset, Format, Question, Space, load
-from ops.bench.quality.embed import shared_embedder
-from ops.bench.quality.metrics import (
+from memstrata.core.recall.pool import estimate_tokens
+from memstrata.ops.bench.quality import stageloss
+from memstrata.ops.bench.quality.datasets import Dataset, Format, Question, Space, load
+from memstrata.ops.bench.quality.embed import shared_embedder
+from memstrata.ops.bench.quality.metrics import (
     KS,
     TOKEN_BUDGETS,
     average,
@@ -25,7 +25,7 @@ from ops.bench.quality.metrics import (
     score_question,
     turn_budget,
 )
-from ops.bench.quality.systems.base import Hit, Injection, System, cl100k, count_tokens
+from memstrata.ops.bench.quality.systems.base import Hit, Injection, System, cl100k, count_tokens
 
 log = logging.getLogger(__name__)
 
@@ -62,8 +62,8 @@ VARIANTS: dict[str, str] = {
 
 
 def make_memstrata(name: str, **kw: Any) -> System:
-    from core.recall.service import RecallSettings
-    from ops.bench.quality.systems.memstrata import BENCH_TIMEOUTS, MemstrataSystem
+    from memstrata.core.recall.service import RecallSettings
+    from memstrata.ops.bench.quality.systems.memstrata import BENCH_TIMEOUTS, MemstrataSystem
 
     parts = name.split("+")
     unknown = [p for p in parts[1:] if p not in VARIANTS]
@@ -82,16 +82,16 @@ def make_system(name: str, **kw: Any) -> System:
     if name.startswith("memstrata"):
         return make_memstrata(name, **kw)
     if name == "bm25_raw+stem":
-        from ops.bench.quality.systems.raw import RawSystem
+        from memstrata.ops.bench.quality.systems.raw import RawSystem
 
         return RawSystem("bm25", stem=True)
     if name in ("bm25_raw", "dense_raw", "hybrid_raw"):
-        from ops.bench.quality.systems.raw import RawSystem
+        from memstrata.ops.bench.quality.systems.raw import RawSystem
 
         mode = name.removesuffix("_raw")
         return RawSystem(mode, None if mode == "bm25" else shared_embedder())
     if name == "mem0":
-        from ops.bench.quality.systems.mem0_peer import Mem0System
+        from memstrata.ops.bench.quality.systems.mem0_peer import Mem0System
 
         return Mem0System(shared_embedder())
     raise ValueError(f"unknown system {name!r}; choose from {', '.join(SYSTEMS)}")
@@ -100,7 +100,7 @@ def make_system(name: str, **kw: Any) -> System:
 def load_dataset(
     path: Path, fmt: Format | None, *, quick: bool, distractors: int | None
 ) -> Dataset:
-    from ops.bench.quality.datasets import detect_format
+    from memstrata.ops.bench.quality.datasets import detect_format
 
     fmt = fmt or detect_format(path)
     if fmt == "locomo":
@@ -403,7 +403,7 @@ def attribute_losses(system: Any, ds: Dataset, k: int) -> dict[str, Any]:
 
 def save(figures: dict[str, Any], out_dir: Path) -> list[Path]:
     """results.json, results.md and the PNG plots into ``out_dir``."""
-    from ops.bench.quality.report import markdown, plots
+    from memstrata.ops.bench.quality.report import markdown, plots
 
     out_dir.mkdir(parents=True, exist_ok=True)
     pngs = plots(figures, out_dir)

@@ -25,11 +25,16 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from core.models.candidate import Verdict, WriteDecision
-from core.models.memory import MemoryItem
-from ops.bench.quality.datasets import Question
-from ops.bench.quality.metrics import turn_budget
-from ops.bench.quality.systems.memstrata import TENANT, MemstrataSystem, SpaceState, message_id
+from memstrata.core.models.candidate import Verdict, WriteDecision
+from memstrata.core.models.memory import MemoryItem
+from memstrata.ops.bench.quality.datasets import Question
+from memstrata.ops.bench.quality.metrics import turn_budget
+from memstrata.ops.bench.quality.systems.memstrata import (
+    TENANT,
+    MemstrataSystem,
+    SpaceState,
+    message_id,
+)
 
 STAGES: tuple[str, ...] = (
     "retrieved",
@@ -90,7 +95,7 @@ def _cards(system: MemstrataSystem, st: SpaceState) -> dict[str, list[str]]:
         return {}
     from sqlalchemy import select
 
-    from core.ltm.tables import cards
+    from memstrata.core.ltm.tables import cards
 
     out: dict[str, list[str]] = {}
     q = select(cards.c.memory_id, cards.c.source_message_ids).where(

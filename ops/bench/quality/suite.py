@@ -24,9 +24,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ops.bench import quality
-from ops.bench.quality import embed, report
-from ops.bench.quality.runner import DEFAULT_DATASET, SYSTEMS
+from memstrata.ops.bench import quality
+from memstrata.ops.bench.quality import embed, report
+from memstrata.ops.bench.quality.runner import DEFAULT_DATASET, SYSTEMS
 
 REPO = Path(__file__).resolve().parents[3]
 SHARED = DEFAULT_DATASET.parents[1]  # ../shared/bench

@@ -10,10 +10,10 @@ from dataclasses import dataclass, field
 from functools import cache
 from typing import TYPE_CHECKING, Protocol
 
-from ops.bench.quality.datasets import Question, Space
+from memstrata.ops.bench.quality.datasets import Question, Space
 
 if TYPE_CHECKING:
-    from core.compress.tokens import Cl100kCounter
+    from memstrata.core.compress.tokens import Cl100kCounter
 
 log = logging.getLogger(__name__)
 
@@ -88,7 +88,7 @@ class System(Protocol):
 @cache
 def cl100k() -> Cl100kCounter:
     """The project's offline cl100k counter (core.compress.tokens), one per process."""
-    from core.compress.tokens import Cl100kCounter
+    from memstrata.core.compress.tokens import Cl100kCounter
 
     return Cl100kCounter()
 

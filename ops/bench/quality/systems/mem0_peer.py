@@ -25,9 +25,9 @@ import time
 import warnings
 from typing import Any
 
-from ops.bench.quality.datasets import Question, Space
-from ops.bench.quality.embed import Embedder
-from ops.bench.quality.systems.base import Hit, Injection, SystemStats, count_tokens, pack
+from memstrata.ops.bench.quality.datasets import Question, Space
+from memstrata.ops.bench.quality.embed import Embedder
+from memstrata.ops.bench.quality.systems.base import Hit, Injection, SystemStats, count_tokens, pack
 
 BUDGET_DEPTH = 200  # ranked memories offered to the token-budget packer
 

@@ -35,29 +35,35 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from core.api import MemoryClient
-from core.compress.cache import SessionActivity
-from core.compress.tokens import EstimateCounter
-from core.errors import InvalidInput
-from core.extract.rules import Extractor
-from core.ingest.drain import drain_shard
-from core.ingest.pipeline import TurnOutcome
-from core.models.candidate import WriteDecision
-from core.models.memory import MemoryItem
-from core.models.transcript import TranscriptRecord
-from core.policy.write import TtlPolicy
-from core.recall.service import RecallRequest, RecallSettings
-from core.runtime import Runtime
-from core.settings import Settings, load_settings
-from ops.bench.common.db import scratch_postgres
-from ops.bench.quality.datasets import Question, Space, Turn
-from ops.bench.quality.embed import SharedEmbedder, Vector, shared_embedder
-from ops.bench.quality.systems.base import RAW_HISTORY, Hit, Injection, SystemStats, count_tokens
+from memstrata.core.api import MemoryClient
+from memstrata.core.compress.cache import SessionActivity
+from memstrata.core.compress.tokens import EstimateCounter
+from memstrata.core.errors import InvalidInput
+from memstrata.core.extract.rules import Extractor
+from memstrata.core.ingest.drain import drain_shard
+from memstrata.core.ingest.pipeline import TurnOutcome
+from memstrata.core.models.candidate import WriteDecision
+from memstrata.core.models.memory import MemoryItem
+from memstrata.core.models.transcript import TranscriptRecord
+from memstrata.core.policy.write import TtlPolicy
+from memstrata.core.recall.service import RecallRequest, RecallSettings
+from memstrata.core.runtime import Runtime
+from memstrata.core.settings import Settings, load_settings
+from memstrata.ops.bench.common.db import scratch_postgres
+from memstrata.ops.bench.quality.datasets import Question, Space, Turn
+from memstrata.ops.bench.quality.embed import SharedEmbedder, Vector, shared_embedder
+from memstrata.ops.bench.quality.systems.base import (
+    RAW_HISTORY,
+    Hit,
+    Injection,
+    SystemStats,
+    count_tokens,
+)
 
 if TYPE_CHECKING:
-    from core.lifecycle.runtime import Lifecycle
-    from core.ltm.embedding import CachedEmbedder
-    from core.ltm.runtime import LtmRuntime
+    from memstrata.core.lifecycle.runtime import Lifecycle
+    from memstrata.core.ltm.embedding import CachedEmbedder
+    from memstrata.core.ltm.runtime import LtmRuntime
 
 TENANT = "bench-quality"
 QUERY_DELAY_S = 60.0
@@ -95,7 +101,7 @@ class SpaceState:
 
 
 class DiskCachedProvider:
-    """core.ltm's embedder protocol over the harness's shared, disk-cached embedder: the
+    """memstrata.core.ltm's embedder protocol over the harness's shared, disk-cached embedder: the
     same model and vectors as the baselines, and a rerun embeds only new texts."""
 
     def __init__(self, shared: SharedEmbedder) -> None:
@@ -171,8 +177,8 @@ class MemstrataSystem:
     # ------------------------------------------------------------------ long-term memory
     def _start_milvus(self) -> CachedEmbedder:
         """A milvus-lite server for this run, pointed at by the settings' LTM part."""
-        from core.ltm.embedding import CachedEmbedder
-        from core.ltm.milvus_server import MilvusServer, free_port
+        from memstrata.core.ltm.embedding import CachedEmbedder
+        from memstrata.core.ltm.milvus_server import MilvusServer, free_port
 
         server = MilvusServer(self._tmp / "ltm.db", f"127.0.0.1:{free_port()}")
         server.start()
@@ -193,7 +199,7 @@ class MemstrataSystem:
     def _note_activity(self, user: str, session: str, mid: str, t: Turn) -> None:
         """What the ingest task does after a drain (``tasks.compress.track_turns``): count
         the turn into its session's activity, which the idle-session job reads."""
-        from core.models.transcript import Role, TranscriptRecord
+        from memstrata.core.models.transcript import Role, TranscriptRecord
 
         rec = TranscriptRecord(message_id=mid, turn_id="t-" + mid, user_id=user,
                                tenant_id=TENANT, session_id=session, role=Role(t.role),
@@ -204,7 +210,7 @@ class MemstrataSystem:
         """Celery Beat's idle-session job at simulated time ``now``."""
         if self.lifecycle is None:
             return
-        from core.lifecycle.finalise import finalise_idle
+        from memstrata.core.lifecycle.finalise import finalise_idle
 
         while finalise_idle(self.lifecycle, now=now, limit=100, max_s=600.0):
             pass
@@ -220,8 +226,8 @@ class MemstrataSystem:
 
     # ------------------------------------------------------------------ authority
     def _ensure_tenant(self, migrate_db: bool) -> None:
-        from core import migrations
-        from core.authority.admin import create_tenant
+        from memstrata.core import migrations
+        from memstrata.core.authority.admin import create_tenant
 
         if migrate_db:
             migrations.upgrade(self.settings.postgres_url)
@@ -232,7 +238,7 @@ class MemstrataSystem:
             pass  # registered by an earlier run
 
     def _ensure_user(self, user_id: str) -> None:
-        from core.authority.admin import create_user
+        from memstrata.core.authority.admin import create_user
 
         try:
             with self.res.engine.begin() as conn:
@@ -337,7 +343,7 @@ class MemstrataSystem:
         (summary and content), STM items alive that no episode card or PG fact holds yet
         (an item finalised into a card lives on in STM until its TTL: counted once), PG
         facts (key and value).  Cards that keep raw history are reported apart."""
-        from core.models.identity import EPISODE
+        from memstrata.core.models.identity import EPISODE
 
         cards = self._cards(space_id)
         held = {key for key, _, _ in cards}
@@ -358,7 +364,7 @@ class MemstrataSystem:
             return []
         from sqlalchemy import select
 
-        from core.ltm.tables import cards
+        from memstrata.core.ltm.tables import cards
 
         q = select(cards.c.canonical_key, cards.c.source_type, cards.c.summary,
                    cards.c.content).where(
@@ -374,7 +380,7 @@ class MemstrataSystem:
         """(key, "key: value" text, source memory ids) of the user's current PG facts."""
         import json
 
-        from core.authority.read import read_snapshot
+        from memstrata.core.authority.read import read_snapshot
 
         with self.res.engine.connect() as conn:
             snap = read_snapshot(db=conn, tenant_id=TENANT, user_id=self.spaces[space_id].user_id)
@@ -382,7 +388,7 @@ class MemstrataSystem:
                 for key, f in snap.facts.items()]  # fmt: skip
 
     def decisions(self, space_id: str) -> list[WriteDecision]:
-        from core.ingest.pipeline import read_decisions
+        from memstrata.core.ingest.pipeline import read_decisions
 
         st = self.spaces[space_id]
         out: list[WriteDecision] = []

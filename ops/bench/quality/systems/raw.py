@@ -15,9 +15,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ops.bench.quality.datasets import Question, Space
-from ops.bench.quality.embed import Embedder, Vector
-from ops.bench.quality.systems.base import (
+from memstrata.ops.bench.quality.datasets import Question, Space
+from memstrata.ops.bench.quality.embed import Embedder, Vector
+from memstrata.ops.bench.quality.systems.base import (
     Hit,
     Injection,
     SystemStats,
@@ -32,7 +32,7 @@ BUDGET_DEPTH = 500  # ranked turns offered to the token-budget packer
 
 def ltm_tokens(text: str) -> list[str]:
     """The tokens memstrata's lexical LTM index sees (``core.ltm.text``)."""
-    from core.ltm.text import normalise
+    from memstrata.core.ltm.text import normalise
 
     return normalise(text).split()
 
