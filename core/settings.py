@@ -10,13 +10,43 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from pydantic import Field, RedisDsn, SecretStr, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    RedisDsn,
+    SecretStr,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from memstrata.core.ids import validate_id
 from memstrata.core.lifecycle.config import LifecycleSettings
 from memstrata.core.ltm.config import LtmSettings
 from memstrata.core.policy.write import TtlPolicy
+
+
+class McpSettings(BaseModel):
+    """``memstrata mcp`` (``MEMSTRATA_MCP__*``): the MCP server's defaults and limits."""
+
+    model_config = ConfigDict(frozen=True)
+
+    # stdio: the tenant every tool acts in (one local user, one process); over HTTP the
+    # tenant comes from the caller's API key and this is the static key's tenant
+    tenant: str = "default"
+    # HTTP: the bearer key the static verifier accepts (>= 16 chars); no key, no HTTP
+    api_key: SecretStr | None = None
+    host: str = "127.0.0.1"
+    port: int = Field(8765, ge=1, le=65535)
+    max_request_bytes: int = Field(4 * 1024 * 1024, ge=1024, le=256 * 1024 * 1024)
+    max_fact_chars: int = Field(8000, ge=16, le=1024 * 1024)  # `remember` of one fact
+    stm_resource_limit: int = Field(50, ge=1, le=1000)  # items a STM resource lists
+
+    @field_validator("tenant")
+    @classmethod
+    def _tenant_is_safe(cls, value: str) -> str:
+        return validate_id(value, kind="MEMSTRATA_MCP__TENANT")
 
 
 class Settings(BaseSettings):
@@ -122,6 +152,9 @@ class Settings(BaseSettings):
     ltm: LtmSettings = Field(default_factory=LtmSettings)
     # promotion, batch queue, sessions, LTM maintenance (docs/LIFECYCLE.md)
     lifecycle: LifecycleSettings = Field(default_factory=LifecycleSettings)
+
+    # the MCP server (MEMSTRATA_MCP__*)
+    mcp: McpSettings = Field(default_factory=McpSettings)
 
     # celery
     task_soft_time_limit_s: int = Field(60, ge=1)

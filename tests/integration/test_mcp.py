@@ -1,0 +1,307 @@
+"""``memstrata mcp`` through the SDK's own client, over stdio and Streamable HTTP.
+
+The server runs as a subprocess exactly as a user starts it (``memstrata mcp``), on the
+test's Redis namespace and PostgreSQL database; a real Celery worker drains what
+``remember`` queued.  Each transport goes the whole way: list the tools, remember a turn,
+wait for the worker, recall it, explain the decision, read the STM resource, retract the
+item, erase the user; and the errors a client sees are one line.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx
+import httpx2
+import pytest
+from mcp.client.session import ClientSession
+from mcp.client.stdio import StdioServerParameters, stdio_client
+from mcp.client.streamable_http import streamable_http_client
+from mcp_types import CallToolResult, TextContent, TextResourceContents
+
+from memstrata.core.ltm.config import LtmSettings
+from memstrata.core.runtime import Runtime
+from memstrata.core.settings import Settings, load_settings
+from tests.conftest import REDIS_URL
+from tests.integration import authority_db
+from tests.integration.conftest import CeleryProcess, process_env, shard_idle, wait_until
+
+pytestmark = pytest.mark.integration
+
+pg_url = authority_db.pg_url
+
+KEY = "mk_" + "s3cret-test-key-0123456789"
+MEMSTRATA = Path(sys.executable).with_name("memstrata")
+TURN = [
+    {
+        "role": "user",
+        "content": "createOrder on payment-service keeps timing out in prod-k8s. "
+        "Don't restart the prod database.",
+    },
+    {"role": "assistant", "content": "Understood: I will not restart the prod database."},
+]
+
+Open = Callable[[], AbstractAsyncContextManager[ClientSession]]
+
+
+@pytest.fixture
+def settings(namespace: str, tmp_path: Path, pg_url: str) -> Settings:
+    """The test's stores; no LTM (no Milvus here): recall answers from PG + STM."""
+    return load_settings(
+        redis_url=REDIS_URL,
+        key_namespace=namespace,
+        postgres_url=pg_url,
+        transcript_dir=tmp_path / "transcripts",
+        ingest_claim_idle_ms=1000,
+        ltm=LtmSettings(enabled=False, history_enabled=False),
+    )
+
+
+@pytest.fixture
+def tenant() -> str:
+    return f"t{uuid.uuid4().hex[:10]}"
+
+
+def server_env(settings: Settings, tenant: str, **extra: str) -> dict[str, str]:
+    return process_env(
+        settings, {"MEMSTRATA_MCP__TENANT": tenant, "MEMSTRATA_MCP__API_KEY": KEY, **extra}
+    )
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def text_of(result: CallToolResult) -> str:
+    return " ".join(c.text for c in result.content if isinstance(c, TextContent))
+
+
+async def call(session: ClientSession, tool: str, **args: Any) -> dict[str, Any]:
+    result = await session.call_tool(tool, args)
+    assert not result.is_error, text_of(result)
+    out = result.structured_content
+    assert isinstance(out, dict)
+    return out
+
+
+async def call_error(session: ClientSession, tool: str, **args: Any) -> str:
+    result = await session.call_tool(tool, args)
+    assert result.is_error, f"{tool} should have failed: {result}"
+    message = text_of(result)
+    assert "\n" not in message and "Traceback" not in message, message
+    return message
+
+
+async def stm_resource(session: ClientSession, tenant: str, user: str) -> list[dict[str, Any]]:
+    out = await session.read_resource(f"memstrata://{tenant}/{user}/stm")
+    (content,) = out.contents
+    assert isinstance(content, TextResourceContents)
+    items: list[dict[str, Any]] = json.loads(content.text)
+    return items
+
+
+def drained(res: Runtime) -> bool:
+    return all(shard_idle(res, s) for s in range(res.settings.ingest_shards))
+
+
+async def whole_way(
+    session: ClientSession, res: Runtime, worker: CeleryProcess, tenant: str
+) -> None:
+    """The scenario both transports must pass, from the client's side."""
+    tools = {t.name for t in (await session.list_tools()).tools}
+    assert tools == {"remember", "recall", "forget", "explain"}
+    templates = (await session.list_resource_templates()).resource_templates
+    assert [t.uri_template for t in templates] == ["memstrata://{tenant}/{user}/stm"]
+
+    # remember a turn; the real worker extracts it
+    got = await call(session, "remember", user_id="alice", session_id="s1", messages=TURN,
+                     turn_id="turn-1")  # fmt: skip
+    assert got["turn_id"] == "turn-1" and got["message_ids"] == ["turn-1.0", "turn-1.1"]
+    await anyio.to_thread.run_sync(
+        lambda: wait_until(lambda: drained(res), "the worker to drain the turn", worker=worker)
+    )
+    stored = res.stm.recent("alice", tenant_id=tenant)
+    assert stored, "the worker stored nothing"
+    restart = [i for i in stored if "restart" in i.summary.lower()]
+    assert restart, [i.summary for i in stored]
+
+    # recall finds it, with its id, layer and source messages
+    out = await call(session, "recall", user_id="alice", session_id="s1",
+                     query="may I restart the prod database?")  # fmt: skip
+    assert "restart" in out["text"].lower()
+    by_id = {i["memory_id"]: i for i in out["items"]}
+    item_id = restart[0].id
+    assert item_id in by_id and by_id[item_id]["layer"] == "redis_stm"
+    assert by_id[item_id]["message_ids"][0].startswith("turn-1.")
+
+    # explain shows the decision that stored it (and only this turn's)
+    why = await call(session, "explain", user_id="alice", session_id="s1", turn_id="turn-1",
+                     verdict="written")  # fmt: skip
+    assert item_id in {d["memory_id"] for d in why["decisions"]}
+    assert all(d["verdict"] == "written" for d in why["decisions"])
+    none = await call(session, "explain", user_id="alice", session_id="s1", turn_id="turn-9")
+    assert none["decisions"] == []
+
+    # the STM resource lists it; another tenant's URI shows nothing
+    assert item_id in {i["memory_id"] for i in await stm_resource(session, tenant, "alice")}
+    with pytest.raises(Exception, match="no resource"):
+        await stm_resource(session, "someone-else", "alice")
+
+    # errors are one line: bad arguments, unknown user, unknown item
+    assert "top_k" in await call_error(session, "recall", user_id="alice", session_id="s1",
+                                       query="x", top_k=0)  # fmt: skip
+    assert f"no user 'nobody' in tenant '{tenant}'" in await call_error(
+        session, "recall", user_id="nobody", session_id="s1", query="restart?"
+    )
+    assert "either messages or fact" in await call_error(
+        session, "remember", user_id="alice", session_id="s1"
+    )
+    assert "no STM item" in await call_error(
+        session, "forget", user_id="alice", memory_id="m_doesnotexist"
+    )
+    assert "recall: user_id: invalid id 'a:b*'" in await call_error(
+        session, "recall", user_id="a:b*", session_id="s1", query="x"
+    )
+
+    # forget one item: gone from recall
+    done = await call(session, "forget", user_id="alice", memory_id=item_id)
+    assert done == {**done, "action": "retracted", "layer": "stm", "changed": True}
+    out = await call(session, "recall", user_id="alice", session_id="s1",
+                     query="may I restart the prod database?")  # fmt: skip
+    assert item_id not in {i["memory_id"] for i in out["items"]}
+
+    # a fact as a one-message turn, then erase the user: nothing is left
+    await call(session, "remember", user_id="alice", session_id="s2",
+               fact="Please answer in Chinese, conclusion first.")  # fmt: skip
+    await anyio.to_thread.run_sync(
+        lambda: wait_until(lambda: drained(res), "the worker to drain the fact", worker=worker)
+    )
+    dry = await call(session, "forget", user_id="alice", dry_run=True)
+    assert dry["action"] == "would_erase" and dry["counts"]["redis.keys"] > 0
+    gone = await call(session, "forget", user_id="alice")
+    assert gone["action"] == "erased" and gone["counts"]["l0.files"] >= 1
+    assert await stm_resource(session, tenant, "alice") == []
+    assert res.stm.recent("alice", tenant_id=tenant) == []
+
+
+# ---------------------------------------------------------------------------- stdio
+
+
+def test_stdio_transport_the_whole_way(
+    res: Runtime, celery_worker: CeleryProcess, tenant: str
+) -> None:
+    params = StdioServerParameters(
+        command=str(MEMSTRATA),
+        args=["mcp", "--transport", "stdio", "--tenant", tenant],
+        env=server_env(res.settings, "default"),  # --tenant wins over the setting
+    )
+
+    async def scenario() -> None:
+        async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
+            await session.initialize()
+            await whole_way(session, res, celery_worker, tenant)
+
+    anyio.run(scenario)
+
+
+# ---------------------------------------------------------------------------- http
+
+
+@pytest.fixture
+def http_server(res: Runtime, tenant: str, tmp_path: Path) -> Iterator[str]:
+    port = free_port()
+    log_path = tmp_path / "mcp-http.log"
+    with log_path.open("wb") as log:
+        proc = subprocess.Popen(
+            [str(MEMSTRATA), "mcp", "--transport", "http", "--port", str(port)],
+            env=server_env(res.settings, tenant),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            if proc.poll() is not None or time.monotonic() > deadline:
+                pytest.fail(f"mcp http server did not start:\n{log_path.read_text()}")
+            time.sleep(0.1)
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
+
+
+def http_session(url: str, key: str | None) -> Open:
+    @asynccontextmanager
+    async def open_session() -> AsyncIterator[ClientSession]:
+        headers = {"Authorization": f"Bearer {key}"} if key else {}
+        async with (
+            httpx2.AsyncClient(headers=headers, timeout=30) as client,
+            streamable_http_client(f"{url}/mcp", http_client=client) as (read, write),
+            ClientSession(read, write) as session,
+        ):
+            await session.initialize()
+            yield session
+
+    return open_session
+
+
+def test_http_transport_the_whole_way(
+    res: Runtime, celery_worker: CeleryProcess, tenant: str, http_server: str
+) -> None:
+    async def scenario() -> None:
+        async with http_session(http_server, KEY)() as session:
+            await whole_way(session, res, celery_worker, tenant)
+
+    anyio.run(scenario)
+
+
+@pytest.mark.parametrize("key", [None, "mk_wrong-key-0123456789abcdef"])
+def test_http_refuses_a_missing_or_wrong_key(http_server: str, key: str | None) -> None:
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    body = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}
+    reply = httpx.post(f"{http_server}/mcp", json=body, headers=headers, timeout=10)
+    assert reply.status_code == 401
+    assert reply.headers["www-authenticate"].startswith("Bearer")
+    assert "tools" not in reply.text
+
+    async def scenario() -> None:
+        async with http_session(http_server, key)() as session:
+            await session.list_tools()
+
+    with pytest.raises(BaseException):  # noqa: B017 - the SDK surfaces the 401 its own way
+        anyio.run(scenario)
+
+
+def test_http_server_will_not_start_without_a_key(res: Runtime, tenant: str) -> None:
+    env = server_env(res.settings, tenant)
+    del env["MEMSTRATA_MCP__API_KEY"]
+    out = subprocess.run(
+        [str(MEMSTRATA), "mcp", "--transport", "http", "--port", str(free_port())],
+        env=env, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert out.returncode == 1
+    assert out.stderr.strip().splitlines() == [
+        "memstrata mcp: MEMSTRATA_MCP__API_KEY is not set: the HTTP transport needs a key"
+    ]
