@@ -15,8 +15,8 @@ service API call.  The owner is ``(tenant, user)`` as everywhere (no tenant = th
   compression activity, the round-robin cursors when they name the owner, the tenant
   cap's count), and the owner's dead-lettered turns;
 * **PostgreSQL**: LTM ledger cards (their projections cascade), the authority rows (user,
-  profile, preferences, project roles, stable facts with their history) and the owner's
-  lifecycle audit rows;
+  profile, preferences, project roles, stable facts with their history), the owner's
+  lifecycle audit rows and agent-store documents (``core.agent_store``);
 * **LTM indexes**: both card collections and both raw-history collections, by an owner
   filter (not by ids, so records the ledger no longer knows go too).
 
@@ -51,6 +51,7 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 
 from memstrata.core.adapters.pg import pg_errors
 from memstrata.core.adapters.redis import redis_errors
+from memstrata.core.agent_store import AGENT_ITEMS
 from memstrata.core.authority.tables import FACTS, PREFERENCES, PROFILES, ROLES, USERS
 from memstrata.core.ids import DEFAULT_TENANT, owner_tenant, validate_id
 from memstrata.core.ingest.queue import GROUP
@@ -352,6 +353,7 @@ def _postgres(rt: Runtime, owner: _Owner, apply: bool) -> dict[str, int]:
         ("pg.user_profiles", PROFILES, _owned(PROFILES, owner)),
         ("pg.users", USERS, _owned(USERS, owner, "id")),
         ("pg.lifecycle_audit", audit, mine_audit),
+        ("pg.agent_store_items", AGENT_ITEMS, _owned(AGENT_ITEMS, owner)),
     ]  # fmt: skip
     out: dict[str, int] = {}
     with pg_errors("erase owner rows"), rt.engine.begin() as conn:

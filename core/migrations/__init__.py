@@ -8,6 +8,7 @@
                           authority   tenants, users, profiles, ... stable_memory_facts
                           ltm         ltm_cards, ltm_projections (the card ledger)
                           lifecycle   lifecycle_audit
+                          store       agent_store_items (framework stores' documents)
 
 One version table, ``memstrata_alembic_version``, records the head of each branch.  The
 branches are independent roots (``down_revision = None``, no ``depends_on``), so
@@ -71,7 +72,7 @@ _MIGRATION_ERRORS = PgErrorMap(unavailable=AuthorityUnavailable)
 
 SCRIPT_LOCATION = Path(__file__).resolve().parent
 VERSION_TABLE = "memstrata_alembic_version"
-BRANCHES = ("authority", "ltm", "lifecycle")
+BRANCHES = ("authority", "ltm", "lifecycle", "store")
 LEGACY_VERSION_TABLES = ("authority_alembic_version", "lifecycle_alembic_version")
 """Version tables of the earlier layout, adopted into :data:`VERSION_TABLE` on first use."""
 
@@ -85,11 +86,12 @@ class MigrationError(PermanentError):
 
 def declared_metadata() -> list[MetaData]:
     """Every metadata object whose tables the code queries: what the revisions must build."""
+    from memstrata.core.agent_store import store_metadata
     from memstrata.core.authority.tables import authority_metadata
     from memstrata.core.lifecycle.audit import lifecycle_metadata
     from memstrata.core.ltm.tables import ltm_metadata
 
-    return [authority_metadata, ltm_metadata, lifecycle_metadata]
+    return [authority_metadata, ltm_metadata, lifecycle_metadata, store_metadata]
 
 
 def config(url: str = "postgresql://") -> Config:

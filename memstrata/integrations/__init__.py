@@ -1,0 +1,1 @@
+"""Adapters for agent frameworks (each needs its extra, e.g. ``memstrata[langgraph]``)."""
