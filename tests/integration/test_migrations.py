@@ -75,8 +75,8 @@ def to_old_layout(engine: Engine) -> None:
     table and revision are removed.
     """
     with engine.begin() as conn:
-        revs = list(conn.execute(text(f"SELECT version_num FROM {migrations.VERSION_TABLE}")))
-        revs = [(r,) for (r,) in revs if not r.startswith("store_")]
+        all_revs = conn.execute(text(f"SELECT version_num FROM {migrations.VERSION_TABLE}"))
+        revs = [(str(r),) for (r,) in all_revs if not str(r).startswith("store_")]
         conn.execute(text("DROP TABLE IF EXISTS agent_store_items"))
         conn.execute(text(f"DROP TABLE {migrations.VERSION_TABLE}"))
         for table, keep in (
