@@ -147,6 +147,8 @@ class EmbeddedMemory:
                 .values(tenant_id=tenant_id, id=user_id)
                 .on_conflict_do_nothing(index_elements=["tenant_id", "id"])
             )
+        if len(self._known) >= 100_000:  # a long-running server: bounded memory
+            self._known.clear()
         self._known.add((tenant_id, user_id))
 
     # ------------------------------------------------------------------ reads
