@@ -190,29 +190,6 @@ def rescore(
     return sum(parts.values()), parts
 
 
-def lift_by_raw_evidence(candidates: Sequence[PoolCandidate]) -> list[PoolCandidate]:
-    """A curated memory and the raw message it stands for are one piece of evidence found
-    twice: the memory ranks with the better relevance of the two (its own index's, or the
-    raw search's for any of its source messages).  Its raw copy is then a duplicate once
-    the memory is kept, so the floor of "search every raw turn" holds for what the
-    curated layers kept, instead of a well-found message losing to its weaker card."""
-    raw_best: dict[str, float] = {}
-    for c in candidates:
-        if c.source_type is SourceType.RAW_HISTORY:
-            for m in c.message_ids:
-                raw_best[m] = max(raw_best.get(m, 0.0), c.similarity)
-    if not raw_best:
-        return list(candidates)
-    out: list[PoolCandidate] = []
-    for c in candidates:
-        if c.source_type is not SourceType.RAW_HISTORY:
-            best = max((raw_best.get(m, 0.0) for m in c.message_ids), default=0.0)
-            if best > c.similarity:
-                c = c.model_copy(update={"similarity": best})
-        out.append(c)
-    return out
-
-
 Override = Callable[[PoolCandidate], str | None]
 """Returns a reason when the authority layer overrides the candidate, else None."""
 
@@ -228,7 +205,6 @@ def build_pool(
 ) -> list[Scored]:
     """Rank the pool; the result lists every candidate, kept ones first in rank order."""
     unique, dups = dedup(candidates)
-    unique = lift_by_raw_evidence(unique)
     out: list[Scored] = []
     live: list[tuple[float, dict[str, float], PoolCandidate]] = []
     for c in unique:

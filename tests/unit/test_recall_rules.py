@@ -300,28 +300,6 @@ def test_a_raw_message_already_in_a_kept_memory_is_a_duplicate_and_costs_no_rank
     assert verdicts["ltm_1"][0] is Verdict.KEPT and verdicts["raw_2"][0] is Verdict.KEPT
 
 
-def test_a_memory_whose_message_the_raw_search_ranked_high_inherits_that_relevance() -> None:
-    # Given a card standing for d1 that its own index ranked low, and the raw search
-    # ranking d1 first and d2 second
-    card = cand("ltm_1", SourceType.LTM, "k1", "f1", similarity=0.5, importance=0.3,
-                message_ids=("d1",))  # fmt: skip
-    other = cand("ltm_2", SourceType.LTM, "k2", "f4", similarity=0.8, importance=0.3,
-                 message_ids=("d9",))  # fmt: skip
-    raw_d1 = cand("raw_1", SourceType.RAW_HISTORY, "raw:d1", "f2", similarity=1.0,
-                  importance=0.3, message_ids=("d1",))  # fmt: skip
-    raw_d2 = cand("raw_2", SourceType.RAW_HISTORY, "raw:d2", "f3", similarity=0.95,
-                  importance=0.3, message_ids=("d2",))  # fmt: skip
-    # When the pool ranks them
-    pool = build_pool([other, raw_d2, raw_d1, card], query_entities=[], now=NOW,
-                      policy=PoolPolicy(top_k=3, token_budget=1000))  # fmt: skip
-    kept = [s.candidate.memory_id for s in pool if s.verdict is Verdict.KEPT]
-    # Then the two retrievals of d1 are one piece of evidence: the card ranks with the
-    # raw search's relevance, first, and its raw copy costs no rank
-    assert kept[0] == "ltm_1"
-    assert next(s for s in pool if s.candidate.memory_id == "ltm_1").candidate.similarity == 1.0
-    assert "raw_1" not in kept and "raw_2" in kept
-
-
 def test_raw_history_renders_last_with_the_date_it_was_said() -> None:
     from memstrata.core.recall.render import RenderedMemory, render
 
