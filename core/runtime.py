@@ -253,6 +253,7 @@ class Runtime:
             tenant_cap=settings.stm_tenant_cap,
             max_summary_chars=settings.max_summary_chars,
             max_detail_chars=settings.max_detail_chars,
+            durable_subtypes=settings.lifecycle.promotion.episode_subtypes,
         )
         self.lifecycle_store = LifecycleStore(self.redis, namespace=settings.key_namespace)
         self.transcript = TranscriptStore(

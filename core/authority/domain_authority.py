@@ -7,9 +7,11 @@ has an answer.  The rules, for a candidate whose domain is authoritative:
 
 * PG knows the key and agrees       → dropped (``duplicate_of_authority``): the profile /
   constraints blocks already say it; ``policy.keep_agreeing`` keeps it instead.
-* PG knows the key and disagrees, or the candidate carries no comparable value
-                                    → overridden with PG's value
-                                      (``policy.on_conflict="drop"`` drops it instead).
+* PG knows the key and disagrees   → overridden with PG's value (``conflicts_with_authority``;
+                                      ``policy.on_conflict="drop"`` drops it instead).
+* PG knows the key, the candidate carries no comparable value (recalled text)
+                                    → overridden with PG's value (``covered_by_authority``:
+                                      PG's block says it in its place, agreeing or not).
 * PG does not know the key          → kept (``no_authority_value``), except
   ``permission.*``: a permission PG did not grant is dropped (``permission_not_granted``).
 
@@ -51,6 +53,7 @@ class Reason(StrEnum):
     AGREES_WITH_AUTHORITY = "agrees_with_authority"
     DUPLICATE_OF_AUTHORITY = "duplicate_of_authority"
     CONFLICTS_WITH_AUTHORITY = "conflicts_with_authority"
+    COVERED_BY_AUTHORITY = "covered_by_authority"
     PERMISSION_NOT_GRANTED = "permission_not_granted"
 
 
@@ -178,15 +181,14 @@ def _decide(
         return AuthorityDecision(
             **base, **pg, action=Action.DROPPED, reason=Reason.DUPLICATE_OF_AUTHORITY
         ), None
-    if policy.on_conflict == "drop":
+    if policy.on_conflict == "drop" and cand.value is not None:
         return AuthorityDecision(
             **base, **pg, action=Action.DROPPED, reason=Reason.CONFLICTS_WITH_AUTHORITY
         ), None
     replaced = cand.model_copy(update={"value": pg_value, "source_type": "pg_authority",
                                        "domain": domain})  # fmt: skip
-    return AuthorityDecision(
-        **base, **pg, action=Action.OVERRIDDEN, reason=Reason.CONFLICTS_WITH_AUTHORITY
-    ), replaced
+    reason = Reason.COVERED_BY_AUTHORITY if cand.value is None else Reason.CONFLICTS_WITH_AUTHORITY
+    return AuthorityDecision(**base, **pg, action=Action.OVERRIDDEN, reason=reason), replaced
 
 
 def arbitrate(

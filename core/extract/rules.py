@@ -35,9 +35,18 @@ from memstrata.core.models.memory import MemorySource, MemoryType
 from memstrata.core.models.transcript import Role, TranscriptRecord
 from memstrata.core.textcut import fair_shares
 
-_CLAUSE_SPLIT = re.compile(
-    r"(?<=[。！？；!?;，])|\n+|(?<=[a-z0-9)\]'\"])\.\s+(?=[A-Z\u4e00-\u9fff])"
+_SENTENCE_SPLIT = re.compile(
+    r"(?<=[。！？；!?;])|\n+|(?<=[a-z0-9)\]'\"])\.\s+(?=[A-Z\u4e00-\u9fff])"
 )
+# a Chinese sentence strings its clauses together with "，"; each segment keeps its comma
+_SEGMENT_SPLIT = re.compile(r"(?<=，)")
+# a question that says something about the asker ("cancel my $12.99/month Canva Pro plan?")
+_SELF_EN = re.compile(
+    r"\b(my|mine|our|I'm|I am|I've|I have|I had|I was|I'll|I will|we're|we've|we have)\b",
+    re.IGNORECASE,
+)
+_SELF_ZH = re.compile(r"我")
+_DETAIL = re.compile(r"\d|(?<=\s)(?!I\b)[A-Z][\w'&.-]+")
 _REASONING_OPEN = re.compile(r"<(thought|think|thinking)>|_Thinking:_", re.IGNORECASE)
 _REASONING_CLOSE = {
     tag: re.compile(f"</{tag}>", re.IGNORECASE) for tag in ("thought", "think", "thinking")
@@ -129,13 +138,34 @@ def clip(text: str, limit: int = MAX_SUMMARY_CHARS) -> str:
     return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
 
 
-def split_clauses(text: str) -> list[str]:
-    out = []
-    for part in _CLAUSE_SPLIT.split(text):
-        part = _BULLET.sub("", part or "").strip()
+def split_sentences(text: str) -> list[list[str]]:
+    """Sentences (at 。！？；!?; line breaks and ". "), each as its "，"-joined segments.
+
+    A Chinese sentence chains clauses with "，" where English uses one sentence with
+    commas; the extractor classifies each segment, then gives a claimed segment the rest
+    of its sentence, so ``数据库排除了：CPU 15%，连接数 60/800，没有慢查询。`` stays one
+    statement (review D5) while a second claim in the same sentence stays its own."""
+    out: list[list[str]] = []
+    for part in _SENTENCE_SPLIT.split(text):
+        part = _BULLET.sub("", part or "").strip()[:MAX_CLAUSE_CHARS]
         if len(part) >= 2:
-            out.append(part[:MAX_CLAUSE_CHARS])
+            out.append([seg for seg in _SEGMENT_SPLIT.split(part) if seg.strip()])
     return out
+
+
+def split_clauses(text: str) -> list[str]:
+    """The sentences of :func:`split_sentences`, whole."""
+    return ["".join(segments) for segments in split_sentences(text)]
+
+
+def states_about_self(clause: str) -> bool:
+    """A question that carries a fact about its asker: first person and a concrete detail
+    (a number or a name), e.g. "Can you help me cancel my $12.99/month Canva Pro plan?"."""
+    if _SELF_EN.search(clause):
+        return _DETAIL.search(clause) is not None
+    return bool(_SELF_ZH.search(clause)) and len(_WS.sub("", clause)) >= 2 * (
+        CONVERSATION_FACT_MIN_CJK_CHARS
+    )
 
 
 def _strip_reasoning_blocks(text: str) -> str:
@@ -236,6 +266,8 @@ class RuleExtractor:
         budget = self.budget
         tool_names = {c.id: c.name for r in turn for c in r.tool_calls}
         has_tool_result = any(r.role is Role.TOOL for r in turn)
+        # task state (next step, decision, excluded cause, guess) exists only in a task
+        task = ctx.task_id is not None or has_tool_result or any(r.tool_calls for r in turn)
         texts = [self._prepare(record) for record in turn]
         shares = fair_shares(
             [len(t) for t in texts], each=budget.message_chars, total=budget.turn_chars
@@ -245,14 +277,18 @@ class RuleExtractor:
         notes: list[BudgetNote] = []
         readings: list[Reading] = []
         found: list[int] = []
+        statements: list[list[str]] = []  # per message: the sentences no rule claimed
         for index, (record, text, share) in enumerate(zip(turn, texts, shares, strict=True)):
             reading = read_windows(text, limit=share, window=budget.window_chars)
             readings.append(reading)
+            unclaimed: list[str] = []
             if record.role is Role.USER:
-                cands, skipped = self._from_user(record, ctx, reading.text, cap)
+                cands, skipped, unclaimed = self._from_user(
+                    record, ctx, reading.text, cap, task=task
+                )
             elif record.role is Role.ASSISTANT:
                 cands, skipped = self._from_assistant(
-                    record, ctx, reading.text, cap, verified=has_tool_result
+                    record, ctx, reading.text, cap, verified=has_tool_result, task=task
                 )
             elif record.role is Role.TOOL:
                 name = tool_names.get(record.tool_call_id or "", record.name or "tool")
@@ -261,6 +297,7 @@ class RuleExtractor:
                 cands, skipped = [], 0
             out.extend(cands)
             found.append(len(cands))
+            statements.append(unclaimed)
             if reading.skipped or skipped:
                 notes.append(
                     BudgetNote(
@@ -274,10 +311,9 @@ class RuleExtractor:
                     )
                 )
         if self.conversation_facts:
-            covered = {m for c in out for m in c.source.message_ids}
-            for record, reading, n in zip(turn, readings, found, strict=True):
-                if record.role is Role.USER and record.message_id not in covered and n < cap:
-                    fact = self._conversation_fact(record, ctx, reading.text)
+            for record, reading, n, rest in zip(turn, readings, found, statements, strict=True):
+                if record.role is Role.USER and rest and n < cap:
+                    fact = self._conversation_fact(record, ctx, reading.text, rest)
                     if fact is not None:
                         out.append(fact)
         return Extraction(out, notes, sum(r.read for r in readings))
@@ -293,7 +329,7 @@ class RuleExtractor:
     # ------------------------------------------------------------------ per role
     def _clauses(
         self,
-        clauses: list[str],
+        sentences: list[list[str]],
         rec: TranscriptRecord,
         ctx: ExtractionContext,
         cap: int,
@@ -301,39 +337,75 @@ class RuleExtractor:
         user: bool,
         verified: bool,
         remember: bool,
-    ) -> tuple[list[Candidate], int]:
-        """Candidates of ``clauses`` up to ``cap``, and how many clauses were left unread."""
+        task: bool,
+    ) -> tuple[list[Candidate], int, list[str]]:
+        """Candidates of ``sentences`` up to ``cap``, how many sentences were left unread,
+        and the sentences no rule claimed (a user's are a conversation fact's material).
+
+        Each segment of a sentence is classified; a segment no rule claimed belongs to the
+        nearest claimed segment before it (or else the first after it), so a claim keeps
+        the figures and qualifiers of its sentence."""
         out: list[Candidate] = []
-        for n, clause in enumerate(clauses):
+        unclaimed: list[str] = []
+        for n, segments in enumerate(sentences):
             if len(out) >= cap:
-                return out, len(clauses) - n
-            cand = self._classify(clause, rec, ctx, user=user, verified=verified, remember=remember)
-            if cand is not None:
+                return out, len(sentences) - n, unclaimed
+            claims = [
+                self._classify(
+                    seg, rec, ctx, user=user, verified=verified, remember=remember, task=task
+                )
+                for seg in segments
+            ]
+            claimed = [i for i, c in enumerate(claims) if c is not None]
+            if not claimed:
+                unclaimed.append("".join(segments))
+                continue
+            owner: list[int] = []
+            for i in range(len(segments)):
+                before = [j for j in claimed if j <= i]
+                owner.append(before[-1] if before else claimed[0])
+            for i in claimed:
+                cand = claims[i]
+                assert cand is not None
+                whole = "".join(seg for seg, o in zip(segments, owner, strict=True) if o == i)
+                if whole != segments[i]:
+                    cand = cand.model_copy(update={"summary": clip(whole)})
                 out.append(cand)
-        return out, 0
+                if len(out) >= cap:
+                    break
+        return out, 0, unclaimed
 
     def _from_user(
-        self, rec: TranscriptRecord, ctx: ExtractionContext, text: str, cap: int
-    ) -> tuple[list[Candidate], int]:
+        self, rec: TranscriptRecord, ctx: ExtractionContext, text: str, cap: int, *, task: bool
+    ) -> tuple[list[Candidate], int, list[str]]:
         if not text:
-            return [], 0
+            return [], 0, []
         if self.lexicon.matches("chit_chat", text):
-            return [self._chit_chat(rec, ctx, text)], 0
-        clauses = split_clauses(text)
+            return [self._chit_chat(rec, ctx, text)], 0, []
+        sentences = split_sentences(text)
         # "remember" covers a short note ("记住：A，B"), not every line of a long brief
-        remember_all = len(clauses) <= 4 and self.lexicon.matches("explicit_remember", text)
+        remember_all = len(sentences) <= 4 and self.lexicon.matches("explicit_remember", text)
         return self._clauses(
-            clauses, rec, ctx, cap, user=True, verified=True, remember=remember_all
+            sentences, rec, ctx, cap, user=True, verified=True, remember=remember_all, task=task
         )
 
     def _from_assistant(
-        self, rec: TranscriptRecord, ctx: ExtractionContext, text: str, cap: int, *, verified: bool
+        self,
+        rec: TranscriptRecord,
+        ctx: ExtractionContext,
+        text: str,
+        cap: int,
+        *,
+        verified: bool,
+        task: bool,
     ) -> tuple[list[Candidate], int]:
         if not text or self.lexicon.matches("chit_chat", text):
             return [], 0
-        return self._clauses(
-            split_clauses(text), rec, ctx, cap, user=False, verified=verified, remember=False
-        )
+        cands, skipped, _ = self._clauses(
+            split_sentences(text), rec, ctx, cap,
+            user=False, verified=verified, remember=False, task=task,
+        )  # fmt: skip
+        return cands, skipped
 
     def _from_tool(
         self, rec: TranscriptRecord, ctx: ExtractionContext, tool: str, text: str
@@ -396,7 +468,11 @@ class RuleExtractor:
         user: bool,
         verified: bool,
         remember: bool,
+        task: bool,
     ) -> Candidate | None:
+        """The candidate of the first rule that claims ``clause``; without a task, only
+        what the user says about themselves and how to work (remember, preference,
+        constraint) is claimed: the rest is a conversation fact's material."""
         lx = self.lexicon
         if lx.matches("question", clause):
             return None
@@ -420,6 +496,8 @@ class RuleExtractor:
                 ),
                 detail={"topic": topic},
             )  # fmt: skip
+        if not task:
+            return None
         if (
             user
             and entities
@@ -542,22 +620,29 @@ class RuleExtractor:
         )  # fmt: skip
 
     def _conversation_fact(
-        self, rec: TranscriptRecord, ctx: ExtractionContext, text: str
+        self, rec: TranscriptRecord, ctx: ExtractionContext, text: str, sentences: list[str]
     ) -> Candidate | None:
-        """One ``conversation_fact`` for a user statement no other rule claimed.
+        """One ``conversation_fact`` for the user's sentences no other rule claimed.
 
         What the person said about themselves or their world ("My kids love painting")
-        is verified by construction (they said it); its questions are dropped.  One
-        candidate per message keeps the provenance per turn, and the key is the
-        normalised statement, so a restated fact merges instead of duplicating.  ``text`` is
-        what the budget let extraction read of the message.
+        is verified by construction (they said it); questions are dropped unless they
+        state something about the asker.  One candidate per message keeps the
+        provenance per turn, and the key is the normalised statement, so a restated fact
+        merges instead of duplicating.  ``text`` is what the budget let extraction read
+        of the message; ``sentences`` are those of its sentences no rule claimed.
         """
         if not text or self.lexicon.matches("chit_chat", text):
             return None
         prefix, body = _speaker_prefix(text)
         if self.lexicon.matches("chit_chat", body):
             return None
-        clauses = [c for c in split_clauses(body) if not self.lexicon.matches("question", c)]
+        lead = f"{prefix}: "
+        clauses = [
+            c.removeprefix(lead) if prefix else c for c in sentences
+            # "Here is the log:" introduces material (stripped code), it states nothing
+            if not c.rstrip().endswith((":", "："))
+            and (not self.lexicon.matches("question", c) or states_about_self(c))
+        ]  # fmt: skip
         statement = " ".join(clauses)
         if not _long_enough(statement):
             return None

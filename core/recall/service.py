@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Protocol
@@ -254,8 +254,8 @@ class Recaller:
 
         # STM when routed there, or as the default layer of a query no rule claimed
         stm_needed = route.need_redis or not (route.need_pg or route.need_ltm)
-        stm_cands = [_stm_candidate(h, q_terms) for h in stm_read.hits] if stm_needed else []
         pol = self.settings.routing
+        stm_cands = _stm_candidates(stm_read.hits, q_terms, routed=stm_needed, policy=pol)
         # sufficiency by relevance: items that merely share the session do not count; the
         # state of the task the question is asked in does (seed 九: active task → Redis)
         relevant = sum(
@@ -295,7 +295,9 @@ class Recaller:
         kept = [s.candidate for s in scored if s.verdict is Verdict.KEPT]
         lang = language_for(snapshot.profile_value("language"), req.query)
         blocks = None
-        if route.need_pg and verified:  # the owner-only snapshot has no blocks to show
+        # PG's blocks when PG was asked, or when PG's word replaced a recalled item (a warm
+        # profile cache answers without a PG read; the item must not vanish unreplaced)
+        if verified and (route.need_pg or overridden):  # owner-only snapshots have none
             blocks = build_blocks(
                 snapshot, project_id=filters.project_id, workspace_id=filters.workspace_id,
                 agent_id=req.agent_id,
@@ -542,6 +544,16 @@ class Recaller:
 
 class TimedOut(TransientError):
     """A concurrent layer did not answer within recall's time budget."""
+
+
+def _stm_candidates(
+    hits: Sequence[StmHit], q_terms: set[str], *, routed: bool, policy: RoutingPolicy
+) -> list[PoolCandidate]:
+    """Every STM hit when STM was routed; otherwise the hits that cover the question's
+    words (they were read anyway, for the runtime state), so "when is the standup?"
+    outside a task finds this week's decision beside the long-term history."""
+    cands = [_stm_candidate(h, q_terms) for h in hits]
+    return cands if routed else [c for c in cands if c.similarity >= policy.min_relevance]
 
 
 def _require_request(req: object) -> None:

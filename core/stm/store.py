@@ -123,6 +123,7 @@ class StmStore:
         tenant_cap: int = 0,
         max_summary_chars: int = 400,
         max_detail_chars: int = 4000,
+        durable_subtypes: frozenset[str] = frozenset(),
     ) -> None:
         self._r = client
         self.namespace = validate_id(namespace, kind="key namespace")
@@ -132,6 +133,8 @@ class StmStore:
         self.tenant_cap = tenant_cap  # 0: no per-tenant cap (and no accounting)
         self.max_summary_chars = max_summary_chars
         self.max_detail_chars = max_detail_chars
+        # the session cap evicts these last: they wait for their session's end (episodes)
+        self._durable = json.dumps(sorted(durable_subtypes))
         common = lua("common.lua")
         self._upsert: Script = client.register_script(common + lua("upsert.lua"))
         self._delete: Script = client.register_script(common + lua("delete.lua"))
@@ -189,7 +192,7 @@ class StmStore:
             for k, payload in payloads:
                 # plain EVALSHA: redis-py's Script object adds a SCRIPT EXISTS per pipeline
                 pipe.evalsha(self._upsert.sha, 1, k.prefix, payload, self.session_cap,
-                             self.history_cap, self.user_cap)  # fmt: skip
+                             self.history_cap, self.user_cap, self._durable)  # fmt: skip
             for (k, _payload), item in zip(payloads, items, strict=True):
                 pipe.zadd(self.gkeys.sweep_users, {k.scope: item.expires_at}, lt=True)
             return pipe.execute()

@@ -49,7 +49,7 @@ def test_bad_names_and_addresses_are_refused_before_starting(tmp_path: Path) -> 
 def test_the_server_does_not_outlive_a_killed_launcher(tmp_path: Path) -> None:
     code = (
         "import sys, time; from pathlib import Path\n"
-        "from core.ltm.milvus_server import MilvusServer, free_port\n"
+        "from memstrata.core.ltm.milvus_server import MilvusServer, free_port\n"
         "s = MilvusServer(Path(sys.argv[1]), f'127.0.0.1:{free_port()}'); s.start()\n"
         "print(s.pid, flush=True); time.sleep(60)\n"
     )

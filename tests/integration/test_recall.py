@@ -15,7 +15,7 @@ from sqlalchemy import Engine
 from memstrata.core.authority.admin import create_tenant, create_user
 from memstrata.core.authority.cache import ProfileCache
 from memstrata.core.models.transcript import MessageIn
-from memstrata.core.recall.pool import Verdict
+from memstrata.core.recall.pool import PoolCandidate, Verdict
 from memstrata.core.recall.service import Recaller, RecallRequest
 from memstrata.core.runtime import Runtime
 from memstrata.core.stm.store import StmStore
@@ -140,6 +140,50 @@ def test_pg_overrides_a_short_term_preference_in_its_domain(
     assert "profile.language" in overridden[0].reason
     assert "Please answer in English" not in out.text
     assert out.blocks is not None and out.blocks.profile.language == "zh-CN"
+
+
+def test_with_the_profile_cache_warm_an_item_pg_covers_is_replaced_by_pgs_block(
+    res: Runtime, world: World, recaller: Recaller
+) -> None:
+    # Given a short-term preference in an authoritative domain, and a warm profile cache
+    ingest(res, world, world.alice, "s1", [[{"role": "user", "content": "请用中文回答。"}]])
+    recaller.recall(req(world, "我的回答偏好是什么？"))  # a PG question fills the cache
+    # When a task question that needs no PG read recalls it (review D3)
+    out = recaller.recall(req(world, "那个接口还是超时", explain=True))
+    assert out.explain is not None and out.explain.cache == "hit"
+    assert not out.route.need_pg
+    # Then the item PG covers gives way to PG's own block, which is rendered, and the
+    # reason says PG covers it rather than that it disagrees
+    overridden = [s for s in out.explain.candidates if s.verdict is Verdict.OVERRIDDEN]
+    assert [s.candidate.summary for s in overridden] == ["请用中文回答。"]
+    assert "covered_by_authority" in overridden[0].reason
+    assert out.blocks is not None and out.blocks.profile.language == "zh-CN"
+    assert out.text.startswith("用户/环境画像")
+
+
+class EmptyLongTerm:
+    """A long-term layer that holds nothing (the LtmSearcher port, no store behind it)."""
+
+    def search(self, **_: object) -> list[PoolCandidate]:
+        return []
+
+
+def test_a_general_question_outside_a_task_also_reads_matching_stm_items(
+    res: Runtime, world: World, engine: Engine, cache: ProfileCache
+) -> None:
+    # Given a short-term item, and a recall with a long-term layer (empty here)
+    ingest(res, world, world.alice, "s1", [[{
+        "role": "user", "content": "We will hold the standup on Thursday mornings from now on."
+    }]])  # fmt: skip
+    r = Recaller(stm=res.stm, profile_cache=cache, engine=engine, ltm=EmptyLongTerm())
+    try:
+        # When a general question outside any task asks about it (routed to long-term)
+        out = r.recall(req(world, "When do we hold the standup?", task_id=None, explain=True))
+    finally:
+        r.close()
+    assert out.route.need_ltm and "general question outside a task" in out.route.reasons["ltm"]
+    # Then the STM item whose words match is a candidate all the same (review: it was not)
+    assert any("standup on Thursday" in m.text for m in out.memory.short_term)
 
 
 def test_a_similarity_question_without_an_ltm_backend_is_flagged_not_failed(

@@ -649,6 +649,41 @@ def test_a_newcomer_less_important_than_everything_else_is_evicted_at_once(
     assert assert_no_dangling_references(res) == {"m_a", "m_b"}
 
 
+def test_the_session_cap_evicts_task_state_before_a_durable_statement(res: Runtime) -> None:
+    # Given a store of 3 items per session whose conversation facts wait for their
+    # session's end to become episode cards, holding two of them of low importance
+    capped = StmStore(
+        res.redis, namespace=res.settings.key_namespace, session_cap=3,
+        durable_subtypes=frozenset({"conversation_fact"}),
+    )  # fmt: skip
+    said = [
+        item(m, importance=0.1, at=T0 + n).model_copy(update={"subtype": "conversation_fact"})
+        for n, m in enumerate(("m_said_1", "m_said_2"))
+    ]
+    capped.upsert_many([*said, item("m_plan", importance=0.9, at=T0 + 2)])
+    # When more important task state arrives, twice
+    first = capped.upsert(item("m_step", importance=0.5, at=T0 + 3))
+    second = capped.upsert(item("m_step_2", importance=0.95, at=T0 + 4))
+    # Then task state makes room, the durable statements stay for their promotion
+    assert first.evicted == ("m_step",)
+    assert second.evicted == ("m_plan",)
+    assert sorted(ids(capped.by_session("u_1", "s_1"))) == ["m_said_1", "m_said_2", "m_step_2"]
+    assert assert_no_dangling_references(res) == {"m_said_1", "m_said_2", "m_step_2"}
+    # And once only durable statements are left, the least important, oldest goes first
+    third = capped.upsert(
+        item("m_said_3", importance=0.5, at=T0 + 5).model_copy(
+            update={"subtype": "conversation_fact"}
+        )
+    )
+    assert third.evicted == ("m_step_2",)
+    fourth = capped.upsert(
+        item("m_said_4", importance=0.5, at=T0 + 6).model_copy(
+            update={"subtype": "conversation_fact"}
+        )
+    )
+    assert fourth.evicted == ("m_said_1",)
+
+
 def test_session_cap_is_per_session(res: Runtime) -> None:
     capped = StmStore(res.redis, namespace=res.settings.key_namespace, session_cap=1)
     results = capped.upsert_many(

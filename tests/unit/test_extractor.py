@@ -342,7 +342,7 @@ def test_chinese_turn_with_constraint_preference_tool_result_and_next_step() -> 
     cands = extract("t1", ZH_TURN_1)
     assert view(cands) == [
         ("user_symptom", "fact", "symptom", "bug456:symptom:createorder", ["createOrder", "prod"],
-         "createOrder 在 prod 超时了", ["t1.0"]),
+         "createOrder 在 prod 超时了，工单 BUG-456。", ["t1.0"]),
         ("user_constraint", "constraint", "user_constraint", NO_RESTART_DB_ZH,
          ["database"], "不要重启生产数据库。", ["t1.0"]),
         ("user_preference", "preference", "user_preference", "user:pref:answer_style", [],
@@ -560,10 +560,12 @@ def test_keys_are_scoped_to_the_session_when_there_is_no_task() -> None:
 
 
 def test_known_entities_from_the_context_are_recognised() -> None:
-    ctx = ExtractionContext(user_id="u_42", session_id="s_1", known_entities=("Ledger",))
+    ctx = ExtractionContext(
+        user_id="u_42", session_id="s_1", task_id="bug456", known_entities=("Ledger",)
+    )
     cands = extract("t1", [(A, "We will roll back the ledger.", {})], ctx)
     assert cands[0].entities == ["Ledger"]
-    assert cands[0].canonical_fact_key == "s_1:decision:ledger"
+    assert cands[0].canonical_fact_key == "bug456:decision:ledger"
 
 
 # ---------------------------------------------------------------- entities

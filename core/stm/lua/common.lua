@@ -10,8 +10,12 @@ local function evict_key(session_suffix)
   return P .. 'evict:' .. string.sub(session_suffix, 9)  -- 'session:' is 8 characters
 end
 
-local function evict_score(importance, updated_at)
-  return math.floor((tonumber(importance) or 0) * 10000) * 1e10 + (tonumber(updated_at) or 0)
+-- Least important, then oldest, first; a durable statement (one that becomes an episode
+-- card when its session ends) only after every item of task state.
+local function evict_score(importance, updated_at, durable)
+  local score = math.floor((tonumber(importance) or 0) * 10000) * 1e10 + (tonumber(updated_at) or 0)
+  if durable then score = score + 1e15 end
+  return score
 end
 
 local function unindex(id)

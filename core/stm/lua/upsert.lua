@@ -3,7 +3,7 @@
 -- `history`); write the item, every index and the expiry; enforce the per-session cap.
 -- ARGV[1] = JSON object of the new item's hash fields (all strings, incl. `_idx`)
 -- ARGV[2] = per-session cap, ARGV[3] = history entries kept, ARGV[4] = per-owner cap
--- (0 = none)
+-- (0 = none), ARGV[5] = JSON list of durable subtypes (evicted after all task state)
 -- Returns {op, id, version, items the owner holds after the write, evicted_id...};
 -- op = inserted | merged | updated | unchanged | stale (older than the stored version)
 --
@@ -16,6 +16,8 @@ local new = cjson.decode(ARGV[1])
 local cap = tonumber(ARGV[2])
 local hist_cap = tonumber(ARGV[3])
 local owner_cap = tonumber(ARGV[4]) or 0
+local durable = {}
+for _, sub in ipairs(cjson.decode(ARGV[5] or '[]')) do durable[sub] = true end
 
 local DEFAULTS = {version = '1', mention_count = '1', history = '[]', entities = '[]',
                   tags = '[]', detail = '{}', subtype = 'general'}
@@ -85,7 +87,7 @@ end
 
 local function index(id, item)
   local score = tonumber(item.updated_at)
-  local escore = evict_score(item.importance, item.updated_at)
+  local escore = evict_score(item.importance, item.updated_at, durable[item.subtype or 'general'])
   for _, suffix in ipairs(cjson.decode(item._idx)) do
     redis.call('ZADD', P .. suffix, score, id)
     if string.sub(suffix, 1, 8) == 'session:' then
