@@ -55,6 +55,7 @@ from memstrata.core.ltm.ports import LexicalIndex
 from memstrata.core.ltm.runtime import LtmRuntime
 from memstrata.core.ltm.search import LtmSearch
 from memstrata.core.ltm.vector import MilvusVectorIndex
+from memstrata.core.owners import Owners
 from memstrata.core.policy.write import WritePolicy
 from memstrata.core.recall.ltm_adapter import HistoryBackedSearcher, LedgerBackedSearcher
 from memstrata.core.recall.pool import PoolCandidate
@@ -291,6 +292,7 @@ class Runtime:
             version_ttl_s=settings.profile_cache_version_ttl_s,
         )
         self.ledger = make_ledger(settings, self.engine)
+        self.owners = Owners(self.engine, policy=settings.unknown_owner)
         self.breakers = Breakers(
             cooldown_s=settings.recall_breaker_cooldown_s,
             failures=settings.recall_breaker_failures,

@@ -8,7 +8,7 @@ e.g. ``MEMSTRATA_TTL__FACT_S=3600``.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field, RedisDsn, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -48,6 +48,19 @@ class Settings(BaseSettings):
     max_turn_messages: int = Field(64, ge=1, le=10_000)
     max_summary_chars: int = Field(400, ge=40, le=4000)
     max_detail_chars: int = Field(4000, ge=200, le=64 * 1024)
+
+    # owners (docs/AGENTS.md "Tenants and users"): the tenant the CLI and the client use
+    # when none is given, and what record_turn() does with a (tenant, user) that PostgreSQL
+    # does not know: "provision" creates the tenant and the user with defaults (so a turn
+    # recorded can be recalled at once), "refuse" raises UnknownTenant / UnknownUser
+    tenant: str = "default"
+    unknown_owner: Literal["provision", "refuse"] = "provision"
+
+    # the REST service (`memstrata api`, docs/AGENTS.md)
+    api_host: str = "127.0.0.1"
+    api_port: int = Field(8300, ge=1, le=65535)
+    api_workers: int = Field(1, ge=1, le=64)
+    api_max_body_bytes: int = Field(8 * 1024 * 1024, ge=1024, le=256 * 1024 * 1024)
 
     # authority layer (PostgreSQL L1) and its Redis profile cache
     profile_cache_ttl_s: int = Field(600, ge=1, le=24 * 3600)
@@ -137,6 +150,11 @@ class Settings(BaseSettings):
     @classmethod
     def _namespace_is_safe(cls, value: str) -> str:
         return validate_id(value, kind="key namespace")
+
+    @field_validator("tenant")
+    @classmethod
+    def _tenant_is_safe(cls, value: str) -> str:
+        return validate_id(value, kind="tenant")
 
     @model_validator(mode="after")
     def _version_outlives_entry(self) -> Settings:
