@@ -40,7 +40,7 @@ from memstrata.core.owners import TenantInfo, UserInfo
 from memstrata.wire import EraseResult, RecallIn, TenantIn, TurnIn, UserIn, Verdict, error_from
 
 if TYPE_CHECKING:
-    from memstrata.core.api import MemoryClient
+    from memstrata.core.api import Kicker, MemoryClient
     from memstrata.core.recall.service import Recaller, RecallResult
     from memstrata.core.runtime import Runtime
 
@@ -80,13 +80,25 @@ def _drop_none(params: Mapping[str, object]) -> dict[str, str]:
 class _Embedded:
     """The in-process implementation; every public method maps user ids with ``user_key``."""
 
-    def __init__(self, runtime: Runtime | None, tenant: str | None, background_kicks: bool):
+    def __init__(
+        self,
+        runtime: Runtime | None,
+        tenant: str | None,
+        background_kicks: bool,
+        kicker: Kicker | None = None,
+    ) -> None:
         from memstrata.core.runtime import get_runtime
 
         self.rt = runtime or get_runtime()
         self.tenant = owner_tenant(tenant if tenant is not None else self.rt.settings.tenant)
         self._background_kicks = background_kicks
         self._writer: MemoryClient | None = None
+        if kicker is not None:
+            from memstrata.core.api import MemoryClient
+
+            self._writer = MemoryClient(
+                transcript=self.rt.transcript, queue=self.rt.queue, kicker=kicker
+            )
         self._recaller: Recaller | None = None
         self._lock = threading.Lock()
 
@@ -267,16 +279,20 @@ class Memory:
         runtime: Runtime | None = None,
         timeout_s: float = 30.0,
         background_kicks: bool = True,
+        kicker: Kicker | None = None,
         http_client: httpx.Client | None = None,
     ) -> None:
         """``url``/``api_key``: the REST service (its key fixes the tenant); else embedded
         on ``runtime`` (default: this process's) in ``tenant`` (default ``MEMSTRATA_TENANT``).
+
+        ``kicker`` replaces the Celery drain kick (embedded; the REST service and tests);
+        ``http_client`` a preconfigured ``httpx.Client`` (remote).
         """
         self.url = url
         self._embedded: _Embedded | None = None
         self._http: httpx.Client | None = None
         if url is None:
-            self._embedded = _Embedded(runtime, tenant, background_kicks)
+            self._embedded = _Embedded(runtime, tenant, background_kicks, kicker)
         else:
             self._http = http_client or httpx.Client(
                 base_url=url, headers=_headers(api_key), timeout=timeout_s
@@ -459,12 +475,13 @@ class AsyncMemory:
         runtime: Runtime | None = None,
         timeout_s: float = 30.0,
         background_kicks: bool = True,
+        kicker: Kicker | None = None,
     ) -> None:
         self.url = url
         # embedded: every call runs this client in a thread; remote: admin calls only
         self._sync = Memory(
             url, api_key=api_key, tenant=tenant, runtime=runtime, timeout_s=timeout_s,
-            background_kicks=background_kicks,
+            background_kicks=background_kicks, kicker=kicker,
         )  # fmt: skip
         self._http: httpx.AsyncClient | None = None
         if url is not None:
