@@ -32,6 +32,7 @@ from typing import Any
 import redis
 from sqlalchemy import Engine
 
+from memstrata.core.apikeys import ApiKeys
 from memstrata.core.authority.cache import ProfileCache
 from memstrata.core.authority.db import make_engine
 from memstrata.core.authority.filters import RetrievalFilters
@@ -293,6 +294,7 @@ class Runtime:
         )
         self.ledger = make_ledger(settings, self.engine)
         self.owners = Owners(self.engine, policy=settings.unknown_owner)
+        self.api_keys = ApiKeys(self.engine, cache_s=settings.api_key_cache_s)
         self.breakers = Breakers(
             cooldown_s=settings.recall_breaker_cooldown_s,
             failures=settings.recall_breaker_failures,

@@ -61,6 +61,9 @@ class Settings(BaseSettings):
     api_port: int = Field(8300, ge=1, le=65535)
     api_workers: int = Field(1, ge=1, le=64)
     api_max_body_bytes: int = Field(8 * 1024 * 1024, ge=1024, le=256 * 1024 * 1024)
+    # how long a process trusts a verified API key before asking PostgreSQL again (so a
+    # revoked key stops working within this many seconds; 0: every request asks)
+    api_key_cache_s: float = Field(30.0, ge=0, le=3600)
 
     # authority layer (PostgreSQL L1) and its Redis profile cache
     profile_cache_ttl_s: int = Field(600, ge=1, le=24 * 3600)

@@ -77,8 +77,9 @@ def _drop_none(params: Mapping[str, object]) -> dict[str, str]:
 # --------------------------------------------------------------------------- embedded
 
 
-class _Embedded:
-    """The in-process implementation; every public method maps user ids with ``user_key``."""
+class Embedded:
+    """The in-process implementation, tenant per call (:class:`Memory` and the REST service
+    share it); every method maps external user ids with ``user_key``."""
 
     def __init__(
         self,
@@ -116,24 +117,24 @@ class _Embedded:
                 self._recaller = self.rt.recaller()
             return self._recaller
 
-    def record_turn(self, body: TurnIn, messages: Messages) -> TurnReceipt:
+    def record_turn(self, body: TurnIn, messages: Messages, *, tenant: str) -> TurnReceipt:
         key = user_key(body.user_id)
-        self.rt.owners.ensure(self.tenant, key)
+        self.rt.owners.ensure(tenant, key)
         return self.writer().record_turn(
             user_id=key,
             session_id=body.session_id,
             messages=messages,
             task_id=body.task_id,
-            tenant_id=self.tenant,
+            tenant_id=tenant,
             turn_id=body.turn_id,
             at=body.at,
         )
 
-    def recall(self, body: RecallIn) -> RecallResult:
+    def recall(self, body: RecallIn, *, tenant: str) -> RecallResult:
         from memstrata.core.recall.service import RecallRequest
 
         req = RecallRequest(
-            tenant_id=self.tenant,
+            tenant_id=tenant,
             user_id=user_key(body.user_id),
             session_id=body.session_id,
             query=body.query,
@@ -155,8 +156,9 @@ class _Embedded:
         entity: str | None,
         memory_type: str | None,
         limit: int,
+        tenant: str,
     ) -> list[MemoryItem]:
-        stm, key, t = self.rt.stm, user_key(user_id), self.tenant
+        stm, key, t = self.rt.stm, user_key(user_id), tenant
         if session_id is not None:
             return stm.by_session(key, session_id, limit=limit, tenant_id=t)
         if task_id is not None:
@@ -168,22 +170,22 @@ class _Embedded:
         return stm.recent(key, limit=limit, tenant_id=t)
 
     def explain(
-        self, user_id: str, session_id: str, verdict: Verdict | None
+        self, user_id: str, session_id: str, verdict: Verdict | None, *, tenant: str
     ) -> list[WriteDecision]:
         from memstrata.core.ingest.pipeline import read_decisions
 
-        rows = read_decisions(self.rt.stm, user_key(user_id), session_id, tenant_id=self.tenant)
+        rows = read_decisions(self.rt.stm, user_key(user_id), session_id, tenant_id=tenant)
         if verdict is not None:
             rows = [d for d in rows if d.verdict.value == verdict]
         return rows
 
-    def erase(self, user_id: str, *, dry_run: bool) -> EraseResult:
+    def erase(self, user_id: str, *, dry_run: bool, tenant: str) -> EraseResult:
         from memstrata.core.erase import erase_owner
 
         key = user_key(user_id)
-        report = erase_owner(self.rt, user_id=key, tenant_id=self.tenant, dry_run=dry_run)
+        report = erase_owner(self.rt, user_id=key, tenant_id=tenant, dry_run=dry_run)
         if not dry_run:
-            self.rt.owners.forget(self.tenant, key)
+            self.rt.owners.forget(tenant, key)
         return EraseResult(
             tenant_id=report.tenant_id,
             user_id=user_id,
@@ -289,10 +291,10 @@ class Memory:
         ``http_client`` a preconfigured ``httpx.Client`` (remote).
         """
         self.url = url
-        self._embedded: _Embedded | None = None
+        self._embedded: Embedded | None = None
         self._http: httpx.Client | None = None
         if url is None:
-            self._embedded = _Embedded(runtime, tenant, background_kicks, kicker)
+            self._embedded = Embedded(runtime, tenant, background_kicks, kicker)
         else:
             self._http = http_client or httpx.Client(
                 base_url=url, headers=_headers(api_key), timeout=timeout_s
@@ -342,7 +344,7 @@ class Memory:
                 user_id=user_id, session_id=session_id, messages=[], task_id=task_id,
                 turn_id=turn_id, at=at,
             )  # fmt: skip  # record_turn validates every field itself
-            return e.record_turn(body, messages)
+            return e.record_turn(body, messages, tenant=e.tenant)
         raw = {
             "user_id": user_id, "session_id": session_id, "messages": _messages_json(messages),
             "task_id": task_id, "turn_id": turn_id, "at": at,
@@ -365,7 +367,7 @@ class Memory:
         """The memory block to inject before a model call (``.text``), typed (``.memory``)."""
         body = _recall_body(locals())
         if (e := self._embedded) is not None:
-            return e.recall(body)
+            return e.recall(body, tenant=e.tenant)
         return _recall_result().model_validate(self._call("POST", "/v1/recall", json=body))
 
     def inspect(
@@ -382,7 +384,7 @@ class Memory:
         if (e := self._embedded) is not None:
             return e.inspect(
                 user_id, session_id=session_id, task_id=task_id, entity=entity,
-                memory_type=memory_type, limit=limit,
+                memory_type=memory_type, limit=limit, tenant=e.tenant,
             )  # fmt: skip
         params = {
             "user_id": user_id, "session_id": session_id, "task_id": task_id,
@@ -395,14 +397,14 @@ class Memory:
     ) -> list[WriteDecision]:
         """Every write decision of a session (why each candidate was stored or refused)."""
         if (e := self._embedded) is not None:
-            return e.explain(user_id, session_id, verdict)
+            return e.explain(user_id, session_id, verdict, tenant=e.tenant)
         params = {"user_id": user_id, "session_id": session_id, "verdict": verdict}
         return _DECISIONS.validate_python(self._call("GET", "/v1/decisions", params=params))
 
     def erase(self, user_id: str, *, dry_run: bool = False) -> EraseResult:
         """Remove one user's data from every layer (``dry_run``: only count it)."""
         if (e := self._embedded) is not None:
-            return e.erase(user_id, dry_run=dry_run)
+            return e.erase(user_id, dry_run=dry_run, tenant=e.tenant)
         path = "/v1/users/" + quote(user_id, safe="")
         return EraseResult.model_validate(self._call("DELETE", path, params={"dry_run": dry_run}))
 

@@ -104,6 +104,7 @@ def status_of(exc: MemstrataError) -> int:
     table: list[tuple[type[MemstrataError], int]] = [
         (Unauthorized, 401),
         (Forbidden, 403),
+        (_authority_errors.ScopeDenied, 403),  # a filter names a project the user may not read
         (PayloadTooLarge, 413),
         (Conflict, 409),
         (InvalidInput, 422),
