@@ -49,10 +49,17 @@ def _replay(argv: Sequence[str]) -> int:
     return code
 
 
+def _version() -> str:
+    from memstrata import __version__
+
+    return __version__
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="memstrata", description=__doc__, formatter_class=argparse.RawTextHelpFormatter
     )
+    parser.add_argument("--version", action="version", version=f"memstrata {_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
     bench.add_bench(sub)
     roles.add_up(sub)
