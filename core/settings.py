@@ -27,15 +27,15 @@ class Settings(BaseSettings):
     )
 
     # stores
-    redis_url: RedisDsn = RedisDsn("redis://127.0.0.1:6379/0")
+    redis_url: RedisDsn = RedisDsn("redis://127.0.0.1:6379/0")  # STM store (and broker)
     broker_url: RedisDsn | None = None  # defaults to redis_url
-    key_namespace: str = "memory"
+    key_namespace: str = "memory"  # prefix of every Redis key and Celery queue
     redis_socket_timeout_s: float = Field(5.0, gt=0, le=60)
-    postgres_url: str = "postgresql+psycopg://postgres@127.0.0.1:5432/memstrata"
+    postgres_url: str = "postgresql+psycopg://postgres@127.0.0.1:5432/memstrata"  # L1 authority
     postgres_timeout_s: float = Field(5.0, gt=0, le=60)  # connect and statement timeout
     postgres_pool_size: int = Field(5, ge=1, le=100)
-    transcript_dir: Path = Path("var/transcripts")
-    transcript_fsync: bool = True
+    transcript_dir: Path = Path("var/transcripts")  # L0 folder (agents and workers share it)
+    transcript_fsync: bool = True  # fsync every L0 append (a receipt means durable)
     # how far back from a session file's end a caller-named turn_id is looked for before
     # appending (docs/RELIABILITY.md); only calls that name their turn_id pay for the read
     transcript_dedup_window_bytes: int = Field(256 * 1024, ge=4096, le=64 * 1024 * 1024)
@@ -53,13 +53,14 @@ class Settings(BaseSettings):
     # when none is given, and what record_turn() does with a (tenant, user) that PostgreSQL
     # does not know: "provision" creates the tenant and the user with defaults (so a turn
     # recorded can be recalled at once), "refuse" raises UnknownTenant / UnknownUser
-    tenant: str = "default"
-    unknown_owner: Literal["provision", "refuse"] = "provision"
+    tenant: str = "default"  # the tenant of calls that name none
+    unknown_owner: Literal["provision", "refuse"] = "provision"  # record_turn on an unknown owner
 
     # the REST service (`memstrata api`, docs/AGENTS.md)
-    api_host: str = "127.0.0.1"
-    api_port: int = Field(8300, ge=1, le=65535)
-    api_workers: int = Field(1, ge=1, le=64)
+    api_host: str = "127.0.0.1"  # address memstrata api listens on
+    api_port: int = Field(8300, ge=1, le=65535)  # its port
+    api_workers: int = Field(1, ge=1, le=64)  # uvicorn worker processes
+    # bigger request bodies are refused with 413
     api_max_body_bytes: int = Field(8 * 1024 * 1024, ge=1024, le=256 * 1024 * 1024)
     # how long a process trusts a verified API key before asking PostgreSQL again (so a
     # revoked key stops working within this many seconds; 0: every request asks)
