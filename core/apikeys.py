@@ -130,6 +130,15 @@ class ApiKeys:
             self._cache.pop(key_id, None)
         return _info(row)
 
+    def cached(self, token: str) -> ApiKeyInfo | None:
+        """The key, if this process verified it within ``cache_s`` (no I/O), else None."""
+        body = token[len(PREFIX) :] if token.startswith(PREFIX) else ""
+        key_id, _, secret = body.partition("_")
+        hit = self._cache.get(key_id) if key_id and secret and len(token) <= 200 else None
+        if hit is None or time.monotonic() - hit[0] >= self.cache_s:
+            return None
+        return hit[1] if hmac.compare_digest(_digest(secret), hit[2]) else None
+
     def verify(self, token: str) -> ApiKeyInfo:
         """The key a bearer token names, if its secret matches and it is not revoked."""
         body = token[len(PREFIX) :] if token.startswith(PREFIX) else ""

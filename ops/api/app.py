@@ -25,11 +25,12 @@ clients block, and one :class:`memstrata.client.Embedded` serves every tenant.
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, FastAPI, Query, Request
+from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
@@ -130,19 +131,25 @@ class BodyLimit:
 _bearer = HTTPBearer(auto_error=False, description="a memstrata API key: msk_<id>_<secret>")
 
 
-def _mem(request: Request) -> Embedded:
+async def _mem(request: Request) -> Embedded:
     memory: Embedded = request.app.state.memory
     return memory
 
 
-def _key_with(scope: KeyScope) -> Callable[..., ApiKeyInfo]:
-    def check(
+def _key_with(scope: KeyScope) -> Callable[..., Awaitable[ApiKeyInfo]]:
+    async def check(
         request: Request,
         cred: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
     ) -> ApiKeyInfo:
+        # async: a sync dependency costs a thread-pool hop per request; a verified key is
+        # answered from memory, so only a cache miss (once per key and cache period) blocks
+        # the loop on PostgreSQL, in a thread
         if cred is None:
             raise Unauthorized("an API key is required: Authorization: Bearer msk_…")
-        info = _mem(request).rt.api_keys.verify(cred.credentials)
+        keys = (await _mem(request)).rt.api_keys
+        info = keys.cached(cred.credentials)
+        if info is None:
+            info = await run_in_threadpool(keys.verify, cred.credentials)
         if scope not in info.scopes:
             raise Forbidden(f"this key has scopes {info.scopes}; the call needs {scope!r}")
         return info
@@ -236,7 +243,7 @@ def user(user_id: str, key: Admin, m: Mem) -> UserInfo:
 
 
 @router.get("/healthz", tags=["health"])
-def healthz() -> dict[str, str]:
+async def healthz() -> dict[str, str]:
     """The process answers (no store is touched)."""
     return {"status": "ok"}
 
