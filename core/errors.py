@@ -13,6 +13,8 @@
         │   ├── PayloadTooLarge
         │   └── Conflict          a constraint refused the write (unique, foreign key, check)
         ├── NotFound
+        ├── Unauthorized          no credentials, or an unknown / revoked API key
+        ├── Forbidden             the key's scope does not allow the call
         ├── CorruptRecord         stored data that no longer parses
         ├── StoreRejected         the store answered and refused the command itself (bad SQL,
         │                         a Redis command on the wrong type, a failing script): a bug
@@ -76,6 +78,14 @@ class Conflict(InvalidInput):
 
 class NotFound(PermanentError, LookupError):
     """The thing asked for does not exist (or no longer exists)."""
+
+
+class Unauthorized(PermanentError):
+    """The caller did not prove who it is (missing, unknown or revoked API key)."""
+
+
+class Forbidden(PermanentError):
+    """The caller is known but may not do this (the key's scope or tenant)."""
 
 
 class CorruptRecord(PermanentError):

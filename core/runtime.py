@@ -32,6 +32,7 @@ from typing import Any
 import redis
 from sqlalchemy import Engine
 
+from memstrata.core.apikeys import ApiKeys
 from memstrata.core.authority.cache import ProfileCache
 from memstrata.core.authority.db import make_engine
 from memstrata.core.authority.filters import RetrievalFilters
@@ -55,6 +56,7 @@ from memstrata.core.ltm.ports import LexicalIndex
 from memstrata.core.ltm.runtime import LtmRuntime
 from memstrata.core.ltm.search import LtmSearch
 from memstrata.core.ltm.vector import MilvusVectorIndex
+from memstrata.core.owners import Owners
 from memstrata.core.policy.write import WritePolicy
 from memstrata.core.recall.ltm_adapter import HistoryBackedSearcher, LedgerBackedSearcher
 from memstrata.core.recall.pool import PoolCandidate
@@ -292,6 +294,8 @@ class Runtime:
             version_ttl_s=settings.profile_cache_version_ttl_s,
         )
         self.ledger = make_ledger(settings, self.engine)
+        self.owners = Owners(self.engine, policy=settings.unknown_owner)
+        self.api_keys = ApiKeys(self.engine, cache_s=settings.api_key_cache_s)
         self.breakers = Breakers(
             cooldown_s=settings.recall_breaker_cooldown_s,
             failures=settings.recall_breaker_failures,

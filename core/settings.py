@@ -8,7 +8,7 @@ e.g. ``MEMSTRATA_TTL__FACT_S=3600``.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import (
     BaseModel,
@@ -57,15 +57,15 @@ class Settings(BaseSettings):
     )
 
     # stores
-    redis_url: RedisDsn = RedisDsn("redis://127.0.0.1:6379/0")
+    redis_url: RedisDsn = RedisDsn("redis://127.0.0.1:6379/0")  # STM store (and broker)
     broker_url: RedisDsn | None = None  # defaults to redis_url
-    key_namespace: str = "memory"
+    key_namespace: str = "memory"  # prefix of every Redis key and Celery queue
     redis_socket_timeout_s: float = Field(5.0, gt=0, le=60)
-    postgres_url: str = "postgresql+psycopg://postgres@127.0.0.1:5432/memstrata"
+    postgres_url: str = "postgresql+psycopg://postgres@127.0.0.1:5432/memstrata"  # L1 authority
     postgres_timeout_s: float = Field(5.0, gt=0, le=60)  # connect and statement timeout
     postgres_pool_size: int = Field(5, ge=1, le=100)
-    transcript_dir: Path = Path("var/transcripts")
-    transcript_fsync: bool = True
+    transcript_dir: Path = Path("var/transcripts")  # L0 folder (agents and workers share it)
+    transcript_fsync: bool = True  # fsync every L0 append (a receipt means durable)
     # how far back from a session file's end a caller-named turn_id is looked for before
     # appending (docs/RELIABILITY.md); only calls that name their turn_id pay for the read
     transcript_dedup_window_bytes: int = Field(256 * 1024, ge=4096, le=64 * 1024 * 1024)
@@ -78,6 +78,23 @@ class Settings(BaseSettings):
     max_turn_messages: int = Field(64, ge=1, le=10_000)
     max_summary_chars: int = Field(400, ge=40, le=4000)
     max_detail_chars: int = Field(4000, ge=200, le=64 * 1024)
+
+    # owners (docs/AGENTS.md "Tenants and users"): the tenant the CLI and the client use
+    # when none is given, and what record_turn() does with a (tenant, user) that PostgreSQL
+    # does not know: "provision" creates the tenant and the user with defaults (so a turn
+    # recorded can be recalled at once), "refuse" raises UnknownTenant / UnknownUser
+    tenant: str = "default"  # the tenant of calls that name none
+    unknown_owner: Literal["provision", "refuse"] = "provision"  # record_turn on an unknown owner
+
+    # the REST service (`memstrata api`, docs/AGENTS.md)
+    api_host: str = "127.0.0.1"  # address memstrata api listens on
+    api_port: int = Field(8300, ge=1, le=65535)  # its port
+    api_workers: int = Field(1, ge=1, le=64)  # uvicorn worker processes
+    # bigger request bodies are refused with 413
+    api_max_body_bytes: int = Field(8 * 1024 * 1024, ge=1024, le=256 * 1024 * 1024)
+    # how long a process trusts a verified API key before asking PostgreSQL again (so a
+    # revoked key stops working within this many seconds; 0: every request asks)
+    api_key_cache_s: float = Field(30.0, ge=0, le=3600)
 
     # authority layer (PostgreSQL L1) and its Redis profile cache
     profile_cache_ttl_s: int = Field(600, ge=1, le=24 * 3600)
@@ -170,6 +187,11 @@ class Settings(BaseSettings):
     @classmethod
     def _namespace_is_safe(cls, value: str) -> str:
         return validate_id(value, kind="key namespace")
+
+    @field_validator("tenant")
+    @classmethod
+    def _tenant_is_safe(cls, value: str) -> str:
+        return validate_id(value, kind="tenant")
 
     @model_validator(mode="after")
     def _version_outlives_entry(self) -> Settings:

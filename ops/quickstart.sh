@@ -16,5 +16,7 @@ ensure_redis
 ensure_postgres
 ensure_flower_password
 
+log "the memstrata command is $VENV/bin/memstrata; to have it on PATH in your shell:"
+log "    source $VENV/bin/activate        (or: export PATH=\"$VENV/bin:\$PATH\")"
 log "memstrata up $*"
 exec "$VENV/bin/memstrata" up "$@"

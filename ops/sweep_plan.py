@@ -9,24 +9,33 @@ from __future__ import annotations
 
 import time
 
+from memstrata.core.ids import external_user_id
+from memstrata.core.keys import parse_user_scope
 from memstrata.core.models.memory import MemoryItem
 from memstrata.core.runtime import Runtime
 from memstrata.ops.report import duration
 
 
 def plan_sweep(res: Runtime, *, now: float, max_items: int) -> list[tuple[str, MemoryItem]]:
-    """(user_id, item) pairs a sweep at ``now`` would remove, at most ``max_items``."""
+    """(owner, item) pairs a sweep at ``now`` would remove, at most ``max_items``.
+
+    The sweep hint holds owner scopes (``<tenant>/<user key>``, ``core.keys.user_scope``);
+    the owner is shown as ``<tenant>/<external user id>``.
+    """
     r, stm = res.redis, res.stm
     plan: list[tuple[str, MemoryItem]] = []
     due_users = r.zrangebyscore(stm.gkeys.sweep_users, "-inf", now)
-    for raw_user in due_users:
-        user_id = str(raw_user)
+    for raw_scope in due_users:
+        user_id, tenant_id = parse_user_scope(str(raw_scope))
         budget = max_items - len(plan)
         if budget <= 0:
             break
-        ids = r.zrangebyscore(stm.keys(user_id).expire, "-inf", now, start=0, num=budget)
-        items = stm.get_many(user_id, [str(i) for i in ids], include_expired=True)
-        plan.extend((user_id, item) for item in items)
+        expire = stm.keys(user_id, tenant_id).expire
+        ids = r.zrangebyscore(expire, "-inf", now, start=0, num=budget)
+        items = stm.get_many(user_id, [str(i) for i in ids], include_expired=True,
+                             tenant_id=tenant_id)  # fmt: skip
+        owner = f"{tenant_id}/{external_user_id(user_id)}"
+        plan.extend((owner, item) for item in items)
     return plan
 
 

@@ -48,6 +48,17 @@ class _Stop(Exception):
     """Raised by the signal handler to leave the foreground loop."""
 
 
+FOLLOW_UP = (
+    "\nLook again any time (the demo's tenant is 'demo'; run `source .venv/bin/activate`\n"
+    "first, or call .venv/bin/memstrata):\n"
+    "  memstrata inspect --tenant demo --user demo-en --session en_debug_session\n"
+    "  memstrata explain --tenant demo --user demo-zh --session zh_debug_session --refused\n"
+    "  memstrata compress --tenant demo --user demo-en --session en_debug_session\n"
+    "  memstrata sweep --dry-run --ahead 86400\n"
+)
+"""Printed after the demo; tests/integration/test_cli_follow_up.py runs these lines verbatim."""
+
+
 def _on_signal(signum: int, _frame: FrameType | None) -> None:
     raise _Stop(signal.Signals(signum).name)
 
@@ -181,12 +192,7 @@ def up(args: argparse.Namespace) -> int:
                 res, None, inline=False, timeout_s=args.timeout,
                 alive=lambda: worker.exit_code() is None,
             )  # fmt: skip
-            print(
-                "\nLook again any time:\n"
-                "  memstrata inspect --user demo-en --session en_debug_session\n"
-                "  memstrata explain --user demo-zh --session zh_debug_session --refused\n"
-                "  memstrata sweep --dry-run --ahead 86400\n"
-            )
+            print(FOLLOW_UP)
             _banner(children, args, generated)
         if not args.exit_after_demo:
             code = _foreground(children)

@@ -14,7 +14,7 @@ import queue
 import threading
 
 from memstrata.core.api import MemoryClient
-from memstrata.core.runtime import get_runtime
+from memstrata.core.runtime import Runtime, get_runtime
 from memstrata.tasks._options import DRAIN
 from memstrata.tasks.app import app
 
@@ -70,10 +70,10 @@ class BackgroundKicker:
 _kicker: BackgroundKicker | None = None
 
 
-def connect(*, background_kicks: bool = True) -> MemoryClient:
+def connect(*, background_kicks: bool = True, runtime: Runtime | None = None) -> MemoryClient:
     """A client for this process (build it after fork, once per agent process)."""
     global _kicker
-    res = get_runtime()
+    res = runtime or get_runtime()
     kicker: CeleryKicker | BackgroundKicker = CeleryKicker()
     if background_kicks:
         if _kicker is None or _kicker._pid != os.getpid():

@@ -86,6 +86,7 @@ class MigrationError(PermanentError):
 
 def declared_metadata() -> list[MetaData]:
     """Every metadata object whose tables the code queries: what the revisions must build."""
+    from memstrata.core import apikeys  # noqa: F401  (declares api_keys on the authority metadata)
     from memstrata.core.agent_store import store_metadata
     from memstrata.core.authority.tables import authority_metadata
     from memstrata.core.lifecycle.audit import lifecycle_metadata

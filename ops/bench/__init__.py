@@ -17,4 +17,5 @@ BENCHES: dict[str, str] = {
     "recall": "memstrata.ops.bench.recall",
     "sweep": "memstrata.ops.bench.sweep",
     "faults": "memstrata.ops.bench.faults",  # worker kills and Redis restarts under load
+    "api": "memstrata.ops.bench.api",  # what the REST service adds to record_turn and recall
 }

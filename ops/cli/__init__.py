@@ -15,6 +15,8 @@
     memstrata rebuild --user --session re-derive a session's STM from its L0 transcript
     memstrata forget [--dry-run]       forget long-inactive low-importance LTM cards
     memstrata erase --tenant --user    remove one owner's data from every layer [--dry-run]
+    memstrata tenant | user | apikey   tenants, users (any id string) and REST API keys
+    memstrata api                      the REST service (FastAPI + uvicorn, OpenAPI)
     memstrata mcp [--transport stdio|http]  serve memory to MCP clients (needs [mcp])
 
 Settings come from ``MEMSTRATA_*`` environment variables (``core.settings``), read when a
@@ -34,7 +36,7 @@ from pydantic import ValidationError
 from memstrata.core.errors import MemstrataError
 from memstrata.core.redact import redact
 from memstrata.core.runtime import close_runtime
-from memstrata.ops.cli import bench, deadletters, erase, lifecycle, ltm, mcp, memory, roles
+from memstrata.ops.cli import admin, bench, deadletters, erase, lifecycle, ltm, mcp, memory, roles
 from memstrata.ops.runtime import CliError
 
 _MODEL_PREFIX = re.compile(r"^[A-Z][A-Za-z]+\.(?=[a-z_]+: )")
@@ -48,10 +50,17 @@ def _replay(argv: Sequence[str]) -> int:
     return code
 
 
+def _version() -> str:
+    from memstrata import __version__
+
+    return __version__
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="memstrata", description=__doc__, formatter_class=argparse.RawTextHelpFormatter
     )
+    parser.add_argument("--version", action="version", version=f"memstrata {_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
     bench.add_bench(sub)
     roles.add_up(sub)
@@ -68,6 +77,7 @@ def build_parser() -> argparse.ArgumentParser:
     deadletters.add_dead_letters(sub)
     lifecycle.add_lifecycle(sub)
     erase.add_erase(sub)
+    admin.add_admin(sub)
     mcp.add_mcp(sub)
     return parser
 

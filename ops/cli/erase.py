@@ -14,13 +14,18 @@ _LAYERS = (("l0", "L0 transcripts"), ("redis", "Redis"), ("pg", "PostgreSQL"),
 
 def _erase(args: argparse.Namespace) -> int:
     from memstrata.core.erase import erase_owner
+    from memstrata.core.ids import user_key
 
     rt = connected_runtime()
-    report = erase_owner(rt, user_id=args.user, tenant_id=args.tenant, dry_run=args.dry_run)
+    tenant = args.tenant or rt.settings.tenant
+    key = user_key(args.user)
+    report = erase_owner(rt, user_id=key, tenant_id=tenant, dry_run=args.dry_run)
+    if not args.dry_run:
+        rt.owners.forget(tenant, key)
     if args.json:
         print(json.dumps(report.as_dict()))
         return 0
-    owner = f"{report.tenant_id}/{report.user_id}"
+    owner = f"{report.tenant_id}/{args.user}"
     counts = report.found if report.dry_run else report.removed
     if report.resumed:
         done = ", ".join(report.steps_before) or "none"
@@ -45,8 +50,8 @@ def add_erase(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     e = sub.add_parser(
         "erase", help="remove one owner's data from every layer (L0, Redis, PostgreSQL, LTM)"
     )
-    e.add_argument("--tenant", help="the owner's tenant (default: the tenant 'default')")
-    e.add_argument("--user", required=True, help="the owner's user id")
+    e.add_argument("--tenant", help="the owner's tenant (default MEMSTRATA_TENANT, 'default')")
+    e.add_argument("--user", required=True, help="the owner's user id (any string)")
     e.add_argument("--dry-run", action="store_true", help="list what would be removed")
     e.add_argument("--json", action="store_true", help="print the report as one JSON object")
     e.set_defaults(func=_erase)

@@ -35,9 +35,7 @@ def _milvus(args: argparse.Namespace) -> int:
 
 
 def add_ltm(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    t = sub.add_parser(
-        "ltm", help="long-term memory: status | reindex | reindex-history | requeue"
-    )
+    t = sub.add_parser("ltm", help="long-term memory: status | reindex | reindex-history | requeue")
     t.add_argument("action", choices=["status", "reindex", "reindex-history", "requeue"])
     t.add_argument("--no-drop", action="store_true", help="reindex without dropping first")
     t.set_defaults(func=_ltm)

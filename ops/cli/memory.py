@@ -7,28 +7,40 @@ import argparse
 import json
 import time
 
+from memstrata.core.runtime import Runtime
 from memstrata.ops.runtime import CliError, connected_runtime
+
+
+def _owner(args: argparse.Namespace, res: Runtime) -> tuple[str, str]:
+    """``(tenant, user key)`` of ``--tenant`` (default ``MEMSTRATA_TENANT``) and ``--user``
+    (any external id, mapped by ``core.ids.user_key``)."""
+    from memstrata.core.ids import owner_tenant, user_key
+
+    return owner_tenant(args.tenant or res.settings.tenant), user_key(args.user)
 
 
 def _inspect(args: argparse.Namespace) -> int:
     from memstrata.ops.report import items_block
 
     res = connected_runtime()
-    stm, user, limit = res.stm, args.user, args.limit
+    tenant, user = _owner(args, res)
+    stm, n, t = res.stm, args.limit, tenant
     if args.session:
-        items, what = stm.by_session(user, args.session, limit=limit), f"session {args.session}"
+        items = stm.by_session(user, args.session, limit=n, tenant_id=t)
+        what = f"session {args.session}"
     elif args.task:
-        items, what = stm.by_task(user, args.task, limit=limit), f"task {args.task}"
+        items, what = stm.by_task(user, args.task, limit=n, tenant_id=t), f"task {args.task}"
     elif args.entity:
-        items, what = stm.by_entity(user, args.entity, limit=limit), f"entity {args.entity}"
+        items = stm.by_entity(user, args.entity, limit=n, tenant_id=t)
+        what = f"entity {args.entity}"
     elif args.type:
-        items, what = stm.by_type(user, args.type, limit=limit), f"type {args.type}"
+        items, what = stm.by_type(user, args.type, limit=n, tenant_id=t), f"type {args.type}"
     else:
-        items, what = stm.recent(user, limit=limit), "all sessions"
+        items, what = stm.recent(user, limit=n, tenant_id=t), "all sessions"
     if args.json:
         print(json.dumps([i.model_dump(mode="json") for i in items], ensure_ascii=False, indent=1))
         return 0
-    print(f"STM of user {user}, {what}: {len(items)} item(s), newest first")
+    print(f"STM of user {args.user} (tenant {tenant}), {what}: {len(items)} item(s), newest first")
     if items:
         print(items_block(items))
     return 0
@@ -40,7 +52,8 @@ def _explain(args: argparse.Namespace) -> int:
     from memstrata.ops.report import decisions_block
 
     res = connected_runtime()
-    decisions = read_decisions(res.stm, args.user, args.session)
+    tenant, user = _owner(args, res)
+    decisions = read_decisions(res.stm, user, args.session, tenant_id=tenant)
     if args.refused:
         decisions = [d for d in decisions if d.verdict is Verdict.REFUSED]
     if args.written:
@@ -52,7 +65,8 @@ def _explain(args: argparse.Namespace) -> int:
         print(json.dumps([d.model_dump(mode="json") for d in decisions], ensure_ascii=False))
         return 0
     print(
-        f"Write decisions of user {args.user}, session {args.session}: {len(decisions)} "
+        f"Write decisions of user {args.user} (tenant {tenant}), session {args.session}: "
+        f"{len(decisions)} "
         f"(threshold {res.settings.write_threshold:g}; kept "
         f"{res.settings.decision_ttl_s // 3600} h)"
     )
@@ -67,12 +81,14 @@ def _compress(args: argparse.Namespace) -> int:
     from memstrata.core.compress.service import compress_cached
 
     res = connected_runtime()
+    tenant, user = _owner(args, res)
     ns = res.settings.key_namespace
     view, cached = compress_cached(
         transcript=res.transcript,
         stm=res.stm,
         cache=ViewCache(res.redis, namespace=ns),
-        user_id=args.user,
+        user_id=user,
+        tenant_id=tenant,
         session_id=args.session,
         budget_tokens=args.budget or res.settings.compress_budget_tokens,
         activity=SessionActivity(res.redis, namespace=ns),
@@ -92,11 +108,14 @@ def _compress(args: argparse.Namespace) -> int:
 
 
 def _recall(args: argparse.Namespace) -> int:
+    from memstrata.core.ids import user_key
     from memstrata.core.recall.service import RecallRequest
+    from memstrata.core.settings import load_settings
 
     # bad input is refused before any store is touched (main() prints the first problem)
     request = RecallRequest(
-        tenant_id=args.tenant, user_id=args.user, session_id=args.session, query=args.query,
+        tenant_id=args.tenant or load_settings().tenant, user_id=user_key(args.user),
+        session_id=args.session, query=args.query,
         task_id=args.task, project_id=args.project, workspace_id=args.workspace,
         top_k=args.top_k, token_budget=args.budget, explain=args.explain,
     )  # fmt: skip
@@ -135,7 +154,7 @@ def _sweep(args: argparse.Namespace) -> int:
 
         plan = plan_sweep(res, now=time.time() + args.ahead, max_items=limit)
         if args.json:
-            print(json.dumps([{"user_id": u, "memory_id": i.id} for u, i in plan]))
+            print(json.dumps([{"owner": o, "memory_id": i.id} for o, i in plan]))
         else:
             print(render_plan(plan, ahead_s=args.ahead))
         return 0
@@ -153,7 +172,8 @@ def _sweep(args: argparse.Namespace) -> int:
 
 def add_inspect_explain(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     i = sub.add_parser("inspect", help="show a user's STM items (by session/task/entity/type)")
-    i.add_argument("--user", required=True)
+    i.add_argument("--tenant", help="the user's tenant (default MEMSTRATA_TENANT, 'default')")
+    i.add_argument("--user", required=True, help="the user id (any string: alice@example.com)")
     scope = i.add_mutually_exclusive_group()
     scope.add_argument("--session")
     scope.add_argument("--task")
@@ -163,6 +183,7 @@ def add_inspect_explain(sub: argparse._SubParsersAction[argparse.ArgumentParser]
     i.add_argument("--json", action="store_true")
     i.set_defaults(func=_inspect)
     e = sub.add_parser("explain", help="why each candidate of a session was stored or refused")
+    e.add_argument("--tenant", help="the user's tenant (default MEMSTRATA_TENANT, 'default')")
     e.add_argument("--user", required=True)
     e.add_argument("--session", required=True)
     only = e.add_mutually_exclusive_group()
@@ -185,7 +206,7 @@ def add_sweep(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 def add_recall(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     r = sub.add_parser("recall", help="build the memory block for a query (the read path)")
     r.add_argument("query")
-    r.add_argument("--tenant", default=None, help="the user's tenant (default: the default tenant)")
+    r.add_argument("--tenant", help="the user's tenant (default MEMSTRATA_TENANT, 'default')")
     r.add_argument("--user", required=True)
     r.add_argument("--session", required=True)
     r.add_argument("--task")
@@ -200,6 +221,7 @@ def add_recall(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 
 def add_compress(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     c = sub.add_parser("compress", help="a session's compressed context within a token budget")
+    c.add_argument("--tenant", help="the user's tenant (default MEMSTRATA_TENANT, 'default')")
     c.add_argument("--user", required=True)
     c.add_argument("--session", required=True)
     c.add_argument("--budget", type=int, help="tokens (default MEMSTRATA_COMPRESS_BUDGET_TOKENS)")

@@ -430,9 +430,11 @@ def test_erase_refuses_a_bad_id_before_touching_anything(world: World, tmp_path:
         erase_owner(world.rt, user_id="../etc", tenant_id=TA)
     env = process_env(world.rt.settings)
     proc = subprocess.run(
-        [sys.executable, "-m", "memstrata.ops.cli", "erase", "--user", "a b", "--dry-run"],
+        # the CLI takes external user ids ("a b" is one); a tenant id must be safe
+        [sys.executable, "-m", "memstrata.ops.cli", "erase", "--tenant", "a b", "--user", "u",
+         "--dry-run"],
         cwd=REPO_ROOT,
         env=env, capture_output=True, text=True, timeout=120, check=False,
     )  # fmt: skip
-    assert proc.returncode == 1 and proc.stderr.startswith("memstrata erase: invalid user_id")
+    assert proc.returncode == 1 and proc.stderr.startswith("memstrata erase: invalid tenant_id")
     assert "Traceback" not in proc.stderr

@@ -1,0 +1,319 @@
+"""The REST service (``memstrata api``): the client's methods over HTTP, per-tenant API keys.
+
+    POST   /v1/turns                record_turn (the service owns L0: no shared filesystem)
+    POST   /v1/recall               recall
+    GET    /v1/memories             inspect (STM items; session / task / entity / type)
+    GET    /v1/decisions            explain (write decisions of a session)
+    DELETE /v1/users/{user_id}      erase (``?dry_run=true`` only counts)
+    GET    /v1/admin/tenants        the key's tenant;  POST: refused (operators use the CLI)
+    GET    /v1/admin/users          the tenant's users; POST creates one
+    GET    /v1/admin/users/{id}     one user
+    GET    /healthz                 the process answers (no auth)
+    GET    /readyz                  Redis and PostgreSQL answer (no auth)
+    GET    /openapi.json            the schema
+
+Every ``/v1`` route needs ``Authorization: Bearer msk_…`` (``core.apikeys``) with its
+scope (read: recall, memories, decisions; write: turns; admin: users, erase); the tenant
+is the key's, never a request field.  Errors are ``application/problem+json`` whose
+``type`` names the exception class (``memstrata.wire``), so the remote client raises the
+same class the embedded one would; a 5xx never carries a traceback or a store's message.
+Bodies over ``MEMSTRATA_API_MAX_BODY_BYTES`` are refused with 413 before they are read
+whole.  The routes are sync functions (FastAPI runs them in its thread pool): the stores'
+clients block, and one :class:`memstrata.client.Embedded` serves every tenant.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, FastAPI, Query, Request
+from fastapi.concurrency import run_in_threadpool
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from memstrata import __version__
+from memstrata.client import Embedded
+from memstrata.core.apikeys import ApiKeyInfo
+from memstrata.core.apikeys import Scope as KeyScope
+from memstrata.core.errors import (
+    Forbidden,
+    InvalidInput,
+    MemstrataError,
+    NotFound,
+    PayloadTooLarge,
+    PermanentError,
+    StoreUnavailable,
+    Unauthorized,
+)
+from memstrata.core.ids import user_key
+from memstrata.core.models.candidate import WriteDecision
+from memstrata.core.models.memory import MemoryItem
+from memstrata.core.models.transcript import TurnReceipt
+from memstrata.core.owners import TenantInfo, UserInfo
+from memstrata.core.recall.service import RecallResult
+from memstrata.core.redact import redact
+from memstrata.core.runtime import Runtime, get_runtime
+from memstrata.wire import (
+    EraseResult,
+    Problem,
+    RecallIn,
+    TenantIn,
+    TurnIn,
+    UserIn,
+    Verdict,
+    problem_of,
+)
+
+log = logging.getLogger(__name__)
+PROBLEM = "application/problem+json"
+_PROBLEMS: dict[int | str, dict[str, Any]] = {
+    code: {"model": Problem, "content": {PROBLEM: {}}, "description": what}
+    for code, what in [
+        (401, "no or an unknown API key"),
+        (403, "the key's scope does not allow this"),
+        (404, "unknown user, tenant or route"),
+        (413, "body over the size limit"),
+        (422, "invalid input"),
+        (503, "a store is unavailable: retry"),
+    ]
+}
+
+
+def _problem(exc: MemstrataError) -> JSONResponse:
+    body = problem_of(exc)
+    if body.status >= 500 and not isinstance(exc, StoreUnavailable):
+        body.detail = "internal error (logged by the service)"
+    else:
+        body.detail = redact(body.detail)
+    headers = {"Retry-After": "1"} if body.status == 503 else None
+    return JSONResponse(body.model_dump(), status_code=body.status, media_type=PROBLEM,
+                        headers=headers)  # fmt: skip
+
+
+class BodyLimit:
+    """Refuse request bodies over ``limit`` bytes (by Content-Length, then as they stream)."""
+
+    def __init__(self, app: ASGIApp, limit: int) -> None:
+        self.app, self.limit = app, limit
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        too_big = PayloadTooLarge(f"request body over {self.limit} bytes")
+        for name, value in scope.get("headers", []):
+            if name == b"content-length" and value.isdigit() and int(value) > self.limit:
+                await _problem(too_big)(scope, receive, send)
+                return
+        seen = 0
+
+        async def limited() -> Message:
+            nonlocal seen
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > self.limit:
+                    raise too_big
+            return message
+
+        try:
+            await self.app(scope, limited, send)
+        except PayloadTooLarge as exc:
+            await _problem(exc)(scope, receive, send)
+
+
+_bearer = HTTPBearer(auto_error=False, description="a memstrata API key: msk_<id>_<secret>")
+
+
+async def _mem(request: Request) -> Embedded:
+    memory: Embedded = request.app.state.memory
+    return memory
+
+
+def _key_with(scope: KeyScope) -> Callable[..., Awaitable[ApiKeyInfo]]:
+    async def check(
+        request: Request,
+        cred: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
+    ) -> ApiKeyInfo:
+        # async: a sync dependency costs a thread-pool hop per request; a verified key is
+        # answered from memory, so only a cache miss (once per key and cache period) blocks
+        # the loop on PostgreSQL, in a thread
+        if cred is None:
+            raise Unauthorized("an API key is required: Authorization: Bearer msk_…")
+        keys = (await _mem(request)).rt.api_keys
+        info = keys.cached(cred.credentials)
+        if info is None:
+            info = await run_in_threadpool(keys.verify, cred.credentials)
+        if scope not in info.scopes:
+            raise Forbidden(f"this key has scopes {info.scopes}; the call needs {scope!r}")
+        return info
+
+    return check
+
+
+Mem = Annotated[Embedded, Depends(_mem)]
+Read = Annotated[ApiKeyInfo, Depends(_key_with("read"))]
+Write = Annotated[ApiKeyInfo, Depends(_key_with("write"))]
+Admin = Annotated[ApiKeyInfo, Depends(_key_with("admin"))]
+Id = Annotated[str | None, Query(min_length=1, max_length=128)]
+UserQ = Annotated[str, Query(min_length=1, max_length=128)]
+router = APIRouter()
+
+
+@router.post("/v1/turns", response_model=TurnReceipt, tags=["memory"])
+def record_turn(body: TurnIn, key: Write, m: Mem) -> TurnReceipt:
+    """Record a finished turn: durable in L0 and queued for extraction on return."""
+    return m.record_turn(body, body.messages, tenant=key.tenant_id)
+
+
+@router.post("/v1/recall", response_model=RecallResult, tags=["memory"])
+def recall(body: RecallIn, key: Read, m: Mem) -> RecallResult:
+    """The memory block to inject before a model call."""
+    return m.recall(body, tenant=key.tenant_id)
+
+
+@router.get("/v1/memories", response_model=list[MemoryItem], tags=["memory"])
+def memories(
+    key: Read,
+    m: Mem,
+    user_id: UserQ,
+    session_id: Id = None,
+    task_id: Id = None,
+    entity: Annotated[str | None, Query(min_length=1, max_length=256)] = None,
+    type: Annotated[str | None, Query(min_length=1, max_length=64)] = None,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 50,
+) -> list[MemoryItem]:
+    """A user's STM items, newest first (one of session, task, entity, type)."""
+    return m.inspect(
+        user_id, session_id=session_id, task_id=task_id, entity=entity,
+        memory_type=type, limit=limit, tenant=key.tenant_id,
+    )  # fmt: skip
+
+
+@router.get("/v1/decisions", response_model=list[WriteDecision], tags=["memory"])
+def decisions(
+    key: Read, m: Mem, user_id: UserQ, session_id: UserQ, verdict: Verdict | None = None
+) -> list[WriteDecision]:
+    """Why each candidate of a session was stored or refused."""
+    return m.explain(user_id, session_id, verdict, tenant=key.tenant_id)
+
+
+@router.delete("/v1/users/{user_id:path}", response_model=EraseResult, tags=["memory"])
+def erase(user_id: str, key: Admin, m: Mem, dry_run: bool = False) -> EraseResult:
+    """Remove one user's data from every layer (``dry_run``: only count it)."""
+    return m.erase(_path_id(user_id), dry_run=dry_run, tenant=key.tenant_id)
+
+
+@router.get("/v1/admin/tenants", response_model=list[TenantInfo], tags=["admin"])
+def tenants(key: Admin, m: Mem) -> list[TenantInfo]:
+    """The key's own tenant (a key never sees another tenant)."""
+    return [m.rt.owners.get_tenant(key.tenant_id)]
+
+
+@router.post("/v1/admin/tenants", response_model=TenantInfo, tags=["admin"])
+def create_tenant(body: TenantIn, key: Admin) -> TenantInfo:
+    """Refused: tenants (and their first key) are made by the operator, on the CLI."""
+    raise Forbidden("tenants are created by the operator: memstrata tenant create")
+
+
+@router.get("/v1/admin/users", response_model=list[UserInfo], tags=["admin"])
+def users(key: Admin, m: Mem) -> list[UserInfo]:
+    """The users of the key's tenant."""
+    return m.rt.owners.list_users(key.tenant_id)
+
+
+@router.post("/v1/admin/users", response_model=UserInfo, status_code=201, tags=["admin"])
+def create_user(body: UserIn, key: Admin, m: Mem) -> UserInfo:
+    """Register a user (``record_turn`` provisions unknown users by default)."""
+    return m.rt.owners.create_user(
+        key.tenant_id, user_key(body.user_id), display_name=body.display_name
+    )
+
+
+@router.get("/v1/admin/users/{user_id:path}", response_model=UserInfo, tags=["admin"])
+def user(user_id: str, key: Admin, m: Mem) -> UserInfo:
+    """One user of the key's tenant."""
+    return m.rt.owners.get_user(key.tenant_id, user_key(_path_id(user_id)))
+
+
+@router.get("/healthz", tags=["health"])
+async def healthz() -> dict[str, str]:
+    """The process answers (no store is touched)."""
+    return {"status": "ok"}
+
+
+@router.get("/readyz", tags=["health"])
+def readyz(m: Mem) -> dict[str, str]:
+    """Redis and PostgreSQL answer; 503 otherwise."""
+    try:
+        m.rt.redis.ping()
+    except Exception as exc:
+        raise StoreUnavailable("Redis does not answer") from exc
+    try:
+        with m.rt.engine.connect() as conn:
+            conn.exec_driver_sql("SELECT 1")
+    except Exception as exc:
+        raise StoreUnavailable("PostgreSQL does not answer") from exc
+    return {"status": "ready"}
+
+
+def create_app(runtime: Runtime | None = None) -> FastAPI:
+    """The ASGI app on ``runtime`` (default: the process's, built after fork by uvicorn)."""
+    rt = runtime or get_runtime()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        app.state.memory = Embedded(rt, None, background_kicks=True)
+        yield
+        app.state.memory.close()
+
+    app = FastAPI(
+        title="memstrata",
+        version=__version__,
+        summary="Layered memory for LLM agents: record turns, recall memory, per tenant.",
+        lifespan=lifespan,
+        responses=_PROBLEMS,
+    )
+    app.add_middleware(BodyLimit, limit=rt.settings.api_max_body_bytes)
+    app.include_router(router)
+    _install_errors(app)
+    return app
+
+
+def _path_id(user_id: str) -> str:
+    if not 1 <= len(user_id) <= 128:
+        raise InvalidInput("user_id: expected 1-128 characters")
+    return user_id
+
+
+def _install_errors(app: FastAPI) -> None:
+    @app.exception_handler(MemstrataError)
+    async def typed(request: Request, exc: MemstrataError) -> JSONResponse:
+        if problem_of(exc).status >= 500:
+            log.error("%s %s: %s", request.method, request.url.path, exc, exc_info=exc)
+        return _problem(exc)
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+        errors = exc.errors()
+        first = errors[0] if errors else {"loc": (), "msg": "invalid request"}
+        where = ".".join(str(p) for p in first.get("loc", ()) if p not in {"body", "query"})
+        return _problem(InvalidInput(f"{where or 'request'}: {first.get('msg', 'invalid')}"))
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        cls: type[MemstrataError] = NotFound if exc.status_code == 404 else PermanentError
+        body = problem_of(cls(str(exc.detail)))
+        body.status = exc.status_code
+        return JSONResponse(body.model_dump(), status_code=exc.status_code, media_type=PROBLEM)
+
+    @app.exception_handler(Exception)
+    async def crash(request: Request, exc: Exception) -> JSONResponse:
+        log.exception("%s %s failed", request.method, request.url.path)
+        return _problem(PermanentError("internal error"))

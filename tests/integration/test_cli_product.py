@@ -1,0 +1,138 @@
+"""The CLI follows the user (a subprocess per command, as a user types them).
+
+The demo's printed follow-up lines (``ops.up.FOLLOW_UP``) run verbatim after an inline
+demo and show the demo's data; tenants, users and API keys are managed end to end;
+``--version`` answers; user errors are one line.
+"""
+
+from __future__ import annotations
+
+import shlex
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from memstrata import __version__
+from memstrata.core.ltm.config import LtmSettings
+from memstrata.core.runtime import Runtime
+from memstrata.core.settings import Settings, load_settings
+from memstrata.ops.up import FOLLOW_UP
+from tests.conftest import REDIS_URL
+from tests.integration.conftest import REPO_ROOT, process_env
+from tests.integration.test_cli_errors import one_line
+from tests.integration.test_lifecycle_env import lifecycle_pg
+
+pytestmark = pytest.mark.integration
+__all__ = ["lifecycle_pg"]
+Run = Callable[..., tuple[int, str, str]]
+
+
+@pytest.fixture
+def settings(namespace: str, tmp_path: Path, lifecycle_pg: str) -> Settings:
+    return load_settings(
+        redis_url=REDIS_URL,
+        key_namespace=namespace,
+        transcript_dir=tmp_path / "transcripts",
+        postgres_url=lifecycle_pg,
+        ltm=LtmSettings(enabled=False),
+    )
+
+
+@pytest.fixture
+def cli(settings: Settings, res: Runtime) -> Iterator[Run]:
+    def run(line: str | list[str], **env: str) -> tuple[int, str, str]:
+        args = shlex.split(line) if isinstance(line, str) else line
+        assert args[0] == "memstrata"
+        proc = subprocess.run(
+            [sys.executable, "-m", "memstrata.ops.cli", *args[1:]], cwd=REPO_ROOT,
+            env=process_env(settings, env), capture_output=True, text=True, timeout=180,
+            check=False,
+        )  # fmt: skip
+        return proc.returncode, proc.stdout, proc.stderr
+
+    yield run
+
+
+def test_the_demo_follow_up_commands_work_verbatim(cli: Run) -> None:
+    run = cli
+    code, out, err = run("memstrata demo --inline")
+    assert code == 0, err[-2000:]
+    lines = [ln.strip() for ln in FOLLOW_UP.splitlines() if ln.strip().startswith("memstrata ")]
+    assert len(lines) == 4
+    outputs = {}
+    for line in lines:
+        code, out, err = run(line)
+        assert code == 0 and "Traceback" not in err, (line, err)
+        outputs[line.split()[1]] = out
+    first = outputs["inspect"].splitlines()[0]
+    assert "tenant demo" in first and not first.endswith(": 0 item(s), newest first"), first
+    assert "Write decisions of user demo-zh (tenant demo)" in outputs["explain"]
+    assert ": 0 " not in outputs["explain"].splitlines()[0]
+    assert "tokens" in outputs["compress"] and "no transcript" not in outputs["compress"]
+    sweep = outputs["sweep"]
+    assert "dry run: a sweep in 1d would remove" in sweep and "demo/demo-" in sweep
+
+
+def test_tenants_users_and_api_keys_from_the_cli(cli: Run, namespace: str) -> None:
+    run = cli
+    t = "acme-" + namespace
+    assert run(f"memstrata tenant create {t} --name Acme")[0] == 0
+    code, out, _ = run("memstrata tenant list")
+    assert code == 0 and t in out
+    code, out, err = run(["memstrata", "user", "create", "张三", "--tenant", t])
+    assert code == 0 and "key part ~" in out, err
+    code, out, _ = run(["memstrata", "user", "show", "张三", "--tenant", t])
+    assert code == 0 and "user 张三 of tenant" in out
+    code, out, _ = run(f"memstrata apikey create --tenant {t} --scope read,write,admin")
+    assert code == 0
+    secret = out.strip().splitlines()[-1]
+    assert secret.startswith("msk_")
+    key_id = secret.split("_")[1]
+    code, out, _ = run(f"memstrata apikey list --tenant {t}")
+    assert key_id in out and "active" in out and secret not in out
+    assert run(f"memstrata apikey revoke {key_id}")[0] == 0
+    assert "revoked" in run(f"memstrata apikey list --tenant {t}")[1]
+    code, out, _ = run(["memstrata", "user", "erase", "张三", "--tenant", t])
+    assert code == 0 and "removed" in out
+    code, _, err = run(["memstrata", "user", "show", "张三", "--tenant", t])
+    assert code == 1 and one_line(err) == f"memstrata user: no user '张三' in tenant '{t}'"
+
+
+@pytest.mark.parametrize(
+    ("line", "env", "expected"),
+    [
+        ("memstrata recall '' --user u --session s", {},
+         "memstrata recall: query: String should have at least 1 character"),
+        ("memstrata inspect --user u", {"MEMSTRATA_TENANT": "a b"},
+         "memstrata inspect: tenant: invalid tenant 'a b': expected 1-128 chars "
+         "of [A-Za-z0-9_.-]"),
+        ("memstrata user show nobody@example.com", {},
+         "memstrata user: no user 'nobody@example.com' in tenant 'default'"),
+        ("memstrata apikey create --tenant no-such-tenant", {},
+         "memstrata apikey: no tenant 'no-such-tenant' (memstrata tenant create first)"),
+        ("memstrata tenant create", {},
+         "memstrata tenant: tenant create: name the tenant, e.g. memstrata tenant create acme"),
+    ],
+)  # fmt: skip
+def test_user_errors_are_one_line(cli: Run, line: str, env: dict[str, str], expected: str) -> None:
+    code, _, err = cli(line, **env)
+    assert code == 1 and one_line(err) == expected
+
+
+def test_postgres_down_is_one_line(cli: Run) -> None:
+    code, _, err = cli(
+        "memstrata tenant list",
+        MEMSTRATA_POSTGRES_URL="postgresql+psycopg://postgres:pw@127.0.0.1:1/x",
+        MEMSTRATA_POSTGRES_TIMEOUT_S="2",
+    )
+    line = one_line(err)
+    assert code == 1 and line.startswith("memstrata tenant: list tenants: PostgreSQL unavailable")
+    assert "pw@" not in line
+
+
+def test_version(cli: Run) -> None:
+    code, out, _ = cli("memstrata --version")
+    assert code == 0 and out.strip() == f"memstrata {__version__}"
