@@ -155,7 +155,8 @@ def run(
         ds = load_dataset(path, f, quick=quick, distractors=None)
         turns = sum(len(s.turns) for s in ds.spaces)
         entry: dict[str, Any] = {"path": str(path), "format": ds.fmt, "spaces": len(ds.spaces),
-                                 "turns": turns, "results": {}}  # fmt: skip
+                                 "turns": turns, "results": {},
+                                 "loadavg_at_start": os.getloadavg()[0]}  # fmt: skip
         sample = _sample(ds, max_chars)
         for name in names:
             if not out["embedders"][name]["installed"]:
@@ -197,8 +198,17 @@ def markdown(figures: dict[str, Any]) -> str:
         lines.append(f"| `{name}` | {e['model']} | {e['dim']} | {e['languages']} | {size} "
                      f"| `{e['package']}` |")  # fmt: skip
     for key, d in figures["datasets"].items():
+        first = next(iter(d["results"].values()), {})
+        speed = (
+            f"; timed on {first['sample_texts']} of its texts, mean "
+            f"{first['sample_chars_mean']:.0f} chars"
+            if first
+            else ""
+        )
+        load = d.get("loadavg_at_start")
+        speed += f"; load average {load:.1f} on 2 cores" if load is not None else ""
         lines += ["", f"**{key}** (`{d['path']}`, {d['spaces']} spaces, {d['turns']} turns; "
-                  "dense_raw, headline questions)", "",
+                  f"dense_raw, headline questions{speed})", "",
                   "| embedder | R@1 | R@5 | R@10 | ms/text single p50 | ms/text batch-32 p50 "
                   "| questions |", "|---|---|---|---|---|---|---|"]  # fmt: skip
         for name, r in d["results"].items():
