@@ -38,6 +38,7 @@ def _locomo_file(tmp_path: Path) -> Path:
     return p
 
 
+@pytest.mark.timeout(120)  # two real models load and embed on a shared machine
 def test_the_comparison_measures_every_chosen_provider_side_by_side(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

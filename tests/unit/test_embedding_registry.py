@@ -34,6 +34,7 @@ def offline(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.mark.parametrize("name", local_providers())
 @pytest.mark.usefixtures("offline")
+@pytest.mark.timeout(180)  # importing torch for minilm takes tens of seconds on a busy host
 def test_each_installed_provider_loads_offline_and_makes_unit_vectors(name: str) -> None:
     info = PROVIDERS[name]
     if not info.installed():
