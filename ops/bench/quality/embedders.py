@@ -198,7 +198,7 @@ def markdown(figures: dict[str, Any]) -> str:
         lines.append(f"| `{name}` | {e['model']} | {e['dim']} | {e['languages']} | {size} "
                      f"| `{e['package']}` |")  # fmt: skip
     for key, d in figures["datasets"].items():
-        first = next(iter(d["results"].values()), {})
+        first: dict[str, Any] = next(iter(d["results"].values()), {})
         speed = (
             f"; timed on {first['sample_texts']} of its texts, mean "
             f"{first['sample_chars_mean']:.0f} chars"
