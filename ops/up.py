@@ -22,6 +22,8 @@ from pathlib import Path
 from types import FrameType
 from urllib.parse import urlparse
 
+from memstrata.core.metrics import configure_multiprocess
+from memstrata.core.redact import redact
 from memstrata.core.settings import load_settings
 from memstrata.ops.demo_run import run_demo
 from memstrata.ops.procs import (
@@ -122,7 +124,8 @@ def _wait_ready(children: list[Child], args: argparse.Namespace) -> None:
 def _banner(children: list[Child], args: argparse.Namespace, generated: bool) -> None:
     settings = load_settings()
     password = settings.flower_password.get_secret_value() if settings.flower_password else ""
-    print(f"memstrata up: key namespace {settings.key_namespace!r}, Redis {settings.redis_url}")
+    print(f"memstrata up: key namespace {settings.key_namespace!r}, "
+          f"Redis {redact(str(settings.redis_url))}")
     for c in children:
         print(f"  {c.name:<7} pid {c.pid:<7} log {c.log_path}")
     note = " (generated for this run; set MEMSTRATA_FLOWER_PASSWORD to fix it)" if generated else ""
@@ -167,6 +170,7 @@ def up(args: argparse.Namespace) -> int:
             "(another Flower?); set MEMSTRATA_FLOWER_PORT"
         )
     generated = _ensure_flower_password()
+    configure_multiprocess(settings)  # the children inherit the namespace's metrics folder
     children = _children(args)
     previous = {s: signal.signal(s, _on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
     code = 0

@@ -15,6 +15,7 @@ Vectors are float32 rows, L2-normalised, so cosine similarity is a dot product.
 from __future__ import annotations
 
 import hashlib
+import time
 from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any, Protocol, runtime_checkable
@@ -24,6 +25,7 @@ import numpy.typing as npt
 
 from memstrata.core.errors import InvalidInput
 from memstrata.core.ltm.errors import EmbeddingDimensionMismatch
+from memstrata.core.metrics import metrics
 
 Vectors = npt.NDArray[np.float32]
 
@@ -139,10 +141,14 @@ class CachedEmbedder:
         for start in range(0, len(order), self.max_batch):
             chunk = order[start : start + self.max_batch]
             texts_chunk = [t for _, t in chunk]
+            started = time.perf_counter()
             rows = (
                 self.inner.embed_queries(texts_chunk)
                 if kind == "q"
                 else self.inner.embed_documents(texts_chunk)
+            )
+            metrics().embed_seconds.labels(kind="query" if kind == "q" else "document").observe(
+                time.perf_counter() - started
             )
             if rows.shape != (len(chunk), self.dim):
                 raise EmbeddingDimensionMismatch(

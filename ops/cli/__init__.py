@@ -15,6 +15,8 @@
     memstrata rebuild --user --session re-derive a session's STM from its L0 transcript
     memstrata forget [--dry-run]       forget long-inactive low-importance LTM cards
     memstrata erase --tenant --user    remove one owner's data from every layer [--dry-run]
+    memstrata status [--json]          workers, Beat jobs, backlog, dead letters (3: attention)
+    memstrata metrics --port N         serve /metrics: counters of the namespace and its state
 
 Settings come from ``MEMSTRATA_*`` environment variables (``core.settings``), read when a
 command starts.
@@ -33,7 +35,7 @@ from pydantic import ValidationError
 from memstrata.core.errors import MemstrataError
 from memstrata.core.redact import redact
 from memstrata.core.runtime import close_runtime
-from memstrata.ops.cli import bench, deadletters, erase, lifecycle, ltm, memory, roles
+from memstrata.ops.cli import bench, deadletters, erase, lifecycle, ltm, memory, observe, roles
 from memstrata.ops.runtime import CliError
 
 _MODEL_PREFIX = re.compile(r"^[A-Z][A-Za-z]+\.(?=[a-z_]+: )")
@@ -67,6 +69,8 @@ def build_parser() -> argparse.ArgumentParser:
     deadletters.add_dead_letters(sub)
     lifecycle.add_lifecycle(sub)
     erase.add_erase(sub)
+    observe.add_status(sub)
+    observe.add_metrics(sub)
     return parser
 
 
