@@ -41,6 +41,11 @@ log = logging.getLogger(__name__)
 
 STATE_CACHE_S = 2.0  # two scrapes within this reuse one read of the stores
 MAX_TENANT_KEYS = 100_000  # STM items: at most this many tenants' counters are summed
+STATE_METRICS = (
+    "memstrata_ingest_backlog_turns", "memstrata_ingest_lag_seconds", "memstrata_dead_letters",
+    "memstrata_stm_items", "memstrata_job_last_run_seconds", "memstrata_ltm_projection_state",
+    "memstrata_state_up",
+)  # fmt: skip
 
 
 def _gauge(name: str, doc: str, labels: Iterable[str] = ()) -> Any:
