@@ -29,7 +29,8 @@ class RedactFilter(logging.Filter):
         if record.exc_info and not record.exc_text:
             record.exc_text = logging.Formatter().formatException(record.exc_info)
         if record.exc_text:
-            record.exc_text = redact(record.exc_text)
+            # formatters (the JSON one too) then print exc_text instead of formatting anew
+            record.exc_text, record.exc_info = redact(record.exc_text), None
         return True
 
 
