@@ -1,6 +1,6 @@
 """Long LTM jobs: ``ltm reindex`` rebuilds in place with progress while search keeps
-answering (bar a card caught mid-upsert); the dropping variant needs ``--yes`` and, refused, changes nothing; a progress
-bar is drawn on a terminal only."""
+answering (bar a card caught mid-upsert); the dropping variant needs ``--yes`` and,
+refused, changes nothing; a progress bar is drawn on a terminal only."""
 
 from __future__ import annotations
 
