@@ -7,6 +7,7 @@ e.g. ``MEMSTRATA_TTL__FACT_S=3600``.
 
 from __future__ import annotations
 
+import zlib
 from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit
@@ -25,6 +26,14 @@ KNOWN_DEFAULT_PASSWORDS = frozenset({
     "memstrata", "postgres", "password", "admin", "root", "milvus", "minioadmin",
     "changeme", "change-me", "secret", "elastic", "redis", "123456", "test", "default",
 })  # fmt: skip
+
+
+def embedded_milvus_uri(namespace: str) -> str:
+    """The local milvus-lite address of a namespace: 19530 for ``memory``, else a port of
+    its own (19531-19930), so two deployments on one machine never share one by default."""
+    if namespace == "memory":
+        return "http://127.0.0.1:19530"
+    return f"http://127.0.0.1:{19530 + 1 + zlib.crc32(namespace.encode()) % 400}"
 
 
 class Settings(BaseSettings):
@@ -151,6 +160,32 @@ class Settings(BaseSettings):
     metrics_address: str = "127.0.0.1"
     # log lines: "text" (Celery's format) or "json" (one object a line, ids as fields)
     log_format: Literal["text", "json"] = "text"
+
+    @model_validator(mode="before")
+    @classmethod
+    def _per_namespace_defaults(cls, data: Any) -> Any:
+        """Defaults that must not cross deployments derive from the namespace: L0's folder,
+        Flower's port and the embedded Milvus address (docs/OPERATIONS.md "Isolation").
+        The default namespace ``memory`` keeps the historical values."""
+        if not isinstance(data, dict):
+            return data
+        ns = data.get("key_namespace", "memory")
+        if not isinstance(ns, str) or ns == "memory":
+            return data
+        validate_id(ns, kind="key namespace")
+        slot = 1 + zlib.crc32(ns.encode()) % 400
+        data = dict(data)
+        data.setdefault("transcript_dir", Path("var") / ns / "transcripts")
+        data.setdefault("flower_port", 5555 + slot)
+        ltm = data.get("ltm")
+        if isinstance(ltm, LtmSettings):
+            if "milvus_uri" not in ltm.model_fields_set:
+                data["ltm"] = ltm.model_copy(update={"milvus_uri": embedded_milvus_uri(ns)})
+        elif isinstance(ltm, dict):
+            data["ltm"] = {"milvus_uri": embedded_milvus_uri(ns), **ltm}
+        elif ltm is None:
+            data["ltm"] = {"milvus_uri": embedded_milvus_uri(ns)}
+        return data
 
     @field_validator("key_namespace")
     @classmethod

@@ -63,6 +63,16 @@ def _ensure_flower_password() -> bool:
     return True
 
 
+def namespace_dir(namespace: str) -> Path:
+    """``var/<namespace>``: the folder of one deployment's local files (logs, milvus-lite)."""
+    return Path("var") / namespace
+
+
+def log_dir(namespace: str) -> Path:
+    """``var/<namespace>/log``; ``var/log`` for the default namespace, as it always was."""
+    return Path("var/log") if namespace == "memory" else namespace_dir(namespace) / "log"
+
+
 def _children(args: argparse.Namespace) -> list[Child]:
     absolute_transcript_dir()
     settings = load_settings()
@@ -72,7 +82,16 @@ def _children(args: argparse.Namespace) -> list[Child]:
     target = urlparse(settings.ltm.milvus_uri)
     if target.hostname in {"127.0.0.1", "localhost"}:  # the embedded default: serve it here
         address = f"127.0.0.1:{target.port or 19530}"
-        argv = [sys.executable, "-m", "memstrata.ops.cli", "milvus", "var/milvus/ltm.db", address]
+        if port_in_use("127.0.0.1", target.port or 19530):
+            raise CliError(
+                f"something already listens on {address} (another deployment's Milvus?); "
+                "memstrata up serves its own there and never attaches to another: stop it, "
+                "or set MEMSTRATA_LTM__MILVUS_URI to a free port"
+            )
+        db = namespace_dir(settings.key_namespace) / "milvus" / "ltm.db"
+        if settings.key_namespace == "memory":
+            db = Path("var/milvus/ltm.db")  # where the default namespace always kept it
+        argv = [sys.executable, "-m", "memstrata.ops.cli", "milvus", str(db), address]
         milvus = [Child("milvus", argv, env, logs / "milvus.log")]
     return [
         *milvus,
@@ -164,6 +183,7 @@ def up(args: argparse.Namespace) -> int:
         sys.stdout.reconfigure(line_buffering=True)
     res = connected_runtime()
     settings = res.settings
+    args.log_dir = args.log_dir or str(log_dir(settings.key_namespace))
     if port_in_use(args.flower_address, settings.flower_port):
         raise CliError(
             f"port {settings.flower_port} on {args.flower_address} is taken "

@@ -119,7 +119,8 @@ def add_up(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     u.add_argument("--no-demo", action="store_true", help="start the services only")
     u.add_argument("-c", "--concurrency", type=int, default=2, help="worker pool processes")
     u.add_argument("--flower-address", default="127.0.0.1", help="interface Flower binds")
-    u.add_argument("--log-dir", default="var/log", help="where the services' logs go")
+    u.add_argument("--log-dir", default=None,
+                   help="where the services' logs go (default var/<namespace>/log)")
     u.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for services")
     u.set_defaults(func=up)
 
