@@ -38,6 +38,9 @@ from memstrata.core.runtime import close_runtime
 from memstrata.ops.cli import bench, deadletters, erase, lifecycle, ltm, memory, observe, roles
 from memstrata.ops.runtime import CliError
 
+# roles that serve or count metrics for the deployment: set PROMETHEUS_MULTIPROC_DIR first
+# (`api` is the REST service's command, where it is installed)
+_LONG_RUNNING = frozenset({"api", "worker", "beat", "metrics", "up"})
 _MODEL_PREFIX = re.compile(r"^[A-Z][A-Za-z]+\.(?=[a-z_]+: )")
 
 
@@ -81,6 +84,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(args_in)
     try:
+        if args.command in _LONG_RUNNING:  # metrics files shared with the workers' folder
+            from memstrata.core.metrics import configure_multiprocess
+            from memstrata.core.settings import load_settings
+
+            configure_multiprocess(load_settings())
         code: int = args.func(args)
     except (CliError, MemstrataError, ValidationError) as exc:
         # one line, never a traceback, never a password (a URL in a vendor error)

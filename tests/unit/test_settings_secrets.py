@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import pytest
+from typing import Any
+
 from pydantic import SecretStr, ValidationError
 
 from memstrata.core.ltm.config import LtmSettings
 from memstrata.core.settings import load_settings
 
-CASES = {
+CASES: dict[str, dict[str, Any]] = {
     "redis_url": {"redis_url": "redis://:redis@127.0.0.1:6379/0"},
     "postgres_url": {"postgres_url": "postgresql+psycopg://postgres:memstrata@db:5432/m"},
     "broker_url": {"broker_url": "redis://user:Password@127.0.0.1:6379/1"},
