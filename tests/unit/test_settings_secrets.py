@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import pytest
 from typing import Any
 
+import pytest
 from pydantic import SecretStr, ValidationError
 
 from memstrata.core.ltm.config import LtmSettings
