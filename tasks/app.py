@@ -100,6 +100,9 @@ def _configure(sender: Celery, **_: Any) -> None:
 @worker_process_init.connect
 def _init_process(**_: Any) -> None:
     reset_runtime()
+    from memstrata.core.metrics import metrics
+
+    metrics()  # import prometheus_client and declare the metrics now, not in the first task
 
 
 @worker_process_shutdown.connect
