@@ -18,6 +18,7 @@ from pydantic import ValidationError
 from memstrata.core.errors import InvalidInput, PayloadTooLarge
 from memstrata.core.ids import validate_id
 from memstrata.core.ingest.queue import IngestQueue
+from memstrata.core.metrics import metrics
 from memstrata.core.models.inputs import invalid_input, validate_event_time
 from memstrata.core.models.transcript import MessageIn, TurnReceipt
 from memstrata.core.transcript.store import TranscriptStore
@@ -110,6 +111,8 @@ class MemoryClient:
         )
         queued = self.queue.enqueue_once(appended.pointer, generation=appended.generation)
         kicked = queued.kicked and self._kick(queued.shard)
+        if not appended.existing:
+            metrics().turns_recorded.inc()
         return TurnReceipt(
             turn_id=appended.pointer.turn_id,
             message_ids=[r.message_id for r in appended.records],

@@ -284,6 +284,16 @@ class GlobalKeys:
         """ZSET ``<scope>|<session>`` → last activity, for Beat's idle-session jobs."""
         return f"{self.namespace}:compress:active"
 
+    def job_run(self, job: str) -> str:
+        """HASH of a periodic job's last run (``core.maintenance.record_run``): started,
+        finished, outcome, duration_s, error; read by ``memstrata status`` and /metrics."""
+        return f"{self.namespace}:job:{validate_id(job, kind='job')}"
+
+    @property
+    def jobs(self) -> str:
+        """SET of the job names that have a :meth:`job_run` hash (for /metrics)."""
+        return f"{self.namespace}:jobs"
+
     def lock(self, job: str) -> str:
         """STRING lock of a periodic job (``core.maintenance.run_locked``)."""
         return f"{self.namespace}:lock:{job}"
@@ -400,6 +410,8 @@ FAMILIES: tuple[Family, ...] = (
     Family("<ns>:ingest:dead", "STREAM"),
     Family("<ns>:sweep:users", "ZSET"),
     Family("<ns>:lock:<job>", "STRING"),
+    Family("<ns>:job:<job>", "HASH"),
+    Family("<ns>:jobs", "SET"),
     Family("<ns>:celery:*", "various"),
     # per owner: profile cache, lifecycle and recall bookkeeping (AuthorityKeys, UserKeys)
     Family("<ns>:user:{<u>}:authority:snapshot", "STRING"),

@@ -7,8 +7,10 @@ e.g. ``MEMSTRATA_TTL__FACT_S=3600``.
 
 from __future__ import annotations
 
+import zlib
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 from pydantic import (
     BaseModel,
@@ -25,6 +27,21 @@ from memstrata.core.ids import validate_id
 from memstrata.core.lifecycle.config import LifecycleSettings
 from memstrata.core.ltm.config import LtmSettings
 from memstrata.core.policy.write import TtlPolicy
+
+# passwords that ship in images, docs and tutorials (Milvus' root:Milvus, MinIO's
+# minioadmin, the old compose file's memstrata, ...): refused outside profile "dev"
+KNOWN_DEFAULT_PASSWORDS = frozenset({
+    "memstrata", "postgres", "password", "admin", "root", "milvus", "minioadmin",
+    "changeme", "change-me", "secret", "elastic", "redis", "123456", "test", "default",
+})  # fmt: skip
+
+
+def embedded_milvus_uri(namespace: str) -> str:
+    """The local milvus-lite address of a namespace: 19530 for ``memory``, else a port of
+    its own (19531-19930), so two deployments on one machine never share one by default."""
+    if namespace == "memory":
+        return "http://127.0.0.1:19530"
+    return f"http://127.0.0.1:{19530 + 1 + zlib.crc32(namespace.encode()) % 400}"
 
 
 class McpSettings(BaseModel):
@@ -183,6 +200,43 @@ class Settings(BaseSettings):
     flower_user: str = "admin"
     flower_password: SecretStr | None = None
 
+    # operations (docs/OPERATIONS.md): "production" refuses well-known default passwords in
+    # every URL and secret; "dev" (explicit) accepts them, for a laptop's throwaway stack
+    profile: Literal["production", "dev"] = "production"
+    # multiprocess metric files (core.metrics); default var/<namespace>/prometheus
+    metrics_dir: Path | None = None
+    # a worker's own /metrics exporter (its main process serves its pool's counters)
+    metrics_port: int | None = Field(None, ge=1, le=65535)
+    metrics_address: str = "127.0.0.1"
+    # log lines: "text" (Celery's format) or "json" (one object a line, ids as fields)
+    log_format: Literal["text", "json"] = "text"
+
+    @model_validator(mode="before")
+    @classmethod
+    def _per_namespace_defaults(cls, data: Any) -> Any:
+        """Defaults that must not cross deployments derive from the namespace: L0's folder,
+        Flower's port and the embedded Milvus address (docs/OPERATIONS.md "Isolation").
+        The default namespace ``memory`` keeps the historical values."""
+        if not isinstance(data, dict):
+            return data
+        ns = data.get("key_namespace", "memory")
+        if not isinstance(ns, str) or ns == "memory":
+            return data
+        validate_id(ns, kind="key namespace")
+        slot = 1 + zlib.crc32(ns.encode()) % 400
+        data = dict(data)
+        data.setdefault("transcript_dir", Path("var") / ns / "transcripts")
+        data.setdefault("flower_port", 5555 + slot)
+        ltm = data.get("ltm")
+        if isinstance(ltm, LtmSettings):
+            if "milvus_uri" not in ltm.model_fields_set:
+                data["ltm"] = ltm.model_copy(update={"milvus_uri": embedded_milvus_uri(ns)})
+        elif isinstance(ltm, dict):
+            data["ltm"] = {"milvus_uri": embedded_milvus_uri(ns), **ltm}
+        elif ltm is None:
+            data["ltm"] = {"milvus_uri": embedded_milvus_uri(ns)}
+        return data
+
     @field_validator("key_namespace")
     @classmethod
     def _namespace_is_safe(cls, value: str) -> str:
@@ -198,6 +252,35 @@ class Settings(BaseSettings):
         if self.profile_cache_ttl_s >= self.profile_cache_version_ttl_s:
             raise ValueError("profile_cache_version_ttl_s must exceed profile_cache_ttl_s")
         return self
+
+    @model_validator(mode="after")
+    def _no_default_passwords(self) -> Settings:
+        if self.profile == "dev":
+            return self
+        for name, secret in self._secrets():
+            if secret.lower() in KNOWN_DEFAULT_PASSWORDS:
+                raise ValueError(
+                    f"{name} uses a well-known default password; set a real one, or "
+                    "MEMSTRATA_PROFILE=dev for a throwaway development stack"
+                )
+        return self
+
+    def _secrets(self) -> list[tuple[str, str]]:
+        out: list[tuple[str, str]] = []
+        urls = {"redis_url": str(self.redis_url), "postgres_url": self.postgres_url,
+                "ltm.es_url": self.ltm.es_url or "", "ltm.milvus_uri": self.ltm.milvus_uri}
+        if self.broker_url is not None:
+            urls["broker_url"] = str(self.broker_url)
+        for name, url in urls.items():
+            password = urlsplit(url).password if "@" in url else None
+            if password is not None:
+                out.append((name, password))
+        for name, value in (("flower_password", self.flower_password),
+                            ("ltm.milvus_token", self.ltm.milvus_token)):
+            if value is not None and value.get_secret_value():
+                token = value.get_secret_value()
+                out.append((name, token.rpartition(":")[2] if name.endswith("token") else token))
+        return out
 
     @property
     def effective_broker_url(self) -> str:

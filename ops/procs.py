@@ -32,6 +32,13 @@ def celery_argv(*args: str) -> list[str]:
     return [sys.executable, "-m", "celery", "-A", CELERY_APP, *args]
 
 
+def _node_name(settings: Settings, queues: Sequence[str]) -> str:
+    """``memstrata-<ns>@%h``, with the queues when a worker serves only some of them, so
+    per-queue workers on one host have distinct names (Celery refuses duplicates)."""
+    part = "" if set(queues) == set(WORKER_QUEUES) else "-" + "-".join(queues)
+    return f"memstrata-{settings.key_namespace}{part}@%h"
+
+
 def worker_argv(
     settings: Settings,
     *,
@@ -47,7 +54,7 @@ def worker_argv(
         "-Q", ",".join(queues),
         "-E",
         "-l", loglevel,
-        "-n", hostname or f"memstrata-{settings.key_namespace}@%h",
+        "-n", hostname or _node_name(settings, queues),
     )  # fmt: skip
     if concurrency:
         argv += ["-c", str(concurrency)]

@@ -9,6 +9,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/setup_env.sh"
 cd "$ROOT"
 
 ensure_venv
+ensure_compose
 ensure_redis
 ensure_postgres test
 export MEMSTRATA_TEST_REDIS_URL="${MEMSTRATA_TEST_REDIS_URL:-$REDIS_URL}"

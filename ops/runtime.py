@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 
+from memstrata.core.redact import redact
 from memstrata.core.runtime import Runtime, get_runtime
 from memstrata.core.settings import load_settings
 
@@ -24,7 +25,8 @@ def connected_runtime() -> Runtime:
         res.redis.ping()
     except Exception as exc:
         raise CliError(
-            f"Redis is not reachable at {res.settings.redis_url} ({exc}); "
+            f"Redis is not reachable at {redact(str(res.settings.redis_url))} "
+            f"({redact(str(exc))}); "
             "set MEMSTRATA_REDIS_URL or run bash ops/quickstart.sh"
         ) from exc
     return res

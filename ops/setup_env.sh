@@ -1,6 +1,7 @@
 # shellcheck shell=bash
 # Shared set-up for ops/quickstart.sh and ops/run_tests.sh (sourced, not run):
 #   ensure_venv      .venv with `pip install -e .[dev]` (re-run when pyproject.toml changes)
+#   ensure_compose   docker-compose (Debian) unless `docker compose` works (config checks)
 #   ensure_redis     Redis answering at MEMSTRATA_REDIS_URL, else a local redis-server
 #   ensure_postgres  PostgreSQL answering at MEMSTRATA_POSTGRES_URL, else a local cluster;
 #                    then the URL's database (and any named as arguments) is created
@@ -86,6 +87,13 @@ ensure_venv() {
   else
     log "virtualenv $VENV is up to date"
   fi
+}
+
+ensure_compose() {  # docker-compose (v1, Debian) unless `docker compose` (v2) works: the
+  # test command validates the compose files with `config`; no Docker engine is needed
+  command -v docker-compose >/dev/null 2>&1 && return
+  docker compose version >/dev/null 2>&1 && return
+  apt_install docker-compose
 }
 
 ensure_redis() {

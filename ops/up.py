@@ -22,6 +22,8 @@ from pathlib import Path
 from types import FrameType
 from urllib.parse import urlparse
 
+from memstrata.core.metrics import configure_multiprocess
+from memstrata.core.redact import redact
 from memstrata.core.settings import load_settings
 from memstrata.ops.demo_run import run_demo
 from memstrata.ops.procs import (
@@ -72,6 +74,16 @@ def _ensure_flower_password() -> bool:
     return True
 
 
+def namespace_dir(namespace: str) -> Path:
+    """``var/<namespace>``: the folder of one deployment's local files (logs, milvus-lite)."""
+    return Path("var") / namespace
+
+
+def log_dir(namespace: str) -> Path:
+    """``var/<namespace>/log``; ``var/log`` for the default namespace, as it always was."""
+    return Path("var/log") if namespace == "memory" else namespace_dir(namespace) / "log"
+
+
 def _children(args: argparse.Namespace) -> list[Child]:
     absolute_transcript_dir()
     settings = load_settings()
@@ -81,7 +93,16 @@ def _children(args: argparse.Namespace) -> list[Child]:
     target = urlparse(settings.ltm.milvus_uri)
     if target.hostname in {"127.0.0.1", "localhost"}:  # the embedded default: serve it here
         address = f"127.0.0.1:{target.port or 19530}"
-        argv = [sys.executable, "-m", "memstrata.ops.cli", "milvus", "var/milvus/ltm.db", address]
+        if port_in_use("127.0.0.1", target.port or 19530):
+            raise CliError(
+                f"something already listens on {address} (another deployment's Milvus?); "
+                "memstrata up serves its own there and never attaches to another: stop it, "
+                "or set MEMSTRATA_LTM__MILVUS_URI to a free port"
+            )
+        db = namespace_dir(settings.key_namespace) / "milvus" / "ltm.db"
+        if settings.key_namespace == "memory":
+            db = Path("var/milvus/ltm.db")  # where the default namespace always kept it
+        argv = [sys.executable, "-m", "memstrata.ops.cli", "milvus", str(db), address]
         milvus = [Child("milvus", argv, env, logs / "milvus.log")]
     return [
         *milvus,
@@ -133,7 +154,8 @@ def _wait_ready(children: list[Child], args: argparse.Namespace) -> None:
 def _banner(children: list[Child], args: argparse.Namespace, generated: bool) -> None:
     settings = load_settings()
     password = settings.flower_password.get_secret_value() if settings.flower_password else ""
-    print(f"memstrata up: key namespace {settings.key_namespace!r}, Redis {settings.redis_url}")
+    print(f"memstrata up: key namespace {settings.key_namespace!r}, "
+          f"Redis {redact(str(settings.redis_url))}")
     for c in children:
         print(f"  {c.name:<7} pid {c.pid:<7} log {c.log_path}")
     note = " (generated for this run; set MEMSTRATA_FLOWER_PASSWORD to fix it)" if generated else ""
@@ -172,12 +194,14 @@ def up(args: argparse.Namespace) -> int:
         sys.stdout.reconfigure(line_buffering=True)
     res = connected_runtime()
     settings = res.settings
+    args.log_dir = args.log_dir or str(log_dir(settings.key_namespace))
     if port_in_use(args.flower_address, settings.flower_port):
         raise CliError(
             f"port {settings.flower_port} on {args.flower_address} is taken "
             "(another Flower?); set MEMSTRATA_FLOWER_PORT"
         )
     generated = _ensure_flower_password()
+    configure_multiprocess(settings)  # the children inherit the namespace's metrics folder
     children = _children(args)
     previous = {s: signal.signal(s, _on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
     code = 0

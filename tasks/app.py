@@ -3,12 +3,24 @@
 
 from __future__ import annotations
 
+import inspect
+import logging
+from functools import cache
 from typing import Any
 
 from celery import Celery
-from celery.signals import worker_process_init, worker_process_shutdown
+from celery.signals import (
+    after_setup_logger,
+    after_setup_task_logger,
+    task_postrun,
+    task_prerun,
+    worker_init,
+    worker_process_init,
+    worker_process_shutdown,
+)
 from kombu.entity import Queue
 
+from memstrata.core import logs
 from memstrata.core.keys import GlobalKeys
 from memstrata.core.runtime import close_runtime, reset_runtime
 from memstrata.core.settings import Settings, load_settings
@@ -88,8 +100,70 @@ def _configure(sender: Celery, **_: Any) -> None:
 @worker_process_init.connect
 def _init_process(**_: Any) -> None:
     reset_runtime()
+    from memstrata.core.metrics import metrics
+
+    metrics()  # import prometheus_client and declare the metrics now, not in the first task
 
 
 @worker_process_shutdown.connect
 def _close_process(**_: Any) -> None:
     close_runtime()
+
+
+# ------------------------------------------------------------------ observability
+_OUTCOMES = {"SUCCESS": "ok", "FAILURE": "failed", "RETRY": "retry"}
+
+
+@after_setup_logger.connect
+@after_setup_task_logger.connect
+def _log_format(logger: logging.Logger, **_: Any) -> None:
+    """MEMSTRATA_LOG_FORMAT on Celery's handlers, and URL passwords masked in every line."""
+    logs.apply(logger.handlers, load_settings().log_format)
+
+
+@worker_init.connect
+def _worker_exporter(**_: Any) -> None:
+    """``MEMSTRATA_METRICS_PORT``: the worker's main process serves its pool's counters."""
+    settings = load_settings()
+    if settings.metrics_port:
+        from memstrata.core.exposition import serve
+
+        serve(settings.metrics_port, address=settings.metrics_address, state=False)
+
+
+@cache
+def _arg_names(name: str) -> tuple[str, ...]:
+    task = app.tasks.get(name)
+    if task is None:
+        return ()
+    try:
+        params = inspect.signature(task.run).parameters
+    except (TypeError, ValueError):
+        return ()
+    return tuple(p for p in params if p != "self")
+
+
+@task_prerun.connect
+def _task_started(task_id: str, **_: Any) -> None:
+    from memstrata.tasks import observe
+
+    observe.task_started(task_id)
+
+
+@task_postrun.connect
+def _task_finished(
+    task_id: str, task: Any, args: Any = None, kwargs: Any = None, retval: Any = None,
+    state: str | None = None, **_: Any,
+) -> None:  # fmt: skip
+    from memstrata.tasks import observe
+
+    outcome = _OUTCOMES.get(state or "", (state or "unknown").lower())
+    error = f"{type(retval).__name__}: {retval}" if isinstance(retval, BaseException) else ""
+    try:
+        observe.task_finished(
+            name=task.name, task_id=task_id, outcome=outcome, error=error,
+            owner=observe.owner_of(args, kwargs, _arg_names(task.name)),
+            result=None if error else retval,
+        )  # fmt: skip
+    except Exception:  # never let bookkeeping fail a task
+        logging.getLogger(__name__).exception("task outcome not recorded")

@@ -36,6 +36,15 @@ def after_batch(turns: Sequence[tuple[TurnPointer, Sequence[TranscriptRecord]]])
     """What follows an acknowledged batch: the compression trigger and the raw-history index
     (on the ``ltm`` queue: embedding is that queue's work, never the ingest worker's)."""
     track_turns(turns)
+    if turns:  # who the batch was for: one line per batch, the first 50 turns named
+        named = [{"tenant_id": p.tenant_id, "user_id": p.user_id, "session_id": p.session_id,
+                  "turn_id": p.turn_id} for p, _records in turns[:50]]  # fmt: skip
+        log.info(
+            "ingested turns=%s %s", len(turns),
+            " ".join(f"{t['tenant_id'] or '-'}/{t['user_id']}/{t['session_id']}/{t['turn_id']}"
+                     for t in named),
+            extra={"event": "ingest_batch", "turns": named, "count": len(turns)},
+        )  # fmt: skip
     ltm = get_runtime().settings.ltm
     if turns and ltm.enabled and ltm.history_enabled:
         pointers = [pointer.model_dump(mode="json") for pointer, _records in turns]

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field, replace
 
 from memstrata.core.extract.rules import BudgetNote, ExtractionContext, Extractor, clip
 from memstrata.core.keys import user_scope
+from memstrata.core.metrics import count_decisions
 from memstrata.core.models.candidate import Candidate, Verdict, WriteDecision, WriteProfile
 from memstrata.core.models.identity import fingerprint
 from memstrata.core.models.memory import MemoryItem, MemoryStatus, MemoryType
@@ -292,6 +293,7 @@ class IngestPipeline:
                 rows.append((ptr.user_id, ptr.tenant_id, ptr.session_id, summary))
         # write-once: a redelivery must not rewrite why the turn was (not) stored
         self.store.record_decisions(rows, ttl_s=self.decision_ttl_s)
+        count_decisions(d for out in outcomes for d in (*out.decisions, *out.summaries))
 
 
 def _summaries(

@@ -25,6 +25,7 @@ from memstrata.core.lifecycle.policy import PromotionPolicy
 from memstrata.core.lifecycle.runtime import Lifecycle
 from memstrata.core.lifecycle.scan import scan_user
 from memstrata.core.ltm.card import CardDraft
+from memstrata.core.metrics import count_promotions
 from memstrata.core.models.memory import MemoryItem
 
 SESSION_SUMMARY = "session_summary"
@@ -69,6 +70,7 @@ def finalise(
     deleted = _clean_stm(
         lc, ids, items, user_id=user_id, session_id=session_id, tenant_id=tenant_id
     )
+    count_promotions("session_summary", int(card_id is not None))
     activity_at = str(last_at or now)
     lc.store.mark_finalised(user_id, session_id, tenant_id=tenant_id, activity_at=activity_at)
     return Finalised(session_id, card_id, len(items), deleted, tuple(episodes))

@@ -22,6 +22,7 @@ from memstrata.core.lifecycle.policy import Decision, ItemView, Route
 from memstrata.core.lifecycle.runtime import Lifecycle
 from memstrata.core.lifecycle.states import Event, Record, State, current, next_state
 from memstrata.core.ltm.card import CardDraft
+from memstrata.core.metrics import count_promotions
 from memstrata.core.models.identity import PROMOTED, card_key
 
 log = logging.getLogger(__name__)
@@ -176,6 +177,9 @@ def apply(
             log.warning("promotion of %s skipped: %s", view.memory_id, exc)
             out.skipped.append((view.memory_id, str(exc)[:200]))
     out.queued = enqueue(lc, queued, now)
+    count_promotions("path_a", len(out.facts))
+    count_promotions("path_b", len(out.cards))
+    count_promotions("batch", len(out.queued))
     for view, _d in queued:
         _set_state(lc, view, Event.ENQUEUE, "batch", now, None)
     if lc.profile_cache is not None:

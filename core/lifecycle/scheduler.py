@@ -17,6 +17,7 @@ from memstrata.core.lifecycle.promote import short_hash, topic_tag
 from memstrata.core.lifecycle.runtime import Lifecycle
 from memstrata.core.lifecycle.states import Event, Record, State, next_state
 from memstrata.core.ltm.card import CardDraft
+from memstrata.core.metrics import count_promotions
 from memstrata.core.stm.lifecycle import ItemRef
 
 
@@ -106,6 +107,7 @@ def apply_plan(lc: Lifecycle, plan: BatchPlan, *, now: float) -> dict[str, int]:
     lc.store.batch_apply(remove=gone, put=decayed, records=states)
     if cards:
         lc.on_cards(sorted(set(cards)))
+    count_promotions("merged", len(set(cards)))
     return {**plan.summary(), "cards": len(set(cards))}
 
 

@@ -7,6 +7,7 @@ nothing prints.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 from memstrata.core.ltm.history import project_transcripts
@@ -20,9 +21,12 @@ def status(ltm: LtmRuntime) -> dict[str, Any]:
     return {"projections": ltm.ledger.counts()}
 
 
-def reindex(ltm: LtmRuntime, *, drop: bool = True) -> dict[str, int]:
-    """Rebuild both indexes from the PostgreSQL ledger (DESIGN §2: projections)."""
-    report = rebuild(ltm.projector, drop=drop)
+def reindex(
+    ltm: LtmRuntime, *, drop: bool = False, on_progress: Callable[[int, int], None] | None = None
+) -> dict[str, int]:
+    """Rebuild both indexes from the PostgreSQL ledger (DESIGN §2: projections); in place
+    unless ``drop`` (search keeps answering from the old entries while cards are upserted)."""
+    report = rebuild(ltm.projector, drop=drop, on_progress=on_progress)
     return {
         "indexed": report.indexed,
         "deleted": report.deleted,
@@ -32,7 +36,7 @@ def reindex(ltm: LtmRuntime, *, drop: bool = True) -> dict[str, int]:
 
 
 def reindex_history(
-    ltm: LtmRuntime, transcript: TranscriptStore, *, drop: bool = True
+    ltm: LtmRuntime, transcript: TranscriptStore, *, drop: bool = False
 ) -> dict[str, int]:
     """Rebuild the raw-history index from every L0 file (it is a projection of L0)."""
     if ltm.history is None:

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -40,6 +41,7 @@ from memstrata.core.ltm.errors import (
     EmbeddingDimensionMismatch,
     UnknownEmbedder,
 )
+from memstrata.core.metrics import metrics
 
 Vectors = npt.NDArray[np.float32]
 
@@ -285,10 +287,14 @@ class CachedEmbedder:
         for start in range(0, len(order), self.max_batch):
             chunk = order[start : start + self.max_batch]
             texts_chunk = [t for _, t in chunk]
+            started = time.perf_counter()
             rows = (
                 self.inner.embed_queries(texts_chunk)
                 if kind == "q"
                 else self.inner.embed_documents(texts_chunk)
+            )
+            metrics().embed_seconds.labels(kind="query" if kind == "q" else "document").observe(
+                time.perf_counter() - started
             )
             if rows.shape != (len(chunk), self.dim):
                 raise EmbeddingDimensionMismatch(

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
@@ -211,11 +211,16 @@ def reconcile(projector: Projector, plan: ReconcilePlan, *, batch: int = 100) ->
     return total
 
 
-def rebuild(projector: Projector, *, drop: bool = True, batch: int = 500) -> ProjectReport:
+def rebuild(
+    projector: Projector, *, drop: bool = True, batch: int = 500,
+    on_progress: Callable[[int, int], None] | None = None,
+) -> ProjectReport:  # fmt: skip
     """Rebuild both indexes from PostgreSQL: optionally drop them, then re-project all.
 
     Every projection goes back to ``pending`` first, so an interrupted rebuild is
-    finished by the reconciler.
+    finished by the reconciler.  Without ``drop`` the indexes keep answering searches
+    throughout (each card is upserted in place).  ``on_progress(cards done, cards)``
+    is called after each page.
     """
     if drop:
         projector.lexical.drop()
@@ -225,8 +230,13 @@ def rebuild(projector: Projector, *, drop: bool = True, batch: int = 500) -> Pro
     projector.ledger.reset_all(now=time.time())
     total = ProjectReport()
     after = ""
+    cards = sum(projector.ledger.counts().get("vector", {}).values())
+    done = 0
     while ids := projector.ledger.ids(after=after, limit=batch):
         part = projector.project(ids)
+        done += len(ids)
+        if on_progress is not None:
+            on_progress(done, max(done, cards))
         total.indexed += part.indexed
         total.deleted += part.deleted
         total.transient += part.transient

@@ -58,6 +58,7 @@ from memstrata.core.errors import InvalidInput, MemstrataError, TransientError
 from memstrata.core.extract.entities import extract_entities
 from memstrata.core.extract.lexicon import default_lexicon
 from memstrata.core.ids import DEFAULT_TENANT, SafeId
+from memstrata.core.metrics import metrics, route_label
 from memstrata.core.models.inputs import EventTime, InputModel, StrictBool, StrictInt, Text
 from memstrata.core.recall.access import AccessLog
 from memstrata.core.recall.pool import (
@@ -168,6 +169,10 @@ class RecallResult(BaseModel):
     explain: Explain | None = None
 
 
+def _lines(memory: RenderedMemory) -> int:
+    return len(memory.short_term) + len(memory.long_term) + len(memory.history)
+
+
 def _stm_candidate(hit: StmHit, q_terms: set[str]) -> PoolCandidate:
     doc = terms(hit.summary + " " + " ".join(hit.entities))
     return PoolCandidate.model_construct(  # typed fields straight from the store: no re-validation
@@ -223,7 +228,41 @@ class Recaller:
 
     # ------------------------------------------------------------------ public
     def recall(self, req: RecallRequest) -> RecallResult:
+        """One recall; timed, counted (``memstrata_recall_seconds``, layer errors) and
+        logged as one line with the owner, session and route."""
         _require_request(req)
+        t0 = time.perf_counter()
+        try:
+            result = self._recall(req)
+        except Exception as exc:
+            elapsed = time.perf_counter() - t0
+            log.warning(
+                "recall failed tenant=%s user=%s session=%s ms=%.1f error=%s",
+                req.tenant_id, req.user_id, req.session_id, elapsed * 1000, type(exc).__name__,
+                extra={"event": "recall", "tenant_id": req.tenant_id, "user_id": req.user_id,
+                       "session_id": req.session_id, "duration_ms": round(elapsed * 1000, 1),
+                       "outcome": "error", "error": type(exc).__name__},
+            )  # fmt: skip
+            raise
+        elapsed = time.perf_counter() - t0
+        r = result.route
+        route = route_label(pg=r.need_pg, stm=r.need_redis, ltm=r.need_ltm)
+        m = metrics()
+        m.recall_seconds.labels(route=route).observe(elapsed)
+        for layer in result.degraded:
+            m.layer_errors.labels(layer=layer).inc()
+        log.info(
+            "recall tenant=%s user=%s session=%s route=%s lines=%s degraded=%s ms=%.1f",
+            req.tenant_id, req.user_id, req.session_id, route, _lines(result.memory),
+            ",".join(sorted(result.degraded)) or "-", elapsed * 1000,
+            extra={"event": "recall", "tenant_id": req.tenant_id, "user_id": req.user_id,
+                   "session_id": req.session_id, "task_id": req.task_id, "route": route,
+                   "degraded": sorted(result.degraded), "duration_ms": round(elapsed * 1000, 1),
+                   "outcome": "ok"},
+        )  # fmt: skip
+        return result
+
+    def _recall(self, req: RecallRequest) -> RecallResult:
         t0 = time.perf_counter()
         timings: dict[str, float] = {}
         now = req.now if req.now is not None else self.clock()

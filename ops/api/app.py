@@ -51,6 +51,7 @@ from memstrata.core.errors import (
     StoreUnavailable,
     Unauthorized,
 )
+from memstrata.core.exposition import metrics_asgi_app
 from memstrata.core.ids import user_key
 from memstrata.core.models.candidate import WriteDecision
 from memstrata.core.models.memory import MemoryItem
@@ -282,6 +283,10 @@ def create_app(runtime: Runtime | None = None) -> FastAPI:
     )
     app.add_middleware(BodyLimit, limit=rt.settings.api_max_body_bytes)
     app.include_router(router)
+    # the operator's scrape target (issue 16): memstrata's counters (the workers' too when
+    # the metrics folder is shared) and the deployment's state; no key, like the health
+    # routes: expose it on the internal network only (docs/OPERATIONS.md)
+    app.mount("/metrics", metrics_asgi_app())
     _install_errors(app)
     return app
 

@@ -18,6 +18,8 @@
     memstrata tenant | user | apikey   tenants, users (any id string) and REST API keys
     memstrata api                      the REST service (FastAPI + uvicorn, OpenAPI)
     memstrata mcp [--transport stdio|http]  serve memory to MCP clients (needs [mcp])
+    memstrata status [--json]          workers, Beat jobs, backlog, dead letters (3: attention)
+    memstrata metrics --port N         serve /metrics: counters of the namespace and its state
 
 Settings come from ``MEMSTRATA_*`` environment variables (``core.settings``), read when a
 command starts.
@@ -36,9 +38,23 @@ from pydantic import ValidationError
 from memstrata.core.errors import MemstrataError
 from memstrata.core.redact import redact
 from memstrata.core.runtime import close_runtime
-from memstrata.ops.cli import admin, bench, deadletters, erase, lifecycle, ltm, mcp, memory, roles
+from memstrata.ops.cli import (
+    admin,
+    bench,
+    deadletters,
+    erase,
+    lifecycle,
+    ltm,
+    mcp,
+    memory,
+    observe,
+    roles,
+)
 from memstrata.ops.runtime import CliError
 
+# roles that serve or count metrics for the deployment: set PROMETHEUS_MULTIPROC_DIR first
+# (`api` is the REST service's command, where it is installed)
+_LONG_RUNNING = frozenset({"api", "worker", "beat", "metrics", "up"})
 _MODEL_PREFIX = re.compile(r"^[A-Z][A-Za-z]+\.(?=[a-z_]+: )")
 
 
@@ -79,6 +95,8 @@ def build_parser() -> argparse.ArgumentParser:
     erase.add_erase(sub)
     admin.add_admin(sub)
     mcp.add_mcp(sub)
+    observe.add_status(sub)
+    observe.add_metrics(sub)
     return parser
 
 
@@ -89,6 +107,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(args_in)
     try:
+        if args.command in _LONG_RUNNING:  # metrics files shared with the workers' folder
+            from memstrata.core.metrics import configure_multiprocess
+            from memstrata.core.settings import load_settings
+
+            configure_multiprocess(load_settings())
         code: int = args.func(args)
     except (CliError, MemstrataError, ValidationError) as exc:
         # one line, never a traceback, never a password (a URL in a vendor error)

@@ -16,6 +16,16 @@ def _erase(args: argparse.Namespace) -> int:
     from memstrata.core.erase import erase_owner
     from memstrata.core.ids import user_key
 
+    if not args.dry_run:
+        from memstrata.core.ids import owner_tenant, validate_id
+        from memstrata.ops.progress import confirm
+
+        validate_id(args.user, kind="user_id")  # a bad id is refused before any question
+        owner = f"{owner_tenant(args.tenant)}/{args.user}"
+        confirm([f"erase {owner}: delete every L0 transcript, Redis key and element, "
+                 "PostgreSQL row and LTM index entry of this owner",
+                 f"  (list them first: memstrata erase --tenant {owner_tenant(args.tenant)} "
+                 f"--user {args.user} --dry-run)"], yes=args.yes, what="erase")  # fmt: skip
     rt = connected_runtime()
     tenant = args.tenant or rt.settings.tenant
     key = user_key(args.user)
@@ -54,4 +64,5 @@ def add_erase(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     e.add_argument("--user", required=True, help="the owner's user id (any string)")
     e.add_argument("--dry-run", action="store_true", help="list what would be removed")
     e.add_argument("--json", action="store_true", help="print the report as one JSON object")
+    e.add_argument("--yes", action="store_true", help="confirm (else asked on a terminal)")
     e.set_defaults(func=_erase)

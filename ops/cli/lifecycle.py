@@ -45,7 +45,11 @@ def _retract(args: argparse.Namespace) -> int:
 
 def _rebuild(args: argparse.Namespace) -> int:
     from memstrata.core.lifecycle.rebuild import rebuild_session
+    from memstrata.ops.progress import confirm
 
+    confirm([f"rebuild {args.tenant or 'default'}/{args.user}/{args.session}: delete the "
+             "session's STM items and re-derive them from its L0 transcript"],
+            yes=args.yes, what="rebuild")  # fmt: skip
     out = rebuild_session(_lifecycle(), user_id=args.user, session_id=args.session,
                           tenant_id=args.tenant, now=time.time())  # fmt: skip
     print(f"session {args.session}: {out.deleted} items removed, {out.turns} turns replayed, "
@@ -55,8 +59,14 @@ def _rebuild(args: argparse.Namespace) -> int:
 
 def _forget(args: argparse.Namespace) -> int:
     from memstrata.core.lifecycle.maintenance import forget
+    from memstrata.ops.progress import confirm
 
-    plan = forget(_lifecycle(), now=time.time() + args.ahead, apply=args.apply, limit=args.limit)
+    lc, at = _lifecycle(), time.time() + args.ahead
+    plan = forget(lc, now=at, apply=False, limit=args.limit)
+    if args.apply and plan:
+        confirm([f"forget {len(plan)} LTM cards (memstrata forget --dry-run lists them)"],
+                yes=args.yes, what="forget --apply")  # fmt: skip
+        plan = forget(lc, now=at, apply=True, limit=args.limit)
     rows = [
         {"card": f.card.memory_id, "user": f.card.user_id, "tenant": f.card.tenant_id,
          "reason": f.reason}
@@ -84,6 +94,7 @@ def add_lifecycle(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     b.add_argument("--user", required=True)
     b.add_argument("--session", required=True)
     b.add_argument("--tenant")
+    b.add_argument("--yes", action="store_true", help="confirm (else asked on a terminal)")
     b.set_defaults(func=_rebuild)
     f = sub.add_parser("forget", help="forget long-inactive low-importance LTM cards")
     mode = f.add_mutually_exclusive_group()
@@ -92,4 +103,5 @@ def add_lifecycle(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     f.add_argument("--ahead", type=float, default=0.0, help="plan as if N seconds later")
     f.add_argument("--limit", type=int, default=1000)
     f.add_argument("--json", action="store_true")
+    f.add_argument("--yes", action="store_true", help="confirm --apply (else asked on a terminal)")
     f.set_defaults(func=_forget)

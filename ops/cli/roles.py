@@ -8,6 +8,7 @@ import os
 import sys
 from pathlib import Path
 
+from memstrata.core.metrics import configure_multiprocess
 from memstrata.core.settings import load_settings
 from memstrata.ops.demo_run import run_demo
 from memstrata.ops.runtime import (
@@ -27,18 +28,29 @@ def _exec(argv: list[str], env: dict[str, str] | None = None) -> int:
 
 
 def _worker(args: argparse.Namespace) -> int:
-    from memstrata.ops.procs import worker_argv
+    from memstrata.ops.procs import WORKER_QUEUES, worker_argv
 
     absolute_transcript_dir()
+    settings = load_settings()
+    queues = [q.strip() for q in args.queues.split(",") if q.strip()]
+    unknown = sorted(set(queues) - set(WORKER_QUEUES))
+    if unknown or not queues:
+        raise CliError(f"-Q takes a comma-separated subset of {','.join(WORKER_QUEUES)}, "
+                       f"not {args.queues!r}")  # fmt: skip
+    configure_multiprocess(settings)  # before the fork: the pool's children share the folder
+    if args.metrics_port:
+        os.environ["MEMSTRATA_METRICS_PORT"] = str(args.metrics_port)
     argv = worker_argv(
-        load_settings(), concurrency=args.concurrency, pool=args.pool, loglevel=args.loglevel
-    )
+        settings, concurrency=args.concurrency, pool=args.pool, loglevel=args.loglevel,
+        queues=queues,
+    )  # fmt: skip
     return _exec(argv)
 
 
 def _beat(args: argparse.Namespace) -> int:
     from memstrata.ops.procs import beat_argv
 
+    configure_multiprocess(load_settings())
     schedule = Path(args.schedule) if args.schedule else None
     return _exec(beat_argv(load_settings(), schedule=schedule, loglevel=args.loglevel))
 
@@ -107,16 +119,21 @@ def add_up(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     u.add_argument("--no-demo", action="store_true", help="start the services only")
     u.add_argument("-c", "--concurrency", type=int, default=2, help="worker pool processes")
     u.add_argument("--flower-address", default="127.0.0.1", help="interface Flower binds")
-    u.add_argument("--log-dir", default="var/log", help="where the services' logs go")
+    u.add_argument("--log-dir", default=None,
+                   help="where the services' logs go (default var/<namespace>/log)")
     u.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for services")
     u.set_defaults(func=up)
 
 
 def add_celery_roles(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    w = sub.add_parser("worker", help="run a Celery worker on ingest, ltm, maintenance (events on)")
+    w = sub.add_parser("worker", help="run a Celery worker (default: every queue; events on)")
     w.add_argument("-c", "--concurrency", type=int, help="pool processes (default: CPU count)")
     w.add_argument("-P", "--pool", help="prefork (default), threads or solo")
     w.add_argument("-l", "--loglevel", default="info")
+    w.add_argument("-Q", "--queues", default="ingest,ltm,maintenance",
+                   help="queues to consume, comma-separated (one worker service per queue)")
+    w.add_argument("--metrics-port", type=int,
+                   help="serve this worker's counters on :PORT/metrics (MEMSTRATA_METRICS_PORT)")
     w.set_defaults(func=_worker)
     b = sub.add_parser("beat", help="run Celery Beat (the one scheduler) with beat_schedule.py")
     b.add_argument("-s", "--schedule", help="schedule file (default var/beat-<namespace>.schedule)")

@@ -337,7 +337,7 @@ def test_erase_removes_the_owner_from_every_store_and_leaves_its_neighbours_whol
     env = process_env(rt.settings)
     base = [sys.executable, "-m", "memstrata.ops.cli", "erase", "--tenant", TA,
             "--user", VICTIM.user,
-            "--json"]  # fmt: skip
+            "--json", "--yes"]  # fmt: skip
 
     # When a dry run is asked for
     dry = subprocess.run([*base, "--dry-run"], cwd=REPO_ROOT, env=env, capture_output=True,

@@ -28,7 +28,7 @@ from memstrata.core.lifecycle.maintenance import sync_access
 from memstrata.core.lifecycle.runtime import Lifecycle
 from memstrata.core.lifecycle.scan import scan
 from memstrata.core.ltm.card import CardDraft
-from memstrata.core.maintenance import run_locked
+from memstrata.core.maintenance import record_run, run_locked
 from memstrata.core.models.transcript import TranscriptRecord, TurnPointer
 from memstrata.core.policy.write import WritePolicy
 from memstrata.core.recall.service import RecallRequest
@@ -178,6 +178,8 @@ def _write_everything(res: Runtime, lc: Lifecycle, tenant: Tenant, mp: pytest.Mo
 
     # a turn whose drain failed on it alone stays pending with its attempt count and error
     _fail_alone(res)
+    # a Beat job's run is recorded (tasks/observe.py does this after each scheduled task)
+    record_run(res.redis, ns, "sweep-expired-stm", started=NOW, finished=NOW + 1, outcome="ok")
 
     # a last turn stays queued: its shard's stream entry and kick flag are live
     assert client.record_turn(

@@ -46,9 +46,11 @@ def test_the_shipped_configurations_bound_memory_and_refuse_writes_when_full() -
     setup = (REPO / "ops" / "setup_env.sh").read_text()
     assert re.search(r'redis-server "\$ROOT/ops/redis.conf".*--maxmemory "\$maxmemory"', setup,
                      re.S)  # fmt: skip
-    compose = (REPO / "docker-compose.yml").read_text()
-    assert "./ops/redis.conf:/usr/local/etc/redis/redis.conf:ro" in compose
-    assert '"--maxmemory", "${MEMSTRATA_REDIS_MAXMEMORY:-1gb}"' in compose
+    for name in ("docker-compose.yml", "docker-compose.embedded.yml"):
+        compose = (REPO / name).read_text()
+        assert "./ops/redis.conf:/usr/local/etc/redis/redis.conf:ro" in compose, name
+        assert "--maxmemory \\\"$$MAXMEMORY\\\"" in compose, name
+        assert "MAXMEMORY: ${MEMSTRATA_REDIS_MAXMEMORY:-1gb}" in compose, name
 
 
 @pytest.fixture

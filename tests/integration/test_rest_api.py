@@ -160,6 +160,17 @@ def test_the_remote_client_round_trips_through_the_service(service: Service) -> 
             m.admin.get_user(user)
 
 
+def test_the_service_exposes_memstratas_metrics(service: Service) -> None:
+    with Memory(url=service.url, api_key=service.keys["all"]) as m:
+        said = [{"role": "user", "content": "The deploy window is Friday."}]
+        m.record_turn(user_id="metrics@example.com", session_id="s1", messages=said)
+    body = httpx.get(service.url + "/metrics/").text
+    recorded = [line for line in body.splitlines()
+                if line.startswith("memstrata_turns_recorded_total")]  # fmt: skip
+    assert recorded and float(recorded[0].split()[-1]) >= 1
+    assert "memstrata_ingest_backlog_turns" in body
+
+
 def test_the_tenant_comes_from_the_key(service: Service) -> None:
     a = Memory(url=service.url, api_key=service.keys["rw"])
     b = Memory(url=service.url, api_key=service.keys["b"])

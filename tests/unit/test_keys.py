@@ -74,6 +74,8 @@ BUILT = [
     (GK.dead_letters, "memory:ingest:dead"),
     (GK.sweep_users, "memory:sweep:users"),
     (GK.lock("lifecycle-scan"), "memory:lock:lifecycle-scan"),
+    (GK.job_run("sweep-expired-stm"), "memory:job:sweep-expired-stm"),
+    (GK.jobs, "memory:jobs"),
     (GK.celery_prefix + "ingest", "memory:celery:ingest"),
     (AK.snapshot, "memory:user:{t_a/u_1}:authority:snapshot"),
     (AK.version, "memory:user:{t_a/u_1}:authority:version"),
