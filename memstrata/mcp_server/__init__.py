@@ -25,7 +25,7 @@ def serve(settings: Settings, *, transport: Transport) -> None:
     import uvicorn
 
     from memstrata.core.runtime import get_runtime
-    from memstrata.mcp_server.auth import StaticKeyVerifier
+    from memstrata.mcp_server.auth import ApiKeyVerifier
     from memstrata.mcp_server.port import EmbeddedMemory
     from memstrata.mcp_server.server import Owners, build_server, http_app
     from memstrata.tasks.client import connect
@@ -33,12 +33,9 @@ def serve(settings: Settings, *, transport: Transport) -> None:
     # stdout is the protocol channel of the stdio transport: logs go to stderr only
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
     cfg = settings.mcp
-    verifier = None
-    if transport == "http":
-        if cfg.api_key is None:
-            raise ValueError("MEMSTRATA_MCP__API_KEY is not set: the HTTP transport needs a key")
-        verifier = StaticKeyVerifier(cfg.api_key.get_secret_value(), tenant_id=cfg.tenant)
     runtime = get_runtime()
+    # HTTP: each request's tenant and scopes come from its key (memstrata apikey create)
+    verifier = ApiKeyVerifier(runtime.api_keys) if transport == "http" else None
     runtime.warm_ltm()  # the embedder loads now, not inside the first recall's budget
     memory = EmbeddedMemory(runtime, writer=connect())
     owners = Owners(transport=transport, tenant=cfg.tenant, verifier=verifier)

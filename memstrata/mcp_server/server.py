@@ -207,7 +207,7 @@ class Owners:
 
     def __init__(self, *, transport: Transport, tenant: str, verifier: KeyVerifier | None) -> None:
         if transport == "http" and verifier is None:
-            raise ValueError("the HTTP transport needs a key verifier (MEMSTRATA_MCP__API_KEY)")
+            raise ValueError("the HTTP transport needs a key verifier (the tenants' API keys)")
         self.transport = transport
         self.local = Caller(validate_id(tenant, kind="tenant"), frozenset({"read", "write"}))
         self.verifier = verifier
@@ -218,7 +218,8 @@ class Owners:
             return self.local
         assert self.verifier is not None
         key = bearer_key(headers)
-        caller = self.verifier.verify(key) if key else None
+        with _as_tool_error():  # a PostgreSQL outage is one line, not "unauthorized"
+            caller = self.verifier.verify(key) if key else None
         if caller is None:
             raise ToolError("unauthorized: a valid API key is required (Authorization: Bearer)")
         if scope not in caller.scopes:
@@ -250,7 +251,17 @@ class BearerKeyAuth:
         headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
         key = bearer_key(headers)
         verify: Callable[[str], Caller | None] = self.verifier.verify
-        caller = await anyio.to_thread.run_sync(verify, key) if key else None
+        try:
+            caller = await anyio.to_thread.run_sync(verify, key) if key else None
+        except StoreUnavailable as exc:  # the keys live in PostgreSQL: try again, not 401
+            log.warning("API key check failed: %s", redact(str(exc)))
+            down = JSONResponse(
+                {"error": "unavailable", "detail": "the key store is unavailable, try again"},
+                status_code=503,
+                headers={"Retry-After": "1"},
+            )
+            await down(scope, receive, send)
+            return
         if caller is None:
             reply: Response = JSONResponse(
                 {"error": "unauthorized", "detail": "a valid API key is required"},
