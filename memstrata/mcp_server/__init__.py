@@ -18,8 +18,8 @@ def serve(settings: Settings, *, transport: Transport) -> None:
     """Run the server in the foreground until stdin closes (stdio) or SIGINT/SIGTERM (http).
 
     The process's runtime (``get_runtime``) holds every client; record_turn kicks the
-    workers through Celery (``tasks.client.connect``), so workers must run for what is
-    remembered to reach recall.
+    workers through Celery (``tasks.client.connect``, as ``memstrata.Memory`` does), so
+    workers must run for what is remembered to reach recall.
     """
     import anyio
     import uvicorn
@@ -28,7 +28,6 @@ def serve(settings: Settings, *, transport: Transport) -> None:
     from memstrata.mcp_server.auth import ApiKeyVerifier
     from memstrata.mcp_server.port import EmbeddedMemory
     from memstrata.mcp_server.server import Owners, build_server, http_app
-    from memstrata.tasks.client import connect
 
     # stdout is the protocol channel of the stdio transport: logs go to stderr only
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
@@ -37,7 +36,7 @@ def serve(settings: Settings, *, transport: Transport) -> None:
     # HTTP: each request's tenant and scopes come from its key (memstrata apikey create)
     verifier = ApiKeyVerifier(runtime.api_keys) if transport == "http" else None
     runtime.warm_ltm()  # the embedder loads now, not inside the first recall's budget
-    memory = EmbeddedMemory(runtime, writer=connect())
+    memory = EmbeddedMemory(runtime)  # the product's Embedded client; kicks through Celery
     owners = Owners(transport=transport, tenant=cfg.tenant, verifier=verifier)
     server = build_server(memory, settings=cfg, owners=owners)
     try:

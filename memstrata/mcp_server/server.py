@@ -12,6 +12,10 @@ Tools (typed inputs, JSON Schema from pydantic, structured results):
 
 Resource template ``memstrata://{tenant}/{user}/stm``: the user's current STM items.
 
+User ids are external ids (emails, ``user:42``, ``张三``), mapped to key parts by
+:func:`memstrata.core.ids.user_key` in the product client the tools call
+(:mod:`.port`); in the resource URI they are percent-encoded, decoded before mapping.
+
 **Owner scoping.**  No tool takes a tenant.  Over stdio the tenant is the server's
 (``--tenant`` or ``MEMSTRATA_MCP__TENANT``): one local user, one process.  Over
 Streamable HTTP every request carries ``Authorization: Bearer <key>``; the key's tenant
@@ -64,7 +68,9 @@ MAX_MESSAGES = 1000  # the schema's bound; MEMSTRATA_MAX_TURN_MESSAGES is the re
 MAX_CONTENT_CHARS = 1024 * 1024  # likewise; MEMSTRATA_MAX_MESSAGE_CHARS
 STM_URI = "memstrata://{tenant}/{user}/stm"
 
-UserId = Annotated[str, Field(min_length=1, max_length=ID_CHARS, description="the user's id")]
+UserId = Annotated[
+    str, Field(min_length=1, max_length=ID_CHARS, description="the user's id (e.g. an email)")
+]
 SessionId = Annotated[str, Field(min_length=1, max_length=ID_CHARS, description="session id")]
 OptId = Annotated[str | None, Field(max_length=ID_CHARS)]
 

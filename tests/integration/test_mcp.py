@@ -19,6 +19,7 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import anyio
 import httpx
@@ -29,6 +30,7 @@ from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp_types import CallToolResult, TextContent, TextResourceContents
 
+from memstrata.core.ids import user_key
 from memstrata.core.ltm.config import LtmSettings
 from memstrata.core.runtime import Runtime
 from memstrata.core.settings import Settings, load_settings
@@ -186,9 +188,8 @@ async def whole_way(
     assert "no STM item" in await call_error(
         session, "forget", user_id="alice", memory_id="m_doesnotexist"
     )
-    assert "recall: user_id: invalid id 'a:b*'" in await call_error(
-        session, "recall", user_id="a:b*", session_id="s1", query="x"
-    )
+    too_long = await call_error(session, "recall", user_id="张" * 30, session_id="s1", query="x")
+    assert "invalid user_id '张张" in too_long and "at most 79 UTF-8 bytes" in too_long
 
     # forget one item: gone from recall
     done = await call(session, "forget", user_id="alice", memory_id=item_id)
@@ -209,6 +210,24 @@ async def whole_way(
     assert gone["action"] == "erased" and gone["counts"]["l0.files"] >= 1
     assert await stm_resource(session, tenant, "alice") == []
     assert res.stm.recent("alice", tenant_id=tenant) == []
+
+    # an external user id (an email) round-trips: remember -> recall -> the resource
+    email = "alice@example.com"
+    await call(session, "remember", user_id=email, session_id="s3", messages=TURN)
+    await anyio.to_thread.run_sync(
+        lambda: wait_until(lambda: drained(res), "the worker to drain the email's turn",
+                           worker=worker)
+    )  # fmt: skip
+    stored = res.stm.recent(user_key(email), tenant_id=tenant)  # stored under its key part
+    assert stored and user_key(email) != email
+    out = await call(session, "recall", user_id=email, session_id="s3",
+                     query="may I restart the prod database?")  # fmt: skip
+    assert "restart" in out["text"].lower()
+    assert {i.id for i in stored} & {i["memory_id"] for i in out["items"]}
+    listed = await stm_resource(session, tenant, quote(email, safe=""))
+    assert {i["memory_id"] for i in listed} == {i.id for i in stored}
+    gone = await call(session, "forget", user_id=email)
+    assert gone["action"] == "erased" and res.stm.recent(user_key(email), tenant_id=tenant) == []
 
 
 # ---------------------------------------------------------------------------- stdio
