@@ -14,7 +14,8 @@ Resource template ``memstrata://{tenant}/{user}/stm``: the user's current STM it
 
 User ids are external ids (emails, ``user:42``, ``张三``), mapped to key parts by
 :func:`memstrata.core.ids.user_key` in the product client the tools call
-(:mod:`.port`); in the resource URI they are percent-encoded, decoded before mapping.
+(:mod:`.port`); in the resource URI they are percent-encoded (the SDK's template match
+decodes them once, before mapping).
 
 **Owner scoping.**  No tool takes a tenant.  Over stdio the tenant is the server's
 (``--tenant`` or ``MEMSTRATA_MCP__TENANT``): one local user, one process.  Over
@@ -37,7 +38,6 @@ import logging
 import re
 from collections.abc import Callable, Iterator, Mapping
 from typing import Annotated, Any, Literal, TypeVar
-from urllib.parse import unquote
 
 import anyio.to_thread
 from mcp.server.context import CallNext, HandlerResult, ServerMiddleware, ServerRequestContext
@@ -440,7 +440,7 @@ class MemoryTools:
         """The user's current short-term memory items, newest first (ids percent-encoded)."""
         with _as_tool_error(ResourceError):
             caller = self.owners.caller(ctx.headers, "read")
-            tenant_id, user_id = unquote(tenant), unquote(user)
+            tenant_id, user_id = tenant, user  # the SDK percent-decoded them (once)
             if tenant_id != caller.tenant_id:  # another tenant's data does not exist for you
                 raise NotFound(f"no resource {STM_URI.format(tenant=tenant, user=user)}")
             items = self.memory.inspect(

@@ -226,6 +226,8 @@ async def whole_way(
     assert {i.id for i in stored} & {i["memory_id"] for i in out["items"]}
     listed = await stm_resource(session, tenant, quote(email, safe=""))
     assert {i["memory_id"] for i in listed} == {i.id for i in stored}
+    # decoded once: the URI of the user literally named "alice%40example.com" is not hers
+    assert await stm_resource(session, tenant, quote(quote(email, safe=""), safe="")) == []
     gone = await call(session, "forget", user_id=email)
     assert gone["action"] == "erased" and res.stm.recent(user_key(email), tenant_id=tenant) == []
 
