@@ -15,7 +15,14 @@ from memstrata.core.apikeys import ApiKeys
 from memstrata.core.settings import McpSettings
 from memstrata.mcp_server.auth import ApiKeyVerifier
 from memstrata.mcp_server.port import MemoryPort
-from memstrata.mcp_server.server import STM_URI, Owners, bearer_key, build_server, one_line
+from memstrata.mcp_server.server import (
+    STM_URI,
+    BearerKeyAuth,
+    Owners,
+    bearer_key,
+    build_server,
+    one_line,
+)
 from memstrata.ops.cli import build_parser
 
 AGENTS = Path(__file__).resolve().parents[2] / "docs" / "AGENTS.md"
@@ -102,3 +109,16 @@ def test_api_key_verifier_refuses_malformed_keys_without_a_query() -> None:
 def test_http_owners_need_a_verifier() -> None:
     with pytest.raises(ValueError, match="needs a key verifier"):
         Owners(transport="http", tenant="acme", verifier=None)
+
+
+def test_http_answers_503_not_401_when_the_key_store_is_down() -> None:
+    # a real connection failure: nothing listens on port 1, so the key cannot be checked
+    from starlette.applications import Starlette
+    from starlette.testclient import TestClient
+
+    engine = create_engine("postgresql+psycopg://nobody@127.0.0.1:1/none")
+    app = BearerKeyAuth(Starlette(), ApiKeyVerifier(ApiKeys(engine)))
+    with TestClient(app) as client:
+        down = client.post("/mcp", headers={"Authorization": "Bearer msk_0123456789ab_secret"})
+        assert down.status_code == 503 and down.headers["retry-after"] == "1"
+        assert client.post("/mcp", headers={"Authorization": "Bearer nope"}).status_code == 401
