@@ -49,11 +49,7 @@ class McpSettings(BaseModel):
 
     model_config = ConfigDict(frozen=True)
 
-    # stdio: the tenant every tool acts in (one local user, one process); over HTTP the
-    # tenant comes from the caller's API key and this is the static key's tenant
-    tenant: str = "default"
-    # HTTP: the bearer key the static verifier accepts (>= 16 chars); no key, no HTTP
-    api_key: SecretStr | None = None
+    tenant: str = "default"  # stdio's tenant; over HTTP each API key's tenant is used
     host: str = "127.0.0.1"
     port: int = Field(8765, ge=1, le=65535)
     max_request_bytes: int = Field(4 * 1024 * 1024, ge=1024, le=256 * 1024 * 1024)

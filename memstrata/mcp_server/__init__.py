@@ -18,29 +18,25 @@ def serve(settings: Settings, *, transport: Transport) -> None:
     """Run the server in the foreground until stdin closes (stdio) or SIGINT/SIGTERM (http).
 
     The process's runtime (``get_runtime``) holds every client; record_turn kicks the
-    workers through Celery (``tasks.client.connect``), so workers must run for what is
-    remembered to reach recall.
+    workers through Celery (``tasks.client.connect``, as ``memstrata.Memory`` does), so
+    workers must run for what is remembered to reach recall.
     """
     import anyio
     import uvicorn
 
     from memstrata.core.runtime import get_runtime
-    from memstrata.mcp_server.auth import StaticKeyVerifier
+    from memstrata.mcp_server.auth import ApiKeyVerifier
     from memstrata.mcp_server.port import EmbeddedMemory
     from memstrata.mcp_server.server import Owners, build_server, http_app
-    from memstrata.tasks.client import connect
 
     # stdout is the protocol channel of the stdio transport: logs go to stderr only
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
     cfg = settings.mcp
-    verifier = None
-    if transport == "http":
-        if cfg.api_key is None:
-            raise ValueError("MEMSTRATA_MCP__API_KEY is not set: the HTTP transport needs a key")
-        verifier = StaticKeyVerifier(cfg.api_key.get_secret_value(), tenant_id=cfg.tenant)
     runtime = get_runtime()
+    # HTTP: each request's tenant and scopes come from its key (memstrata apikey create)
+    verifier = ApiKeyVerifier(runtime.api_keys) if transport == "http" else None
     runtime.warm_ltm()  # the embedder loads now, not inside the first recall's budget
-    memory = EmbeddedMemory(runtime, writer=connect())
+    memory = EmbeddedMemory(runtime)  # the product's Embedded client; kicks through Celery
     owners = Owners(transport=transport, tenant=cfg.tenant, verifier=verifier)
     server = build_server(memory, settings=cfg, owners=owners)
     try:

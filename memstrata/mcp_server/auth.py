@@ -1,23 +1,21 @@
 """Who is calling over HTTP: a bearer API key, checked by a :class:`KeyVerifier`.
 
 The tenant of every HTTP request comes from its key, never from the arguments a client
-sends (a tool's ``tenant`` argument does not exist over HTTP).  The verifier is a narrow
-protocol so that the per-tenant key store (hashed keys in PostgreSQL, ``memstrata apikey
-create``) can replace :class:`StaticKeyVerifier` without touching the server; until it
-lands on this branch the one key comes from settings (``MEMSTRATA_MCP__API_KEY``, bound
-to ``MEMSTRATA_MCP__TENANT``).
+sends (a tool's ``tenant`` argument does not exist over HTTP).  The keys are the
+service's per-tenant API keys (:mod:`memstrata.core.apikeys`: hashed in PostgreSQL, made
+with ``memstrata apikey create``, scopes ``read`` / ``write`` / ``admin``), the same ones
+the REST service takes; :class:`ApiKeyVerifier` adapts them to the narrow protocol the
+server is written against.
 """
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 from dataclasses import dataclass
 from typing import Protocol
 
-from memstrata.core.ids import validate_id
+from memstrata.core.apikeys import SCOPES, ApiKeys
+from memstrata.core.errors import Unauthorized
 
-SCOPES = ("read", "write", "admin")
 MAX_KEY_CHARS = 512
 
 
@@ -35,22 +33,24 @@ class KeyVerifier(Protocol):
         ...
 
 
-class StaticKeyVerifier:
-    """One key from settings, for one tenant, with every scope (compared in constant time)."""
+class ApiKeyVerifier:
+    """:class:`KeyVerifier` over :class:`ApiKeys` (its per-process cache included).
 
-    def __init__(
-        self, key: str, *, tenant_id: str, scopes: frozenset[str] = frozenset(SCOPES)
-    ) -> None:
-        if len(key) < 16:
-            raise ValueError("the MCP API key must be at least 16 characters")
-        self._digest = hashlib.sha256(key.encode("utf-8")).digest()
-        self._caller = Caller(validate_id(tenant_id, kind="tenant_id"), scopes)
+    An unknown, forged or revoked key is ``None``; a PostgreSQL outage is not hidden as
+    "unauthorized" (it raises :class:`memstrata.core.errors.StoreUnavailable`).
+    """
+
+    def __init__(self, keys: ApiKeys) -> None:
+        self.keys = keys
 
     def verify(self, key: str) -> Caller | None:
         if not key or len(key) > MAX_KEY_CHARS:
             return None
-        given = hashlib.sha256(key.encode("utf-8", "surrogatepass")).digest()
-        return self._caller if hmac.compare_digest(given, self._digest) else None
+        try:
+            info = self.keys.verify(key)
+        except Unauthorized:
+            return None
+        return Caller(info.tenant_id, frozenset(info.scopes))
 
 
-__all__ = ["MAX_KEY_CHARS", "SCOPES", "Caller", "KeyVerifier", "StaticKeyVerifier"]
+__all__ = ["MAX_KEY_CHARS", "SCOPES", "ApiKeyVerifier", "Caller", "KeyVerifier"]

@@ -12,6 +12,11 @@ Tools (typed inputs, JSON Schema from pydantic, structured results):
 
 Resource template ``memstrata://{tenant}/{user}/stm``: the user's current STM items.
 
+User ids are external ids (emails, ``user:42``, ``张三``), mapped to key parts by
+:func:`memstrata.core.ids.user_key` in the product client the tools call
+(:mod:`.port`); in the resource URI they are percent-encoded (the SDK's template match
+decodes them once, before mapping).
+
 **Owner scoping.**  No tool takes a tenant.  Over stdio the tenant is the server's
 (``--tenant`` or ``MEMSTRATA_MCP__TENANT``): one local user, one process.  Over
 Streamable HTTP every request carries ``Authorization: Bearer <key>``; the key's tenant
@@ -33,7 +38,6 @@ import logging
 import re
 from collections.abc import Callable, Iterator, Mapping
 from typing import Annotated, Any, Literal, TypeVar
-from urllib.parse import unquote
 
 import anyio.to_thread
 from mcp.server.context import CallNext, HandlerResult, ServerMiddleware, ServerRequestContext
@@ -64,7 +68,9 @@ MAX_MESSAGES = 1000  # the schema's bound; MEMSTRATA_MAX_TURN_MESSAGES is the re
 MAX_CONTENT_CHARS = 1024 * 1024  # likewise; MEMSTRATA_MAX_MESSAGE_CHARS
 STM_URI = "memstrata://{tenant}/{user}/stm"
 
-UserId = Annotated[str, Field(min_length=1, max_length=ID_CHARS, description="the user's id")]
+UserId = Annotated[
+    str, Field(min_length=1, max_length=ID_CHARS, description="the user's id (e.g. an email)")
+]
 SessionId = Annotated[str, Field(min_length=1, max_length=ID_CHARS, description="session id")]
 OptId = Annotated[str | None, Field(max_length=ID_CHARS)]
 
@@ -207,7 +213,7 @@ class Owners:
 
     def __init__(self, *, transport: Transport, tenant: str, verifier: KeyVerifier | None) -> None:
         if transport == "http" and verifier is None:
-            raise ValueError("the HTTP transport needs a key verifier (MEMSTRATA_MCP__API_KEY)")
+            raise ValueError("the HTTP transport needs a key verifier (the tenants' API keys)")
         self.transport = transport
         self.local = Caller(validate_id(tenant, kind="tenant"), frozenset({"read", "write"}))
         self.verifier = verifier
@@ -218,7 +224,8 @@ class Owners:
             return self.local
         assert self.verifier is not None
         key = bearer_key(headers)
-        caller = self.verifier.verify(key) if key else None
+        with _as_tool_error():  # a PostgreSQL outage is one line, not "unauthorized"
+            caller = self.verifier.verify(key) if key else None
         if caller is None:
             raise ToolError("unauthorized: a valid API key is required (Authorization: Bearer)")
         if scope not in caller.scopes:
@@ -250,7 +257,17 @@ class BearerKeyAuth:
         headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
         key = bearer_key(headers)
         verify: Callable[[str], Caller | None] = self.verifier.verify
-        caller = await anyio.to_thread.run_sync(verify, key) if key else None
+        try:
+            caller = await anyio.to_thread.run_sync(verify, key) if key else None
+        except StoreUnavailable as exc:  # the keys live in PostgreSQL: try again, not 401
+            log.warning("API key check failed: %s", redact(str(exc)))
+            down = JSONResponse(
+                {"error": "unavailable", "detail": "the key store is unavailable, try again"},
+                status_code=503,
+                headers={"Retry-After": "1"},
+            )
+            await down(scope, receive, send)
+            return
         if caller is None:
             reply: Response = JSONResponse(
                 {"error": "unauthorized", "detail": "a valid API key is required"},
@@ -423,7 +440,7 @@ class MemoryTools:
         """The user's current short-term memory items, newest first (ids percent-encoded)."""
         with _as_tool_error(ResourceError):
             caller = self.owners.caller(ctx.headers, "read")
-            tenant_id, user_id = unquote(tenant), unquote(user)
+            tenant_id, user_id = tenant, user  # the SDK percent-decoded them (once)
             if tenant_id != caller.tenant_id:  # another tenant's data does not exist for you
                 raise NotFound(f"no resource {STM_URI.format(tenant=tenant, user=user)}")
             items = self.memory.inspect(

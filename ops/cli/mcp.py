@@ -35,7 +35,7 @@ def add_mcp(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="serve memory to MCP clients (tools remember/recall/forget/explain)",
         description="Serve memory over the Model Context Protocol. stdio: for a local client "
         "(Claude Desktop, Cursor), one tenant (--tenant). http: Streamable HTTP at /mcp, "
-        "every request needs Authorization: Bearer <MEMSTRATA_MCP__API_KEY>.",
+        "every request needs Authorization: Bearer <a tenant's API key> (memstrata apikey create).",
     )
     m.add_argument("--transport", choices=["stdio", "http"], default="stdio")
     m.add_argument("--tenant", help="stdio: the tenant of every call (MEMSTRATA_MCP__TENANT)")

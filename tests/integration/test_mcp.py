@@ -19,6 +19,7 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import anyio
 import httpx
@@ -29,6 +30,7 @@ from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp_types import CallToolResult, TextContent, TextResourceContents
 
+from memstrata.core.ids import user_key
 from memstrata.core.ltm.config import LtmSettings
 from memstrata.core.runtime import Runtime
 from memstrata.core.settings import Settings, load_settings
@@ -40,7 +42,6 @@ pytestmark = pytest.mark.integration
 
 pg_url = authority_db.pg_url
 
-KEY = "mk_" + "s3cret-test-key-0123456789"
 MEMSTRATA = Path(sys.executable).with_name("memstrata")
 TURN = [
     {
@@ -73,9 +74,25 @@ def tenant() -> str:
 
 
 def server_env(settings: Settings, tenant: str, **extra: str) -> dict[str, str]:
+    # no key cache: a key revoked by the test fails on the server's next request
     return process_env(
-        settings, {"MEMSTRATA_MCP__TENANT": tenant, "MEMSTRATA_MCP__API_KEY": KEY, **extra}
+        settings, {"MEMSTRATA_MCP__TENANT": tenant, "MEMSTRATA_API_KEY_CACHE_S": "0", **extra}
     )
+
+
+@pytest.fixture
+def keys(res: Runtime, tenant: str) -> dict[str, str]:
+    """The tenant and its API keys made in PostgreSQL as ``memstrata apikey create`` does."""
+    res.owners.create_tenant(tenant)
+    revoked = res.api_keys.create(tenant, name="old", scopes=["read", "write"])
+    res.api_keys.revoke(revoked.info.key_id)
+    rw = res.api_keys.create(tenant, name="agent", scopes=["read", "write"]).secret
+    return {
+        "rw": rw,
+        "r": res.api_keys.create(tenant, name="reader", scopes=["read"]).secret,
+        "revoked": revoked.secret,
+        "forged": rw[:-2] + ("xx" if not rw.endswith("xx") else "yy"),
+    }
 
 
 def free_port() -> int:
@@ -171,9 +188,8 @@ async def whole_way(
     assert "no STM item" in await call_error(
         session, "forget", user_id="alice", memory_id="m_doesnotexist"
     )
-    assert "recall: user_id: invalid id 'a:b*'" in await call_error(
-        session, "recall", user_id="a:b*", session_id="s1", query="x"
-    )
+    too_long = await call_error(session, "recall", user_id="张" * 30, session_id="s1", query="x")
+    assert "invalid user_id '张张" in too_long and "at most 79 UTF-8 bytes" in too_long
 
     # forget one item: gone from recall
     done = await call(session, "forget", user_id="alice", memory_id=item_id)
@@ -194,6 +210,26 @@ async def whole_way(
     assert gone["action"] == "erased" and gone["counts"]["l0.files"] >= 1
     assert await stm_resource(session, tenant, "alice") == []
     assert res.stm.recent("alice", tenant_id=tenant) == []
+
+    # an external user id (an email) round-trips: remember -> recall -> the resource
+    email = "alice@example.com"
+    await call(session, "remember", user_id=email, session_id="s3", messages=TURN)
+    await anyio.to_thread.run_sync(
+        lambda: wait_until(lambda: drained(res), "the worker to drain the email's turn",
+                           worker=worker)
+    )  # fmt: skip
+    stored = res.stm.recent(user_key(email), tenant_id=tenant)  # stored under its key part
+    assert stored and user_key(email) != email
+    out = await call(session, "recall", user_id=email, session_id="s3",
+                     query="may I restart the prod database?")  # fmt: skip
+    assert "restart" in out["text"].lower()
+    assert {i.id for i in stored} & {i["memory_id"] for i in out["items"]}
+    listed = await stm_resource(session, tenant, quote(email, safe=""))
+    assert {i["memory_id"] for i in listed} == {i.id for i in stored}
+    # decoded once: the URI of the user literally named "alice%40example.com" is not hers
+    assert await stm_resource(session, tenant, quote(quote(email, safe=""), safe="")) == []
+    gone = await call(session, "forget", user_id=email)
+    assert gone["action"] == "erased" and res.stm.recent(user_key(email), tenant_id=tenant) == []
 
 
 # ---------------------------------------------------------------------------- stdio
@@ -226,7 +262,7 @@ def http_server(res: Runtime, tenant: str, tmp_path: Path) -> Iterator[str]:
     with log_path.open("wb") as log:
         proc = subprocess.Popen(
             [str(MEMSTRATA), "mcp", "--transport", "http", "--port", str(port)],
-            env=server_env(res.settings, tenant),
+            env=server_env(res.settings, "default"),  # the tenant comes from the key
             stdout=log,
             stderr=subprocess.STDOUT,
         )
@@ -268,17 +304,21 @@ def http_session(url: str, key: str | None) -> Open:
 
 
 def test_http_transport_the_whole_way(
-    res: Runtime, celery_worker: CeleryProcess, tenant: str, http_server: str
-) -> None:
+    res: Runtime, celery_worker: CeleryProcess, tenant: str, keys: dict[str, str],
+    http_server: str,
+) -> None:  # fmt: skip
     async def scenario() -> None:
-        async with http_session(http_server, KEY)() as session:
+        async with http_session(http_server, keys["rw"])() as session:
             await whole_way(session, res, celery_worker, tenant)
 
     anyio.run(scenario)
 
 
-@pytest.mark.parametrize("key", [None, "mk_wrong-key-0123456789abcdef"])
-def test_http_refuses_a_missing_or_wrong_key(http_server: str, key: str | None) -> None:
+@pytest.mark.parametrize("which", [None, "wrong", "forged", "revoked"])
+def test_http_refuses_a_missing_wrong_or_revoked_key(
+    keys: dict[str, str], http_server: str, which: str | None
+) -> None:
+    key = {None: None, "wrong": "msk_0123456789ab_" + "x" * 43}.get(which) or keys.get(which or "")
     headers = {"Authorization": f"Bearer {key}"} if key else {}
     body = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}
     reply = httpx.post(f"{http_server}/mcp", json=body, headers=headers, timeout=10)
@@ -294,14 +334,23 @@ def test_http_refuses_a_missing_or_wrong_key(http_server: str, key: str | None) 
         anyio.run(scenario)
 
 
-def test_http_server_will_not_start_without_a_key(res: Runtime, tenant: str) -> None:
-    env = server_env(res.settings, tenant)
-    del env["MEMSTRATA_MCP__API_KEY"]
-    out = subprocess.run(
-        [str(MEMSTRATA), "mcp", "--transport", "http", "--port", str(free_port())],
-        env=env, capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
-    assert out.returncode == 1
-    assert out.stderr.strip().splitlines() == [
-        "memstrata mcp: MEMSTRATA_MCP__API_KEY is not set: the HTTP transport needs a key"
-    ]
+def test_http_key_scopes_and_revocation_take_effect(
+    res: Runtime, tenant: str, keys: dict[str, str], http_server: str
+) -> None:
+    async def scenario() -> None:
+        async with http_session(http_server, keys["r"])() as session:
+            assert "lacks the 'write' scope" in await call_error(
+                session, "remember", user_id="alice", session_id="s1", fact="I like tea."
+            )
+            # a read key reads: the tenant is the key's (no such user there yet)
+            assert f"in tenant '{tenant}'" in await call_error(
+                session, "recall", user_id="alice", session_id="s1", query="tea?"
+            )
+
+    anyio.run(scenario)
+    (reader,) = [k for k in res.api_keys.list(tenant) if k.name == "reader"]
+    res.api_keys.revoke(reader.key_id)
+    body = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}
+    headers = {"Authorization": f"Bearer {keys['r']}"}
+    reply = httpx.post(f"{http_server}/mcp", json=body, headers=headers, timeout=10)
+    assert reply.status_code == 401

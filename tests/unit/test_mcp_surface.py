@@ -9,11 +9,20 @@ from pathlib import Path
 from typing import cast
 
 import pytest
+from sqlalchemy import create_engine
 
+from memstrata.core.apikeys import ApiKeys
 from memstrata.core.settings import McpSettings
-from memstrata.mcp_server.auth import StaticKeyVerifier
+from memstrata.mcp_server.auth import ApiKeyVerifier
 from memstrata.mcp_server.port import MemoryPort
-from memstrata.mcp_server.server import STM_URI, Owners, bearer_key, build_server, one_line
+from memstrata.mcp_server.server import (
+    STM_URI,
+    BearerKeyAuth,
+    Owners,
+    bearer_key,
+    build_server,
+    one_line,
+)
 from memstrata.ops.cli import build_parser
 
 AGENTS = Path(__file__).resolve().parents[2] / "docs" / "AGENTS.md"
@@ -86,16 +95,30 @@ def test_bearer_key(headers: dict[str, str] | None, key: str | None) -> None:
     assert bearer_key(headers) == key
 
 
-def test_static_key_verifier() -> None:
-    v = StaticKeyVerifier("a-long-random-secret-key", tenant_id="acme")
-    caller = v.verify("a-long-random-secret-key")
-    assert caller is not None and caller.tenant_id == "acme" and "write" in caller.scopes
-    assert v.verify("a-long-random-secret-kez") is None
+def test_api_key_verifier_refuses_malformed_keys_without_a_query() -> None:
+    # the engine never connects (nothing listens there): a malformed key fails before I/O;
+    # keys that are looked up, revoked or forged are tests/integration/test_mcp.py's
+    engine = create_engine("postgresql+psycopg://nobody@127.0.0.1:1/none")
+    v = ApiKeyVerifier(ApiKeys(engine))
     assert v.verify("") is None
-    with pytest.raises(ValueError, match="at least 16"):
-        StaticKeyVerifier("short", tenant_id="acme")
+    assert v.verify("not-a-memstrata-key") is None
+    assert v.verify("msk_abc") is None
+    assert v.verify("msk_" + "k" * 600) is None
 
 
 def test_http_owners_need_a_verifier() -> None:
     with pytest.raises(ValueError, match="needs a key verifier"):
         Owners(transport="http", tenant="acme", verifier=None)
+
+
+def test_http_answers_503_not_401_when_the_key_store_is_down() -> None:
+    # a real connection failure: nothing listens on port 1, so the key cannot be checked
+    from starlette.applications import Starlette
+    from starlette.testclient import TestClient
+
+    engine = create_engine("postgresql+psycopg://nobody@127.0.0.1:1/none")
+    app = BearerKeyAuth(Starlette(), ApiKeyVerifier(ApiKeys(engine)))
+    with TestClient(app) as client:
+        down = client.post("/mcp", headers={"Authorization": "Bearer msk_0123456789ab_secret"})
+        assert down.status_code == 503 and down.headers["retry-after"] == "1"
+        assert client.post("/mcp", headers={"Authorization": "Bearer nope"}).status_code == 401
