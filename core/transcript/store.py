@@ -210,6 +210,11 @@ class TranscriptStore:
         seen: set[str] = set()
         for i, m in enumerate(messages):
             mid = m.message_id or f"{tid}.{i}"
+            if not m.message_id and len(mid) > 128:  # "<turn_id>.<n>" must be an id too
+                raise InvalidInput(
+                    f"turn_id: at most {128 - len(str(i)) - 1} characters for a turn whose "
+                    "messages take their ids from it (message ids are '<turn_id>.<n>')"
+                )
             if mid in seen:
                 raise InvalidInput(f"duplicate message_id {mid!r} in one turn")
             seen.add(mid)

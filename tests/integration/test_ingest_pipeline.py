@@ -409,7 +409,7 @@ def test_chinese_debugging_session_stores_updates_merges_and_refuses_exactly(
         for i in items(res, "s_zh")
     }
     assert stored == {
-        "bug456:symptom:createorder": ("fact", 1, 1, "createOrder 在 prod 超时了"),
+        "bug456:symptom:createorder": ("fact", 1, 1, "createOrder 在 prod 超时了，工单 BUG-456。"),
         NO_RESTART_ZH: ("constraint", 1, 2, "不要重启生产数据库。"),
         "user:pref:answer_style": ("preference", 1, 1, "我喜欢先说结论。"),
         "user:pref:language": ("preference", 1, 1, "请记住：回答用中文。"),

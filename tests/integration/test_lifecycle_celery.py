@@ -95,7 +95,9 @@ def test_beat_promotes_merges_finalises_and_sweeps(
     for n, session in enumerate(("s1", "s2", "s3")):
         texts = [POOL] + ([PREF] if session != "s3" else []) + ([STEP] if session == "s1" else [])
         for k, text in enumerate(texts):
+            # one task per session (next steps and conclusions are task state)
             r = memory.record_turn(user_id=u, tenant_id=t, session_id=session,
+                                   task_id=f"task-{session}",
                                    messages=[{"role": "user", "content": text}],
                                    at=now + n + k / 10)  # fmt: skip
         wait_drained(res, r.shard, lifecycle_worker)

@@ -63,6 +63,7 @@ from memstrata.tasks.client import connect
 memory = connect(background_kicks=False)
 for session, text, at in json.loads(sys.argv[1]):
     memory.record_turn(user_id=sys.argv[2], tenant_id=sys.argv[3], session_id=session,
+                       task_id="task-" + session,  # conclusions and next steps are task state
                        messages=[{"role": "user", "content": text}], at=at)
 """
 
