@@ -8,7 +8,8 @@ turn (4 messages, distinct turn ids) and the same recall are measured
 * over HTTP, through ``Memory(url=..., api_key=...)`` (httpx, keep-alive) against a
   ``memstrata api`` started with one uvicorn worker per core.
 
-Latencies are wall time around each call (p50/p99); ``turns_per_s`` is the throughput
+Latencies are wall time around each call (p50/p99), the in-process and the HTTP call
+alternating so that both see the same machine load; ``turns_per_s`` is the throughput
 of 4 keep-alive clients in threads recording turns for the whole turn budget.  A few
 turns are drained inline first so that recall has STM items to read.  No worker runs:
 drain kicks go to the bench namespace's queue and are purged with it.
@@ -51,15 +52,6 @@ USER = "alice@example.com"
 CLIENTS = 4
 
 
-def _timed(fn: Callable[[int], object], n: int) -> list[float]:
-    out = []
-    for i in range(n):
-        t0 = time.perf_counter()
-        fn(i)
-        out.append((time.perf_counter() - t0) * 1000)
-    return out
-
-
 def _figures(prefix: str, turns: list[float], recalls: list[float], per_s: float) -> dict[str, Any]:
     return {
         f"{prefix}turns_p50_ms": r3(median(turns)),
@@ -88,17 +80,33 @@ def _throughput(make: Callable[[], Memory], n: int, tag: str) -> float:
     return (n // CLIENTS) * CLIENTS / elapsed
 
 
+def _ms_since(t0: float) -> float:
+    return (time.perf_counter() - t0) * 1000
+
+
 def _measure(
-    make: Callable[[], Memory], n: int, tag: str
-) -> tuple[list[float], list[float], float]:
-    m = make()
+    makes: dict[str, Callable[[], Memory]], n: int
+) -> dict[str, tuple[list[float], list[float]]]:
+    """Turn and recall latencies of each client, calls interleaved: on a shared machine
+    the load drifts during a run, and alternating makes both sides see the same load."""
+    clients = {tag: make() for tag, make in makes.items()}
+    turns: dict[str, list[float]] = {tag: [] for tag in clients}
+    recalls: dict[str, list[float]] = {tag: [] for tag in clients}
     msgs = turn_messages(4)
-    turns = _timed(lambda i: m.record_turn(user_id=USER, session_id="s1", messages=msgs,
-                                           turn_id=f"{tag}-{i}"), n)  # fmt: skip
-    recalls = _timed(lambda i: m.recall(f"does createOrder still time out? ({i})", user_id=USER,
-                                        session_id="s0"), n)  # fmt: skip
-    m.close()
-    return turns, recalls, _throughput(make, n, tag + "-tp")
+    for i in range(n):
+        for tag, m in clients.items():
+            t0 = time.perf_counter()
+            m.record_turn(user_id=USER, session_id="s1", messages=msgs, turn_id=f"{tag}-{i}")
+            turns[tag].append(_ms_since(t0))
+    for i in range(n):
+        query = f"does createOrder still time out? ({i})"
+        for tag, m in clients.items():
+            t0 = time.perf_counter()
+            m.recall(query, user_id=USER, session_id="s0")
+            recalls[tag].append(_ms_since(t0))
+    for m in clients.values():
+        m.close()
+    return {tag: (turns[tag], recalls[tag]) for tag in clients}
 
 
 @contextlib.contextmanager
@@ -157,9 +165,11 @@ def run(quick: bool = False) -> dict[str, Any]:
                 drain_shard(shard, queue=rt.queue, transcript=rt.transcript, batch=200,
                             pipeline=rt.pipeline, consumer="bench", max_run_s=30)  # fmt: skip
             seed.close()
-            inproc = _measure(local, n, "in")
             with _service(env, workers) as url:
-                http = _measure(lambda: Memory(url=url, api_key=key), n, "http")
+                remote = lambda: Memory(url=url, api_key=key)  # noqa: E731
+                lat = _measure({"in": local, "http": remote}, n)
+                inproc = (*lat["in"], _throughput(local, n, "in-tp"))
+                http = (*lat["http"], _throughput(remote, n, "http-tp"))
         finally:
             purge(rt.redis, ns)
             rt.close()
