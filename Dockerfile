@@ -11,7 +11,7 @@
 ARG PYTHON_IMAGE=python:3.11.11-slim-bookworm
 
 FROM ${PYTHON_IMAGE} AS build
-ARG MEMSTRATA_EXTRAS="[server]"
+ARG MEMSTRATA_EXTRAS="[server,es]"
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 WORKDIR /src
 # memstrata/ holds symlinks to core, tasks, ops and beat_schedule.py: copy all of them

@@ -18,7 +18,9 @@
         ├── CorruptRecord         stored data that no longer parses
         ├── StoreRejected         the store answered and refused the command itself (bad SQL,
         │                         a Redis command on the wrong type, a failing script): a bug
-        └── IllegalTransition     a state change that a state machine forbids
+        ├── IllegalTransition     a state change that a state machine forbids
+        └── MissingExtra          a feature whose packages are not installed (also an
+                                  ImportError); the message names the extra to install
 
 Adapters translate vendor exceptions into these (``raise ... from exc``, so ``__cause__``
 is the vendor error) with one table per vendor, most specific rule first:
@@ -98,3 +100,19 @@ class StoreRejected(PermanentError):
 
 class IllegalTransition(PermanentError):
     """A state change that a state machine (card projection, promotion lifecycle) forbids."""
+
+
+class MissingExtra(PermanentError, ImportError):
+    """A feature needs packages this install lacks: ``pip install 'memstrata[<extra>]'``.
+
+    ``pip install memstrata`` holds only the remote client (httpx, pydantic); the embedded
+    client, the CLI and the service need ``[server]``, Elasticsearch ``[es]``.
+    """
+
+
+def missing_extra(extra: str, feature: str, exc: ImportError) -> MissingExtra:
+    """The error for ``feature`` used without ``extra``, naming the module that is absent."""
+    what = f" (no module {exc.name!r})" if exc.name else ""
+    return MissingExtra(
+        f"{feature} needs the {extra} extra: pip install 'memstrata[{extra}]'{what}"
+    )

@@ -14,10 +14,8 @@ external id beside them.
 from __future__ import annotations
 
 import threading
-from datetime import datetime
 from typing import Literal
 
-from pydantic import BaseModel
 from sqlalchemy import Engine, and_, func, select
 from sqlalchemy.dialects.postgresql import insert
 
@@ -26,29 +24,11 @@ from memstrata.core.authority.errors import UnknownTenant, UnknownUser
 from memstrata.core.authority.tables import TENANTS, USERS
 from memstrata.core.errors import InvalidInput
 from memstrata.core.ids import external_user_id, owner_tenant, validate_id
+from memstrata.core.models.owners import TenantInfo, UserInfo
 
 UnknownOwnerPolicy = Literal["provision", "refuse"]
 _KNOWN_CAP = 100_000
-
-
-class TenantInfo(BaseModel):
-    """A tenant row."""
-
-    tenant_id: str
-    name: str
-    users: int = 0
-    created_at: datetime | None = None
-
-
-class UserInfo(BaseModel):
-    """A user row: ``user_id`` is the external id, ``key`` the key part it is stored under."""
-
-    tenant_id: str
-    user_id: str
-    key: str
-    display_name: str | None = None
-    authority_version: int
-    created_at: datetime | None = None
+__all__ = ["Owners", "TenantInfo", "UnknownOwnerPolicy", "UserInfo"]
 
 
 def _name(name: str | None, default: str) -> str:

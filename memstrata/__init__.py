@@ -3,6 +3,9 @@
     from memstrata import Memory
     memory = Memory()                       # in-process; Memory(url=..., api_key=...) remotely
 
+``pip install memstrata`` is the remote client alone (httpx, pydantic); the in-process
+client, the CLI, the workers and the REST service need ``memstrata[server]``.
+
 Everything importable lives under this one namespace: the client (:class:`Memory`,
 :class:`AsyncMemory`, their result models and typed errors, exported here),
 ``memstrata.core`` (domain logic and storage adapters), ``memstrata.tasks`` (the Celery
@@ -21,8 +24,8 @@ _EXPORTS = {
     "AsyncMemory": "memstrata.client",
     "Memory": "memstrata.client",
     "EraseResult": "memstrata.wire",
-    "TenantInfo": "memstrata.core.owners",
-    "UserInfo": "memstrata.core.owners",
+    "TenantInfo": "memstrata.core.models.owners",
+    "UserInfo": "memstrata.core.models.owners",
     "TurnReceipt": "memstrata.core.models.transcript",
     "MemoryItem": "memstrata.core.models.memory",
     "WriteDecision": "memstrata.core.models.candidate",
@@ -31,8 +34,8 @@ _EXPORTS = {
     **{
         name: "memstrata.core.errors"
         for name in (
-            "Conflict", "Forbidden", "InvalidId", "InvalidInput", "MemstrataError", "NotFound",
-            "PayloadTooLarge", "PermanentError", "StoreUnavailable", "TransientError",
+            "Conflict", "Forbidden", "InvalidId", "InvalidInput", "MemstrataError", "MissingExtra",
+            "NotFound", "PayloadTooLarge", "PermanentError", "StoreUnavailable", "TransientError",
             "Unauthorized",
         )
     },
@@ -47,6 +50,7 @@ if TYPE_CHECKING:
         InvalidId,
         InvalidInput,
         MemstrataError,
+        MissingExtra,
         NotFound,
         PayloadTooLarge,
         PermanentError,
@@ -56,8 +60,8 @@ if TYPE_CHECKING:
     )
     from memstrata.core.models.candidate import WriteDecision
     from memstrata.core.models.memory import MemoryItem
+    from memstrata.core.models.owners import TenantInfo, UserInfo
     from memstrata.core.models.transcript import TurnReceipt
-    from memstrata.core.owners import TenantInfo, UserInfo
     from memstrata.wire import EraseResult
 
 
@@ -87,6 +91,7 @@ __all__ = [
     "Memory",
     "MemoryItem",
     "MemstrataError",
+    "MissingExtra",
     "NotFound",
     "PayloadTooLarge",
     "PermanentError",

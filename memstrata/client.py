@@ -31,17 +31,18 @@ from urllib.parse import quote
 import httpx
 from pydantic import BaseModel, TypeAdapter
 
-from memstrata.core.errors import MemstrataError, StoreUnavailable
+from memstrata.core.errors import MemstrataError, StoreUnavailable, missing_extra
 from memstrata.core.ids import owner_tenant, user_key
 from memstrata.core.models.candidate import WriteDecision
 from memstrata.core.models.memory import MemoryItem
+from memstrata.core.models.owners import TenantInfo, UserInfo
 from memstrata.core.models.transcript import MessageIn, TurnReceipt
-from memstrata.core.owners import TenantInfo, UserInfo
+from memstrata.core.recall.result import RecallResult
 from memstrata.wire import EraseResult, RecallIn, TenantIn, TurnIn, UserIn, Verdict, error_from
 
 if TYPE_CHECKING:
     from memstrata.core.api import Kicker, MemoryClient
-    from memstrata.core.recall.service import Recaller, RecallResult
+    from memstrata.core.recall.service import Recaller
     from memstrata.core.runtime import Runtime
 
 P = ParamSpec("P")
@@ -51,12 +52,6 @@ _ITEMS = TypeAdapter(list[MemoryItem])
 _DECISIONS = TypeAdapter(list[WriteDecision])
 _TENANTS = TypeAdapter(list[TenantInfo])
 _USERS = TypeAdapter(list[UserInfo])
-
-
-def _recall_result() -> type[RecallResult]:
-    from memstrata.core.recall.service import RecallResult
-
-    return RecallResult
 
 
 def _messages_json(messages: Messages) -> list[Any]:
@@ -88,7 +83,10 @@ class Embedded:
         background_kicks: bool,
         kicker: Kicker | None = None,
     ) -> None:
-        from memstrata.core.runtime import get_runtime
+        try:
+            from memstrata.core.runtime import get_runtime
+        except ImportError as exc:  # `pip install memstrata`: the remote client only
+            raise missing_extra("server", "embedded mode (Memory() without url)", exc) from exc
 
         self.rt = runtime or get_runtime()
         self.tenant = owner_tenant(tenant if tenant is not None else self.rt.settings.tenant)
@@ -368,7 +366,7 @@ class Memory:
         body = _recall_body(locals())
         if (e := self._embedded) is not None:
             return e.recall(body, tenant=e.tenant)
-        return _recall_result().model_validate(self._call("POST", "/v1/recall", json=body))
+        return RecallResult.model_validate(self._call("POST", "/v1/recall", json=body))
 
     def inspect(
         self,
@@ -547,7 +545,7 @@ class AsyncMemory:
         if self._http is None:
             return await self._run(self._sync.recall, **body.model_dump())
         out = await self._call("POST", "/v1/recall", raw=body.model_dump(mode="json"))
-        return _recall_result().model_validate(out)
+        return RecallResult.model_validate(out)
 
     async def inspect(
         self,

@@ -15,6 +15,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
+from memstrata.core.errors import missing_extra
 from memstrata.core.ids import validate_id
 from memstrata.core.ltm.card import LtmCard
 from memstrata.core.ltm.errors import IndexRejected, IndexUnavailable
@@ -66,7 +67,10 @@ def es_errors(what: str) -> Iterator[None]:
 
 def connect(url: str, *, timeout_s: float = 5.0, api_key: str | None = None) -> Any:
     """An ``Elasticsearch`` client (no I/O until the first call)."""
-    from elasticsearch import Elasticsearch
+    try:
+        from elasticsearch import Elasticsearch
+    except ImportError as exc:
+        raise missing_extra("es", "the elasticsearch lexical backend", exc) from exc
 
     return Elasticsearch(url, api_key=api_key, request_timeout=timeout_s)
 

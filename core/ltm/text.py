@@ -20,8 +20,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 from functools import lru_cache
-
-import Stemmer
+from typing import Any
 
 _CJK_RUN = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]+")
 _WORD = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9_.\-/]*[A-Za-z0-9])?")
@@ -55,13 +54,19 @@ def _is_error_code(word: str) -> bool:
     return "_" not in word or word.isupper() or any(c.isdigit() for c in word)
 
 
-_stemmer = Stemmer.Stemmer("english")
+@lru_cache(maxsize=1)
+def _english() -> Any:
+    # imported on first use: the remote client reaches this module (recall's result
+    # models) in an install without PyStemmer
+    import Stemmer
+
+    return Stemmer.Stemmer("english")
 
 
 @lru_cache(maxsize=65_536)
 def stem(word: str) -> str:
     """The Snowball English stem of a lower-case alphabetic word (others unchanged)."""
-    return _stemmer.stemWord(word) if word.isalpha() and word.isascii() else word
+    return str(_english().stemWord(word)) if word.isalpha() and word.isascii() else word
 
 
 def identifier_tokens(word: str) -> list[str]:

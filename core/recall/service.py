@@ -39,7 +39,7 @@ from typing import Protocol
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from sqlalchemy import Engine
 
-from memstrata.core.authority.blocks import AuthorityBlocks, build_blocks
+from memstrata.core.authority.blocks import build_blocks
 from memstrata.core.authority.cache import CacheLookup, CacheStatus, ProfileCache
 from memstrata.core.authority.db import autocommit_reader, translated
 from memstrata.core.authority.domain import AUTHORITATIVE_DOMAINS, domain_of_key
@@ -65,13 +65,13 @@ from memstrata.core.recall.pool import (
     PoolCandidate,
     PoolPolicy,
     RescoreWeights,
-    Scored,
     SourceType,
     Verdict,
     build_pool,
 )
-from memstrata.core.recall.profile import QueryProfile, RuntimeState, build_query_profile
-from memstrata.core.recall.render import Lang, RenderedMemory, language_for, render
+from memstrata.core.recall.profile import RuntimeState, build_query_profile
+from memstrata.core.recall.render import RenderedMemory, language_for, render
+from memstrata.core.recall.result import Explain, RecallResult
 from memstrata.core.recall.route import (
     LtmMode,
     Route,
@@ -146,27 +146,6 @@ class RecallSettings(BaseModel):
     history_candidates: int = Field(20, ge=1, le=200)
     ltm_timeout_s: float = Field(2.0, gt=0)
     session_recent_s: float = Field(1800.0, gt=0)
-
-
-class Explain(BaseModel):
-    profile: QueryProfile
-    route: Route
-    cache: str
-    candidates: list[Scored]
-    authority: list[AuthorityDecision]
-    timings_ms: dict[str, float]
-
-
-class RecallResult(BaseModel):
-    """The typed answer; ``text`` is the block to inject as-is."""
-
-    text: str
-    language: Lang
-    blocks: AuthorityBlocks | None
-    memory: RenderedMemory
-    route: Route
-    degraded: dict[str, str] = Field(default_factory=dict)
-    explain: Explain | None = None
 
 
 def _lines(memory: RenderedMemory) -> int:

@@ -25,7 +25,7 @@ from memstrata.core.ids import owner_tenant, user_key, validate_id
 from memstrata.core.models.candidate import WriteDecision
 from memstrata.core.models.memory import MemoryItem
 from memstrata.core.models.transcript import MessageIn, TurnReceipt
-from memstrata.core.recall.service import RecallResult
+from memstrata.core.recall.result import RecallResult
 from memstrata.core.runtime import Runtime
 from memstrata.wire import EraseResult, RecallIn, TurnIn
 

@@ -57,7 +57,7 @@ from memstrata.core.models.candidate import WriteDecision
 from memstrata.core.models.memory import MemoryItem
 from memstrata.core.models.transcript import TurnReceipt
 from memstrata.core.owners import TenantInfo, UserInfo
-from memstrata.core.recall.service import RecallResult
+from memstrata.core.recall.result import RecallResult
 from memstrata.core.redact import redact
 from memstrata.core.runtime import Runtime, get_runtime
 from memstrata.wire import (

@@ -27,7 +27,8 @@ from memstrata.core.authority.cache import ProfileCache
 from memstrata.core.authority.errors import ScopeDenied
 from memstrata.core.errors import InvalidInput, NotFound, PayloadTooLarge
 from memstrata.core.models.transcript import TurnReceipt
-from memstrata.core.recall.service import Recaller, RecallRequest, RecallResult
+from memstrata.core.recall.result import RecallResult
+from memstrata.core.recall.service import Recaller, RecallRequest
 from memstrata.core.runtime import Runtime, close_runtime, reset_runtime
 from tests.integration import authority_db
 from tests.integration.authority_db import World

@@ -25,6 +25,7 @@ from memstrata.core.ltm.embedding import CachedEmbedder
 from memstrata.core.ltm.milvus_server import MilvusServer, free_port
 from memstrata.core.models.transcript import MessageIn
 from memstrata.core.recall.pool import SourceType, Verdict
+from memstrata.core.recall.result import RecallResult
 from memstrata.core.recall.service import (
     AUTHORITY,
     HISTORY,
@@ -32,7 +33,6 @@ from memstrata.core.recall.service import (
     STM,
     Recaller,
     RecallRequest,
-    RecallResult,
     RecallSettings,
 )
 from memstrata.core.runtime import Runtime
