@@ -17,9 +17,7 @@ import hmac
 import secrets
 import threading
 import time
-from typing import Literal
 
-from pydantic import BaseModel
 from sqlalchemy import Column, Engine, Float, ForeignKeyConstraint, String, Table, select, update
 from sqlalchemy.dialects.postgresql import JSONB
 
@@ -28,10 +26,11 @@ from memstrata.core.authority.errors import UnknownTenant
 from memstrata.core.authority.tables import TENANTS, authority_metadata
 from memstrata.core.errors import InvalidInput, NotFound, Unauthorized
 from memstrata.core.ids import validate_id
+from memstrata.core.models.owners import ApiKeyInfo, NewApiKey, Scope
 
-Scope = Literal["read", "write", "admin"]
 SCOPES: tuple[Scope, ...] = ("read", "write", "admin")
 PREFIX = "msk_"
+__all__ = ["PREFIX", "SCOPES", "ApiKeyInfo", "ApiKeys", "NewApiKey", "Scope"]
 
 api_keys = Table(
     "api_keys",
@@ -47,24 +46,6 @@ api_keys = Table(
         ["tenant_id"], ["tenants.id"], ondelete="CASCADE", name="fk_api_keys_tenant_id_tenants"
     ),
 )
-
-
-class ApiKeyInfo(BaseModel):
-    """A key as listed (never the secret)."""
-
-    key_id: str
-    tenant_id: str
-    name: str
-    scopes: list[Scope]
-    created_at: float
-    revoked_at: float | None = None
-
-
-class NewApiKey(BaseModel):
-    """A key just made: ``secret`` is the whole token, shown this once."""
-
-    info: ApiKeyInfo
-    secret: str
 
 
 def _digest(secret: str) -> str:

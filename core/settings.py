@@ -108,6 +108,10 @@ class Settings(BaseSettings):
     # how long a process trusts a verified API key before asking PostgreSQL again (so a
     # revoked key stops working within this many seconds; 0: every request asks)
     api_key_cache_s: float = Field(30.0, ge=0, le=3600)
+    # the deployment's admin key: `Authorization: Bearer <it>` may create and list every
+    # tenant and make tenants' API keys over REST (POST/GET /v1/tenants); unset, tenants are
+    # made on the CLI only.  Compared by SHA-256 in constant time; at least 32 characters
+    admin_api_key: SecretStr | None = Field(None, min_length=32, max_length=200)
 
     # authority layer (PostgreSQL L1) and its Redis profile cache
     profile_cache_ttl_s: int = Field(600, ge=1, le=24 * 3600)

@@ -35,10 +35,19 @@ from memstrata.core.errors import MemstrataError, StoreUnavailable, missing_extr
 from memstrata.core.ids import owner_tenant, user_key
 from memstrata.core.models.candidate import WriteDecision
 from memstrata.core.models.memory import MemoryItem
-from memstrata.core.models.owners import TenantInfo, UserInfo
+from memstrata.core.models.owners import NewApiKey, Scope, TenantInfo, UserInfo
 from memstrata.core.models.transcript import MessageIn, TurnReceipt
 from memstrata.core.recall.result import RecallResult
-from memstrata.wire import EraseResult, RecallIn, TenantIn, TurnIn, UserIn, Verdict, error_from
+from memstrata.wire import (
+    ApiKeyIn,
+    EraseResult,
+    RecallIn,
+    TenantIn,
+    TurnIn,
+    UserIn,
+    Verdict,
+    error_from,
+)
 
 if TYPE_CHECKING:
     from memstrata.core.api import Kicker, MemoryClient
@@ -233,16 +242,29 @@ class _Admin:
         self._m = memory
 
     def create_tenant(self, tenant_id: str, *, name: str | None = None) -> TenantInfo:
-        """Create a tenant (embedded, or with an operator key remotely)."""
+        """Create a tenant: embedded, or remotely with the deployment admin key
+        (``MEMSTRATA_ADMIN_API_KEY`` of the service; a tenant's key gets Forbidden)."""
         body = TenantIn(tenant_id=tenant_id, name=name)
         if (e := self._m._embedded) is not None:
             return e.rt.owners.create_tenant(body.tenant_id, name=body.name)
-        return TenantInfo.model_validate(self._m._call("POST", "/v1/admin/tenants", json=body))
+        return TenantInfo.model_validate(self._m._call("POST", "/v1/tenants", json=body))
 
     def list_tenants(self) -> list[TenantInfo]:
+        """Every tenant (embedded, admin key); with a tenant's ``admin`` key, its own."""
         if (e := self._m._embedded) is not None:
             return e.rt.owners.list_tenants()
-        return _TENANTS.validate_python(self._m._call("GET", "/v1/admin/tenants"))
+        return _TENANTS.validate_python(self._m._call("GET", "/v1/tenants"))
+
+    def create_api_key(
+        self, tenant_id: str, *, name: str = "default", scopes: Sequence[Scope] = ("read", "write")
+    ) -> NewApiKey:
+        """A REST key of ``tenant_id`` (embedded, or with the admin key): its ``secret`` is
+        returned this once, only a hash is kept."""
+        body = ApiKeyIn(name=name, scopes=list(scopes))
+        if (e := self._m._embedded) is not None:
+            return e.rt.api_keys.create(tenant_id, name=body.name, scopes=list(body.scopes))
+        path = f"/v1/tenants/{quote(tenant_id, safe='')}/apikeys"
+        return NewApiKey.model_validate(self._m._call("POST", path, json=body))
 
     def create_user(self, user_id: str, *, display_name: str | None = None) -> UserInfo:
         """Register a user of the client's tenant (``record_turn`` may do it for you)."""
@@ -443,6 +465,13 @@ class _AsyncAdmin:
 
     async def list_tenants(self) -> list[TenantInfo]:
         return await self._m._run(self._m._sync.admin.list_tenants)
+
+    async def create_api_key(
+        self, tenant_id: str, *, name: str = "default", scopes: Sequence[Scope] = ("read", "write")
+    ) -> NewApiKey:
+        return await self._m._run(
+            self._m._sync.admin.create_api_key, tenant_id, name=name, scopes=scopes
+        )
 
     async def create_user(self, user_id: str, *, display_name: str | None = None) -> UserInfo:
         return await self._m._run(

@@ -25,6 +25,7 @@ from memstrata.core.errors import (
     TransientError,
     Unauthorized,
 )
+from memstrata.core.models.owners import Scope
 
 MAX_EXTERNAL_ID_CHARS = 128
 ExternalUserId = Field(min_length=1, max_length=MAX_EXTERNAL_ID_CHARS)
@@ -63,6 +64,17 @@ class RecallIn(_Body):
 class TenantIn(_Body):
     tenant_id: str = Field(min_length=1, max_length=128)
     name: str | None = Field(None, min_length=1, max_length=256)
+
+
+def _reader_writer() -> list[Scope]:
+    return ["read", "write"]
+
+
+class ApiKeyIn(_Body):
+    """``POST /v1/tenants/{tenant_id}/apikeys``: a key for a tenant (deployment admin)."""
+
+    name: str = Field("default", min_length=1, max_length=256)
+    scopes: list[Scope] = Field(default_factory=_reader_writer, min_length=1, max_length=3)
 
 
 class UserIn(_Body):

@@ -5,7 +5,9 @@
     GET    /v1/memories             inspect (STM items; session / task / entity / type)
     GET    /v1/decisions            explain (write decisions of a session)
     DELETE /v1/users/{user_id}      erase (``?dry_run=true`` only counts)
-    GET    /v1/admin/tenants        the key's tenant;  POST: refused (operators use the CLI)
+    POST   /v1/tenants              create a tenant (the deployment admin key only)
+    GET    /v1/tenants              every tenant (admin key); a tenant key's own (admin scope)
+    POST   /v1/tenants/{id}/apikeys make a tenant's API key (admin key; the secret once)
     GET    /v1/admin/users          the tenant's users; POST creates one
     GET    /v1/admin/users/{id}     one user
     GET    /healthz                 the process answers (no auth)
@@ -14,9 +16,12 @@
 
 Every ``/v1`` route needs ``Authorization: Bearer msk_…`` (``core.apikeys``) with its
 scope (read: recall, memories, decisions; write: turns; admin: users, erase); the tenant
-is the key's, never a request field.  Errors are ``application/problem+json`` whose
-``type`` names the exception class (``memstrata.wire``), so the remote client raises the
-same class the embedded one would; a 5xx never carries a traceback or a store's message.
+is the key's, never a request field.  Tenants are above any tenant's key: the tenant
+routes take the deployment's admin key (``MEMSTRATA_ADMIN_API_KEY``, compared by SHA-256
+in constant time; unset, they answer 403 and tenants are made on the CLI).  Errors are
+``application/problem+json`` whose ``type`` names the exception class (``memstrata.wire``),
+so the remote client raises the same class the embedded one would; a 5xx never carries a
+traceback or a store's message.
 Bodies over ``MEMSTRATA_API_MAX_BODY_BYTES`` are refused with 413 before they are read
 whole.  The routes are sync functions (FastAPI runs them in its thread pool): the stores'
 clients block, and one :class:`memstrata.client.Embedded` serves every tenant.
@@ -24,12 +29,14 @@ clients block, and one :class:`memstrata.client.Embedded` serves every tenant.
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, FastAPI, Query, Request
+from fastapi import APIRouter, Depends, FastAPI, Path, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
@@ -55,12 +62,13 @@ from memstrata.core.exposition import metrics_asgi_app
 from memstrata.core.ids import user_key
 from memstrata.core.models.candidate import WriteDecision
 from memstrata.core.models.memory import MemoryItem
+from memstrata.core.models.owners import NewApiKey, TenantInfo, UserInfo
 from memstrata.core.models.transcript import TurnReceipt
-from memstrata.core.owners import TenantInfo, UserInfo
 from memstrata.core.recall.result import RecallResult
 from memstrata.core.redact import redact
 from memstrata.core.runtime import Runtime, get_runtime
 from memstrata.wire import (
+    ApiKeyIn,
     EraseResult,
     Problem,
     RecallIn,
@@ -158,12 +166,54 @@ def _key_with(scope: KeyScope) -> Callable[..., Awaitable[ApiKeyInfo]]:
     return check
 
 
+def _digest(token: str) -> bytes:
+    return hashlib.sha256(token.encode("utf-8")).digest()
+
+
+def _is_deployment_admin(request: Request, token: str) -> bool:
+    wanted: bytes | None = request.app.state.admin_digest
+    return wanted is not None and hmac.compare_digest(_digest(token), wanted)
+
+
+async def _deployment_admin(
+    request: Request,
+    cred: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
+) -> None:
+    """The deployment admin key, or 401 (not a key) / 403 (a tenant's key, or the feature
+    is off): a tenant's key, even with ``admin``, never reaches another tenant."""
+    if cred is None:
+        raise Unauthorized("an API key is required: Authorization: Bearer <admin key>")
+    if _is_deployment_admin(request, cred.credentials):
+        return
+    keys = (await _mem(request)).rt.api_keys
+    info = keys.cached(cred.credentials)
+    if info is None:  # 401 when it is no key at all
+        info = await run_in_threadpool(keys.verify, cred.credentials)
+    off = request.app.state.admin_digest is None
+    raise Forbidden(
+        "tenant admin over REST is off: set MEMSTRATA_ADMIN_API_KEY on the service"
+        if off
+        else f"a key of tenant {info.tenant_id!r} cannot manage tenants: use the admin key"
+    )
+
+
+async def _admin_or_tenant_key(
+    request: Request,
+    cred: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
+) -> ApiKeyInfo | None:
+    """None for the deployment admin key, else a tenant key with the ``admin`` scope."""
+    if cred is not None and _is_deployment_admin(request, cred.credentials):
+        return None
+    return await _key_with("admin")(request, cred)
+
+
 Mem = Annotated[Embedded, Depends(_mem)]
 Read = Annotated[ApiKeyInfo, Depends(_key_with("read"))]
 Write = Annotated[ApiKeyInfo, Depends(_key_with("write"))]
 Admin = Annotated[ApiKeyInfo, Depends(_key_with("admin"))]
 Id = Annotated[str | None, Query(min_length=1, max_length=128)]
 UserQ = Annotated[str, Query(min_length=1, max_length=128)]
+TenantPath = Annotated[str, Path(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_.-]+$")]
 router = APIRouter()
 
 
@@ -211,16 +261,31 @@ def erase(user_id: str, key: Admin, m: Mem, dry_run: bool = False) -> EraseResul
     return m.erase(_path_id(user_id), dry_run=dry_run, tenant=key.tenant_id)
 
 
-@router.get("/v1/admin/tenants", response_model=list[TenantInfo], tags=["admin"])
-def tenants(key: Admin, m: Mem) -> list[TenantInfo]:
-    """The key's own tenant (a key never sees another tenant)."""
+DeploymentAdmin = Depends(_deployment_admin)
+
+
+@router.post("/v1/tenants", response_model=TenantInfo, status_code=201, tags=["tenants"],
+             dependencies=[DeploymentAdmin])  # fmt: skip
+def create_tenant(body: TenantIn, m: Mem) -> TenantInfo:
+    """Create a tenant (409 if it exists); then make its API key below."""
+    return m.rt.owners.create_tenant(body.tenant_id, name=body.name)
+
+
+@router.get("/v1/tenants", response_model=list[TenantInfo], tags=["tenants"])
+def tenants(
+    key: Annotated[ApiKeyInfo | None, Depends(_admin_or_tenant_key)], m: Mem
+) -> list[TenantInfo]:
+    """Every tenant for the admin key; a tenant's key sees its own tenant only."""
+    if key is None:
+        return m.rt.owners.list_tenants()
     return [m.rt.owners.get_tenant(key.tenant_id)]
 
 
-@router.post("/v1/admin/tenants", response_model=TenantInfo, tags=["admin"])
-def create_tenant(body: TenantIn, key: Admin) -> TenantInfo:
-    """Refused: tenants (and their first key) are made by the operator, on the CLI."""
-    raise Forbidden("tenants are created by the operator: memstrata tenant create")
+@router.post("/v1/tenants/{tenant_id}/apikeys", response_model=NewApiKey, status_code=201,
+             tags=["tenants"], dependencies=[DeploymentAdmin])  # fmt: skip
+def create_api_key(tenant_id: TenantPath, body: ApiKeyIn, m: Mem) -> NewApiKey:
+    """A new key of the tenant: ``secret`` is shown in this answer only (a hash is kept)."""
+    return m.rt.api_keys.create(tenant_id, name=body.name, scopes=list(body.scopes))
 
 
 @router.get("/v1/admin/users", response_model=list[UserInfo], tags=["admin"])
@@ -281,6 +346,8 @@ def create_app(runtime: Runtime | None = None) -> FastAPI:
         lifespan=lifespan,
         responses=_PROBLEMS,
     )
+    admin_key = rt.settings.admin_api_key
+    app.state.admin_digest = _digest(admin_key.get_secret_value()) if admin_key else None
     app.add_middleware(BodyLimit, limit=rt.settings.api_max_body_bytes)
     app.include_router(router)
     # the operator's scrape target (issue 16): memstrata's counters (the workers' too when

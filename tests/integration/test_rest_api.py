@@ -23,15 +23,18 @@ import pytest
 import redis
 import schemathesis
 from hypothesis import HealthCheck, settings
+from pydantic import SecretStr
 from schemathesis.checks import content_type_conformance, not_a_server_error
 
 from memstrata import (
     AsyncMemory,
+    Conflict,
     Forbidden,
     InvalidInput,
     Memory,
     PayloadTooLarge,
     Unauthorized,
+    UnknownTenant,
     UnknownUser,
 )
 from memstrata.core.ids import user_key
@@ -46,6 +49,9 @@ from tests.integration.test_lifecycle_env import lifecycle_pg
 
 pytestmark = pytest.mark.integration
 __all__ = ["lifecycle_pg"]
+
+
+ADMIN_KEY = "deployment-admin-" + uuid.uuid4().hex  # MEMSTRATA_ADMIN_API_KEY of the service
 
 
 @dataclass
@@ -67,6 +73,7 @@ def api_settings(tmp_path_factory: pytest.TempPathFactory, lifecycle_pg: str) ->
         ltm=LtmSettings(enabled=False),
         api_max_body_bytes=64 * 1024,
         api_key_cache_s=0.0,  # a revoked key fails on the next request
+        admin_api_key=SecretStr(ADMIN_KEY),
     )
 
 
@@ -124,7 +131,8 @@ def test_health_needs_no_key_and_every_v1_route_does(service: Service) -> None:
     for method, path in [("POST", "/v1/turns"), ("POST", "/v1/recall"),
                          ("GET", "/v1/memories?user_id=u"), ("GET", "/v1/decisions"),
                          ("DELETE", "/v1/users/u"), ("GET", "/v1/admin/users"),
-                         ("GET", "/v1/admin/tenants")]:  # fmt: skip
+                         ("GET", "/v1/tenants"), ("POST", "/v1/tenants"),
+                         ("POST", "/v1/tenants/x/apikeys")]:  # fmt: skip
         for headers in ({}, bearer("msk_000000000000_wrong"), bearer("nonsense")):
             r = httpx.request(method, service.url + path, headers=headers, json={})
             assert r.status_code == 401, (method, path, r.text)
@@ -151,13 +159,42 @@ def test_the_remote_client_round_trips_through_the_service(service: Service) -> 
         assert [u.user_id for u in m.admin.list_users()] == [user]
         assert m.admin.get_user(user).key == user_key(user)
         assert [t.tenant_id for t in m.admin.list_tenants()] == [service.tenant]
-        with pytest.raises(Forbidden):
+        with pytest.raises(Forbidden, match="cannot manage tenants"):
             m.admin.create_tenant("someone-else")
+        with pytest.raises(Forbidden):
+            m.admin.create_api_key(service.tenant + "-b")
         assert m.erase(user, dry_run=True).found
         assert m.erase(user).finished
         assert m.inspect(user_id=user) == []
         with pytest.raises(UnknownUser):
             m.admin.get_user(user)
+
+
+def test_the_deployment_admin_key_creates_tenants_and_their_keys(service: Service) -> None:
+    # Given the service's MEMSTRATA_ADMIN_API_KEY
+    new = "made-" + uuid.uuid4().hex[:8]
+    with Memory(url=service.url, api_key=ADMIN_KEY) as admin:
+        # When it creates a tenant and a key of that tenant
+        made = admin.admin.create_tenant(new, name="Made over REST")
+        assert (made.tenant_id, made.name) == (new, "Made over REST")
+        assert new in {t.tenant_id for t in admin.admin.list_tenants()}
+        assert service.tenant in {t.tenant_id for t in admin.admin.list_tenants()}
+        key = admin.admin.create_api_key(new, name="agent", scopes=["read", "write"])
+        assert key.info.tenant_id == new and key.info.scopes == ["read", "write"]
+        with pytest.raises(Conflict):
+            admin.admin.create_tenant(new)
+        with pytest.raises(UnknownTenant):
+            admin.admin.create_api_key("no-such-" + new)
+        # And it is no tenant's key: memory calls refuse it
+        with pytest.raises(Unauthorized):
+            admin.recall("q", user_id="u", session_id="s")
+    # Then the new key works in the new tenant, and sees that tenant only
+    with Memory(url=service.url, api_key=key.secret) as m:
+        m.record_turn(user_id="carol@example.com", session_id="s1", messages=TURN)
+    assert [u.user_id for u in service.rt.owners.list_users(new)] == ["carol@example.com"]
+    # And a wrong admin key is no key at all
+    r = httpx.get(service.url + "/v1/tenants", headers=bearer(ADMIN_KEY + "x"))
+    assert r.status_code == 401
 
 
 def test_the_service_exposes_memstratas_metrics(service: Service) -> None:
