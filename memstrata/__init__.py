@@ -28,6 +28,7 @@ _EXPORTS = {
     "UserInfo": "memstrata.core.models.owners",
     "TurnReceipt": "memstrata.core.models.transcript",
     "MemoryItem": "memstrata.core.models.memory",
+    "MemoryView": "memstrata.core.models.memory",
     "WriteDecision": "memstrata.core.models.candidate",
     "UnknownTenant": "memstrata.core.authority.errors",
     "UnknownUser": "memstrata.core.authority.errors",
@@ -59,7 +60,7 @@ if TYPE_CHECKING:
         Unauthorized,
     )
     from memstrata.core.models.candidate import WriteDecision
-    from memstrata.core.models.memory import MemoryItem
+    from memstrata.core.models.memory import MemoryItem, MemoryView
     from memstrata.core.models.owners import TenantInfo, UserInfo
     from memstrata.core.models.transcript import TurnReceipt
     from memstrata.wire import EraseResult
@@ -90,6 +91,7 @@ __all__ = [
     "InvalidInput",
     "Memory",
     "MemoryItem",
+    "MemoryView",
     "MemstrataError",
     "MissingExtra",
     "NotFound",

@@ -34,7 +34,7 @@ from pydantic import BaseModel, TypeAdapter
 from memstrata.core.errors import MemstrataError, StoreUnavailable, missing_extra
 from memstrata.core.ids import owner_tenant, user_key
 from memstrata.core.models.candidate import WriteDecision
-from memstrata.core.models.memory import MemoryItem
+from memstrata.core.models.memory import MemoryView
 from memstrata.core.models.owners import NewApiKey, Scope, TenantInfo, UserInfo
 from memstrata.core.models.transcript import MessageIn, TurnReceipt
 from memstrata.core.recall.result import RecallResult
@@ -57,7 +57,7 @@ if TYPE_CHECKING:
 P = ParamSpec("P")
 T = TypeVar("T")
 Messages = Sequence[MessageIn | Mapping[str, Any]]
-_ITEMS = TypeAdapter(list[MemoryItem])
+_ITEMS = TypeAdapter(list[MemoryView])
 _DECISIONS = TypeAdapter(list[WriteDecision])
 _TENANTS = TypeAdapter(list[TenantInfo])
 _USERS = TypeAdapter(list[UserInfo])
@@ -164,17 +164,19 @@ class Embedded:
         memory_type: str | None,
         limit: int,
         tenant: str,
-    ) -> list[MemoryItem]:
+    ) -> list[MemoryView]:
         stm, key, t = self.rt.stm, user_key(user_id), tenant
         if session_id is not None:
-            return stm.by_session(key, session_id, limit=limit, tenant_id=t)
-        if task_id is not None:
-            return stm.by_task(key, task_id, limit=limit, tenant_id=t)
-        if entity is not None:
-            return stm.by_entity(key, entity, limit=limit, tenant_id=t)
-        if memory_type is not None:
-            return stm.by_type(key, memory_type, limit=limit, tenant_id=t)
-        return stm.recent(key, limit=limit, tenant_id=t)
+            items = stm.by_session(key, session_id, limit=limit, tenant_id=t)
+        elif task_id is not None:
+            items = stm.by_task(key, task_id, limit=limit, tenant_id=t)
+        elif entity is not None:
+            items = stm.by_entity(key, entity, limit=limit, tenant_id=t)
+        elif memory_type is not None:
+            items = stm.by_type(key, memory_type, limit=limit, tenant_id=t)
+        else:
+            items = stm.recent(key, limit=limit, tenant_id=t)
+        return [MemoryView.of(i) for i in items]
 
     def explain(
         self, user_id: str, session_id: str, verdict: Verdict | None, *, tenant: str
@@ -399,7 +401,7 @@ class Memory:
         entity: str | None = None,
         memory_type: str | None = None,
         limit: int = 50,
-    ) -> list[MemoryItem]:
+    ) -> list[MemoryView]:
         """A user's STM items, newest first, by session, task, entity or type (one of them)."""
         if (e := self._embedded) is not None:
             return e.inspect(
@@ -585,7 +587,7 @@ class AsyncMemory:
         entity: str | None = None,
         memory_type: str | None = None,
         limit: int = 50,
-    ) -> list[MemoryItem]:
+    ) -> list[MemoryView]:
         if self._http is None:
             return await self._run(
                 self._sync.inspect, user_id=user_id, session_id=session_id, task_id=task_id,

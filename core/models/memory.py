@@ -9,7 +9,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from memstrata.core.errors import CorruptRecord
-from memstrata.core.ids import SafeId
+from memstrata.core.ids import SafeId, external_user_id
 
 _JSON_FIELDS = ("detail", "entities", "tags", "source", "history", "seen_sessions")
 
@@ -129,3 +129,17 @@ class MemoryItem(BaseModel):
             return cls.model_validate(parsed)
         except (ValueError, TypeError) as exc:
             raise CorruptRecord(f"unreadable STM item {data.get('id')!r}: {exc}") from exc
+
+
+class MemoryView(MemoryItem):
+    """An STM item as the public surfaces show it (client, REST, CLI ``--json``):
+    ``user_id`` is the caller's external id (``alice@example.com``, ``张三``), not the key
+    part it is stored under (``core.ids.user_key``); everything else is the item."""
+
+    user_id: str = Field(min_length=1, max_length=128)
+
+    @classmethod
+    def of(cls, item: MemoryItem) -> MemoryView:
+        """The view of a stored item: its key part turned back into the external id."""
+        values = dict(item.__dict__, user_id=external_user_id(item.user_id))
+        return cls.model_construct(_fields_set=item.model_fields_set, **values)

@@ -23,7 +23,7 @@ from memstrata.core.api import Kicker
 from memstrata.core.errors import InvalidInput, NotFound
 from memstrata.core.ids import owner_tenant, user_key, validate_id
 from memstrata.core.models.candidate import WriteDecision
-from memstrata.core.models.memory import MemoryItem
+from memstrata.core.models.memory import MemoryView
 from memstrata.core.models.transcript import MessageIn, TurnReceipt
 from memstrata.core.recall.result import RecallResult
 from memstrata.core.runtime import Runtime
@@ -76,7 +76,7 @@ class MemoryPort(Protocol):
         tenant_id: str | None = None,
         session_id: str | None = None,
         limit: int = 50,
-    ) -> list[MemoryItem]: ...
+    ) -> list[MemoryView]: ...
 
     def explain(
         self, *, user_id: str, session_id: str, tenant_id: str | None = None
@@ -144,7 +144,7 @@ class EmbeddedMemory:
         tenant_id: str | None = None,
         session_id: str | None = None,
         limit: int = 50,
-    ) -> list[MemoryItem]:
+    ) -> list[MemoryView]:
         return self.client.inspect(
             user_id, session_id=session_id, task_id=None, entity=None, memory_type=None,
             limit=limit, tenant=owner_tenant(tenant_id),

@@ -61,7 +61,7 @@ from memstrata.core.errors import (
 from memstrata.core.exposition import metrics_asgi_app
 from memstrata.core.ids import user_key
 from memstrata.core.models.candidate import WriteDecision
-from memstrata.core.models.memory import MemoryItem
+from memstrata.core.models.memory import MemoryView
 from memstrata.core.models.owners import NewApiKey, TenantInfo, UserInfo
 from memstrata.core.models.transcript import TurnReceipt
 from memstrata.core.recall.result import RecallResult
@@ -229,7 +229,7 @@ def recall(body: RecallIn, key: Read, m: Mem) -> RecallResult:
     return m.recall(body, tenant=key.tenant_id)
 
 
-@router.get("/v1/memories", response_model=list[MemoryItem], tags=["memory"])
+@router.get("/v1/memories", response_model=list[MemoryView], tags=["memory"])
 def memories(
     key: Read,
     m: Mem,
@@ -239,7 +239,7 @@ def memories(
     entity: Annotated[str | None, Query(min_length=1, max_length=256)] = None,
     type: Annotated[str | None, Query(min_length=1, max_length=64)] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 50,
-) -> list[MemoryItem]:
+) -> list[MemoryView]:
     """A user's STM items, newest first (one of session, task, entity, type)."""
     return m.inspect(
         user_id, session_id=session_id, task_id=task_id, entity=entity,

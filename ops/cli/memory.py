@@ -37,8 +37,11 @@ def _inspect(args: argparse.Namespace) -> int:
         items, what = stm.by_type(user, args.type, limit=n, tenant_id=t), f"type {args.type}"
     else:
         items, what = stm.recent(user, limit=n, tenant_id=t), "all sessions"
-    if args.json:
-        print(json.dumps([i.model_dump(mode="json") for i in items], ensure_ascii=False, indent=1))
+    if args.json:  # the user as given (alice@example.com), not its key part
+        from memstrata.core.models.memory import MemoryView
+
+        shown = [MemoryView.of(i).model_dump(mode="json") for i in items]
+        print(json.dumps(shown, ensure_ascii=False, indent=1))
         return 0
     print(f"STM of user {args.user} (tenant {tenant}), {what}: {len(items)} item(s), newest first")
     if items:

@@ -7,6 +7,7 @@ demo and show the demo's data; tenants, users and API keys are managed end to en
 
 from __future__ import annotations
 
+import json
 import shlex
 import subprocess
 import sys
@@ -15,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from memstrata import __version__
+from memstrata import Memory, __version__
+from memstrata.core.ids import user_key
 from memstrata.core.ltm.config import LtmSettings
 from memstrata.core.runtime import Runtime
 from memstrata.core.settings import Settings, load_settings
@@ -23,6 +25,7 @@ from memstrata.ops.up import FOLLOW_UP
 from tests.conftest import REDIS_URL
 from tests.integration.conftest import REPO_ROOT, process_env
 from tests.integration.test_cli_errors import one_line
+from tests.integration.test_client import TURN, Kicks, drain
 from tests.integration.test_lifecycle_env import lifecycle_pg
 
 pytestmark = pytest.mark.integration
@@ -74,6 +77,20 @@ def test_the_demo_follow_up_commands_work_verbatim(cli: Run) -> None:
     assert "tokens" in outputs["compress"] and "no transcript" not in outputs["compress"]
     sweep = outputs["sweep"]
     assert "dry run: a sweep in 1d would remove" in sweep and "demo/demo-" in sweep
+
+
+def test_inspect_json_shows_the_external_user_id(cli: Run, res: Runtime, namespace: str) -> None:
+    # Given a turn of 张三 (stored under an encoded key part), drained into STM
+    t = "ext-" + namespace
+    with Memory(runtime=res, tenant=t, kicker=Kicks()) as m:
+        m.record_turn(user_id="张三", session_id="s1", messages=TURN)
+    drain(res)
+    # When inspect --json lists the items
+    code, out, err = cli(["memstrata", "inspect", "--tenant", t, "--user", "张三", "--json"])
+    # Then each names the user as given, not as stored
+    assert code == 0, err
+    items = json.loads(out)
+    assert items and {i["user_id"] for i in items} == {"张三"} != {user_key("张三")}
 
 
 def test_tenants_users_and_api_keys_from_the_cli(cli: Run, namespace: str) -> None:

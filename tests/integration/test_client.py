@@ -86,7 +86,7 @@ def test_a_recorded_turn_is_recalled_inspected_and_explained(
                         task_id="PAY-4521")  # fmt: skip
     assert "The database is not the cause" in out.text
     items = memory.inspect(user_id=user, session_id="s_123")
-    assert {i.user_id for i in items} == {user_key(user)}
+    assert {i.user_id for i in items} == {user}  # the caller's id, not the key part
     assert any("database is not the cause" in i.summary for i in items)
     refused = memory.explain(user_id=user, session_id="s_123", verdict="refused")
     written = memory.explain(user_id=user, session_id="s_123", verdict="written")

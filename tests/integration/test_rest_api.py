@@ -154,7 +154,10 @@ def test_the_remote_client_round_trips_through_the_service(service: Service) -> 
         assert "The database is not the cause" in out.text and out.explain is not None
         items = m.inspect(user_id=user, session_id="s_123")
         assert items and {i.tenant_id for i in items} == {service.tenant}
-        assert {i.user_id for i in items} == {user_key(user)}
+        assert {i.user_id for i in items} == {user}  # the caller's id, not the key part
+        raw = httpx.get(service.url + "/v1/memories", params={"user_id": user},
+                        headers=bearer(service.keys["all"])).json()  # fmt: skip
+        assert raw and {i["user_id"] for i in raw} == {user}
         assert m.explain(user_id=user, session_id="s_123", verdict="written")
         assert [u.user_id for u in m.admin.list_users()] == [user]
         assert m.admin.get_user(user).key == user_key(user)
