@@ -85,11 +85,14 @@ def _ms_since(t0: float) -> float:
 
 
 def _measure(
-    makes: dict[str, Callable[[], Memory]], n: int
-) -> dict[str, tuple[list[float], list[float]]]:
+    makes: dict[str, Callable[[], Memory]], n: int, floor: Callable[[], object]
+) -> tuple[dict[str, tuple[list[float], list[float]]], list[float]]:
     """Turn and recall latencies of each client, calls interleaved: on a shared machine
-    the load drifts during a run, and alternating makes both sides see the same load."""
+    the load drifts during a run, and alternating makes both sides see the same load.
+    ``floor`` (a keep-alive ``GET /healthz``) is timed between them: what one HTTP round
+    trip costs at that moment, before any route does work."""
     clients = {tag: make() for tag, make in makes.items()}
+    floors: list[float] = []
     turns: dict[str, list[float]] = {tag: [] for tag in clients}
     recalls: dict[str, list[float]] = {tag: [] for tag in clients}
     msgs = turn_messages(4)
@@ -98,6 +101,9 @@ def _measure(
             t0 = time.perf_counter()
             m.record_turn(user_id=USER, session_id="s1", messages=msgs, turn_id=f"{tag}-{i}")
             turns[tag].append(_ms_since(t0))
+        t0 = time.perf_counter()
+        floor()
+        floors.append(_ms_since(t0))
     for i in range(n):
         query = f"does createOrder still time out? ({i})"
         for tag, m in clients.items():
@@ -106,7 +112,7 @@ def _measure(
             recalls[tag].append(_ms_since(t0))
     for m in clients.values():
         m.close()
-    return {tag: (turns[tag], recalls[tag]) for tag in clients}
+    return {tag: (turns[tag], recalls[tag]) for tag in clients}, floors
 
 
 @contextlib.contextmanager
@@ -167,7 +173,9 @@ def run(quick: bool = False) -> dict[str, Any]:
             seed.close()
             with _service(env, workers) as url:
                 remote = lambda: Memory(url=url, api_key=key)  # noqa: E731
-                lat = _measure({"in": local, "http": remote}, n)
+                with httpx.Client(base_url=url) as probe:
+                    lat, floors = _measure({"in": local, "http": remote}, n,
+                                           lambda: probe.get("/healthz"))  # fmt: skip
                 inproc = (*lat["in"], _throughput(local, n, "in-tp"))
                 http = (*lat["http"], _throughput(remote, n, "http-tp"))
         finally:
@@ -178,6 +186,7 @@ def run(quick: bool = False) -> dict[str, Any]:
     out.update(_figures("inproc_", *inproc))
     out["http_adds_turns_p50_ms"] = r3(out["turns_p50_ms"] - out["inproc_turns_p50_ms"])
     out["http_adds_recall_p50_ms"] = r3(out["recall_p50_ms"] - out["inproc_recall_p50_ms"])
+    out["healthz_p50_ms"] = r3(median(floors))  # one bare round trip, same run, same load
     out["machine"] = machine()
     return out
 
@@ -202,5 +211,7 @@ def markdown(f: dict[str, Any]) -> str:
             f"{f[f'http_adds_{key}_p50_ms']} |"
         )
     lines += ["", f"Turns per second: {f['turns_per_s']} over HTTP, "
-              f"{f['inproc_turns_per_s']} in-process ({f.get('clients')} threads)."]  # fmt: skip
+              f"{f['inproc_turns_per_s']} in-process ({f.get('clients')} threads). "
+              f"A bare keep-alive `GET /healthz` took {f.get('healthz_p50_ms')} ms p50 "
+              "in the same run: the round trip itself, before any route works."]  # fmt: skip
     return "\n".join(lines)
