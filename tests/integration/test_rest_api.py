@@ -9,6 +9,7 @@ from the same L0 folder and Redis namespace (what the ingest task would run).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import subprocess
 import sys
 import time
@@ -89,13 +90,24 @@ def service(api_settings: Settings, tmp_path_factory: pytest.TempPathFactory) ->
         "all": rt.api_keys.create(tenant, name="ops", scopes=["read", "write", "admin"]).secret,
         "b": rt.api_keys.create(tenant + "-b", name="other", scopes=["read", "write"]).secret,
     }
-    port = free_port()
     log = tmp_path_factory.mktemp("api-log") / "api.log"
+    with running_api(api_settings, log) as url:
+        try:
+            yield Service(url, rt, tenant, keys, log)
+        finally:
+            _purge(redis.Redis.from_url(REDIS_URL), api_settings.key_namespace)
+            rt.close()
+
+
+@contextlib.contextmanager
+def running_api(settings: Settings, log: Path, *, workers: int = 1) -> Iterator[str]:
+    """``memstrata api`` on a free port with ``settings``; its URL once it answers."""
+    port = free_port()
     with log.open("wb") as out:
         proc = subprocess.Popen(
             [sys.executable, "-m", "memstrata.ops.cli", "api", "--port", str(port),
-             "--no-access-log", "--log-level", "warning"],
-            cwd=REPO_ROOT, env=process_env(api_settings), stdout=out, stderr=subprocess.STDOUT,
+             "--workers", str(workers), "--no-access-log", "--log-level", "warning"],
+            cwd=REPO_ROOT, env=process_env(settings), stdout=out, stderr=subprocess.STDOUT,
         )  # fmt: skip
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 60
@@ -110,15 +122,13 @@ def service(api_settings: Settings, tmp_path_factory: pytest.TempPathFactory) ->
             pytest.fail(f"memstrata api did not start:\n{log.read_text()[-3000:]}")
         time.sleep(0.2)
     try:
-        yield Service(url, rt, tenant, keys, log)
+        yield url
     finally:
         proc.terminate()
         try:
             proc.wait(15)
         except subprocess.TimeoutExpired:
             proc.kill()
-        _purge(redis.Redis.from_url(REDIS_URL), api_settings.key_namespace)
-        rt.close()
 
 
 def bearer(secret: str) -> dict[str, str]:
@@ -198,6 +208,22 @@ def test_the_deployment_admin_key_creates_tenants_and_their_keys(service: Servic
     # And a wrong admin key is no key at all
     r = httpx.get(service.url + "/v1/tenants", headers=bearer(ADMIN_KEY + "x"))
     assert r.status_code == 401
+
+
+def test_without_an_admin_key_tenants_stay_on_the_cli(
+    service: Service, api_settings: Settings, tmp_path: Path
+) -> None:
+    # Given a service (two workers: uvicorn's multiprocess path) with no MEMSTRATA_ADMIN_API_KEY
+    off = api_settings.model_copy(update={"admin_api_key": None})
+    with running_api(off, tmp_path / "api.log", workers=2) as url:
+        # When a tenant's admin key asks to create a tenant, Then the answer says it is off
+        with Memory(url=url, api_key=service.keys["all"]) as m:
+            with pytest.raises(Forbidden, match="MEMSTRATA_ADMIN_API_KEY"):
+                m.admin.create_tenant("never-" + uuid.uuid4().hex[:6])
+            assert [t.tenant_id for t in m.admin.list_tenants()] == [service.tenant]
+        # And the key that the other service accepts is no key here
+        r = httpx.post(url + "/v1/tenants", headers=bearer(ADMIN_KEY), json={"tenant_id": "x"})
+        assert r.status_code == 401 and r.json()["type"].endswith("Unauthorized")
 
 
 def test_the_service_exposes_memstratas_metrics(service: Service) -> None:
