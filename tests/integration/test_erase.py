@@ -30,7 +30,9 @@ from typing import Any
 import pytest
 from sqlalchemy import text
 
+from memstrata.core.agent_store import AgentStore
 from memstrata.core.api import MemoryClient
+from memstrata.core.apikeys import ApiKeys
 from memstrata.core.authority.admin import create_project, create_tenant, create_user
 from memstrata.core.authority.facts import grant_role, upsert_fact
 from memstrata.core.compress.cache import SessionActivity, ViewCache
@@ -131,6 +133,9 @@ def _write_authority(rt: Runtime, who: Who) -> None:
                     canonical_fact_key="preference.locker", value=who.secret)  # fmt: skip
         grant_role(db=conn, tenant_id=tenant, user_id=user, project_id="p1", role="dev",
                    scope="read_write")  # fmt: skip
+    # an agent-store document (LangGraph BaseStore) in the user's namespace
+    AgentStore(rt.engine, tenant_id=who.tenant).put((user, "notes"), "locker",
+                                                    {"text": who.secret})  # fmt: skip
 
 
 def _drain(rt: Runtime) -> None:
@@ -174,6 +179,8 @@ def world(
     try:
         for who in EVERYONE:
             _write_authority(rt, who)
+        ApiKeys(rt.engine).create(TA, name=f"agents of {TA}", scopes=["read"])  # the tenant's
+        for who in EVERYONE:
             for n, content in enumerate(turns(who)):
                 client.record_turn(user_id=who.user, tenant_id=who.tenant, session_id="s1",
                                    messages=[MessageIn(role="user", content=content)],
@@ -330,7 +337,8 @@ def test_erase_removes_the_owner_from_every_store_and_leaves_its_neighbours_whol
         assert view["l0"] and view["redis"], who
         assert all(view["milvus"].values()), (who, {c: len(v) for c, v in view["milvus"].items()})
         for table in ("users", "user_profiles", "user_preferences", "user_project_roles",
-                      "stable_memory_facts", "ltm_cards", "lifecycle_audit"):  # fmt: skip
+                      "stable_memory_facts", "ltm_cards", "lifecycle_audit",
+                      "agent_store_items"):  # fmt: skip
             assert view["pg"][table], (who, table)
     victim = owner_view(VICTIM, before)["redis"]
     assert any(f"{{{VICTIM.scope}}}" not in k for k in victim)  # global structures too
@@ -349,7 +357,8 @@ def test_erase_removes_the_owner_from_every_store_and_leaves_its_neighbours_whol
     for key in ("l0.files", "redis.keys", "redis.members", "redis.queued_turns",
                 "redis.dead_letters", "pg.users", "pg.user_profiles", "pg.user_preferences",
                 "pg.user_project_roles", "pg.stable_memory_facts", "pg.ltm_cards",
-                "pg.ltm_projections", "pg.lifecycle_audit", "ltm.lexical", "ltm.vectors",
+                "pg.ltm_projections", "pg.lifecycle_audit", "pg.agent_store_items",
+                "ltm.lexical", "ltm.vectors",
                 "ltm.raw_lexical", "ltm.raw_vectors"):  # fmt: skip
         assert plan["found"][key] > 0, (key, plan["found"])
     assert dump(rt) == before
@@ -380,6 +389,9 @@ def test_erase_removes_the_owner_from_every_store_and_leaves_its_neighbours_whol
     assert gone["milvus"] == {c: [] for c in after[2]} and gone["l0"] == {}
     assert [r for rows in after[2].values() for r in rows if names(VICTIM, _j(r))] == []
     assert [p for p, v in after[3].items() if VICTIM.secret in v] == []
+    # And the tenant's own rows stay: its API keys are the tenant's, not the user's
+    tenant_keys = [r for r in before[1]["api_keys"] if r["tenant_id"] == TA]
+    assert tenant_keys and [r for r in after[1]["api_keys"] if r["tenant_id"] == TA] == tenant_keys
     # And every neighbour reads exactly as before, in every store
     for who in NEIGHBOURS:
         assert owner_view(who, after) == owner_view(who, before), who
