@@ -1,4 +1,6 @@
-"""A throwaway PostgreSQL cluster that a test may stop and start (the shared one, never).
+"""A throwaway PostgreSQL cluster that a test or a benchmark may stop and start.
+
+Never the shared server: the fault suite and ``memstrata bench faults`` stop it on purpose.
 
 ``initdb`` in a fresh temp folder with the newest server binaries under
 ``/usr/lib/postgresql/<version>/bin`` (as ``ops/setup_env.sh`` finds them), trust
@@ -18,7 +20,6 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import psycopg
-import pytest
 
 from memstrata.core import migrations
 from memstrata.core.ltm.milvus_server import free_port
@@ -27,14 +28,18 @@ PG_ROOT = Path("/usr/lib/postgresql")
 START_TIMEOUT_S = 60
 
 
+class NoPostgresServer(RuntimeError):
+    """No PostgreSQL server binaries are installed (tests skip, the benchmark says so)."""
+
+
 def server_bin() -> Path:
-    """The newest installed server's ``bin`` folder; skips the test when there is none."""
+    """The newest installed server's ``bin`` folder; :class:`NoPostgresServer` if none."""
     versions = sorted(
         (p for p in PG_ROOT.glob("*") if (p / "bin" / "initdb").exists()),
         key=lambda p: tuple(int(x) for x in p.name.split(".") if x.isdigit()),
     )
     if not versions:
-        pytest.skip(f"no PostgreSQL server binaries under {PG_ROOT}")
+        raise NoPostgresServer(f"no PostgreSQL server binaries under {PG_ROOT}")
     return versions[-1] / "bin"
 
 
