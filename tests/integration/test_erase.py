@@ -19,8 +19,10 @@ from __future__ import annotations
 
 import contextlib
 import json
+import signal
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -89,7 +91,8 @@ NEIGHBOURS = (
     Who(TA, f"bob{RUN}", f"zqbob{RUN}x"),  # another user of the victim's tenant
 )
 CAROL = Who(TA, f"carol{RUN}", f"zqcarol{RUN}x")  # erased with an interruption
-EVERYONE = (VICTIM, *NEIGHBOURS, CAROL)
+DAVE = Who(TA, f"dave{RUN}", f"zqdave{RUN}x")  # erased by a process SIGKILLed midway
+EVERYONE = (VICTIM, *NEIGHBOURS, CAROL, DAVE)
 
 
 def turns(who: Who) -> list[str]:
@@ -435,6 +438,45 @@ def test_an_erase_interrupted_after_some_steps_completes_when_run_again(world: W
         "lifecycle_audit": 1, "owner_erasures": 1}  # fmt: skip
     state = erase_state(rt, user_id=user, tenant_id=tenant)
     assert state is not None and state["finished_at"] is not None and state["runs"] == 2
+
+
+def test_an_erase_process_killed_midway_is_finished_by_the_next_run(world: World) -> None:
+    rt = world.rt
+    tenant, user = DAVE.owner
+    assert owner_view(DAVE, dump(rt))["l0"]
+    first_steps = ["queued_turns", "l0", "redis", "postgres"]
+    # Given Milvus is down, so `memstrata erase` hangs in its LTM step (the RPC timeout)
+    world.server.stop()
+    try:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "memstrata.ops.cli", "erase", "--tenant", tenant, "--user",
+             user, "--yes"], cwd=REPO_ROOT, env=process_env(rt.settings),
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        try:
+            deadline = time.monotonic() + 120
+            while (erase_state(rt, user_id=user, tenant_id=tenant) or {}).get("steps") != (
+                first_steps
+            ):
+                assert proc.poll() is None and time.monotonic() < deadline, proc.returncode
+                time.sleep(0.02)
+            # When the process is SIGKILLed in the middle of that step
+            proc.send_signal(signal.SIGKILL)
+        finally:
+            proc.wait(30)
+        assert proc.returncode == -signal.SIGKILL
+    finally:
+        world.server.start()
+    # Then the marker still says in progress
+    state = erase_state(rt, user_id=user, tenant_id=tenant)
+    assert state is not None and state["finished_at"] is None and state["steps"] == first_steps
+    # When erase runs again, then it resumes and finishes: nothing of the owner is left
+    report = erase_owner(rt, user_id=user, tenant_id=tenant)
+    assert report.resumed and report.steps_before == first_steps and report.finished
+    view = owner_view(DAVE, dump(rt))
+    assert view["redis"] == {} and view["l0"] == {} and not any(view["milvus"].values())
+    assert {t: len(r) for t, r in view["pg"].items() if r} == {
+        "lifecycle_audit": 1, "owner_erasures": 1}  # fmt: skip
 
 
 def test_erase_refuses_a_bad_id_before_touching_anything(world: World, tmp_path: Path) -> None:
