@@ -108,7 +108,10 @@ def stm_items(res: Runtime, user: str) -> list[str]:
 
 
 def produce(client: MemoryClient, ledger: Ledger, phase: str, count: int, users: int = 3) -> None:
-    """``count`` marker turns over ``users`` users; StoreUnavailable counts as refused."""
+    """``count`` marker turns over ``users`` users; StoreUnavailable counts as refused.
+
+    One session per user and phase: keep ``count / users`` under ``stm_session_cap`` (50),
+    or the session's oldest items are evicted by design and counted as lost."""
     for k in range(count):
         user, tag = f"u{k % users}", f"{phase}x{letters(k)}"
         try:
@@ -240,6 +243,17 @@ def _promoted(engine: Any, tenant: str, users: list[str]) -> dict[str, int]:
                                     canonical_fact_key=PREF_KEY)) for u in users}  # fmt: skip
 
 
+def _stuck(res: Runtime) -> dict[str, Any]:
+    """Where unprocessed turns sit: dead letters (with the first reasons) and backlogs."""
+    from memstrata.core.ingest.deadletters import DeadLetters
+
+    letters_ = DeadLetters(res.redis, namespace=res.settings.key_namespace)
+    backlog = {s: res.queue.backlog(s) for s in range(res.settings.ingest_shards)}
+    return {"dead_letters": letters_.count(),
+            "dead_letter_reasons": sorted({d.reason[:160] for d in letters_.page(limit=50)}),
+            "backlog": {s: b for s, b in backlog.items() if any(b)}}  # fmt: skip
+
+
 def _say_pref(client: MemoryClient, tenant: str, users: list[str], session: str) -> None:
     for u in users:
         client.record_turn(user_id=u, tenant_id=tenant, session_id=session,
@@ -267,7 +281,7 @@ def _postgres_fault(turns: int, users: int, outage_s: float, folder: Path) -> di
                    **_pg_env(url)}  # fmt: skip
             res = Runtime(settings)
             group = WorkerGroup(env=env, pool="prefork", concurrency=2,
-                                queues="ingest,ltm,maintenance")  # fmt: skip
+                                queues="ingest,ltm,maintenance", log_dir=folder)  # fmt: skip
             tenant, people = "bench", [f"p{letters(k)}" for k in range(users)]
             with res.engine.begin() as conn:
                 create_tenant(db=conn, tenant={"id": tenant, "name": tenant})
@@ -282,11 +296,13 @@ def _postgres_fault(turns: int, users: int, outage_s: float, folder: Path) -> di
                                           kicker=_Kicker())  # fmt: skip
                     ledger = Ledger()
                     per = max(1, turns // 3)
-                    produce(client, ledger, "before", per)
+                    spread = max(3, per // 20)  # 20 markers a session: under the STM session
+                    # cap (50 live items), so none is evicted by design and counted lost
+                    produce(client, ledger, "before", per, users=spread)
                     _say_pref(client, tenant, people, "sp1")  # the first session of the preference
                     cluster.stop()
                     down = time.monotonic()
-                    produce(client, ledger, "during", per)
+                    produce(client, ledger, "during", per, users=spread)
                     _say_pref(client, tenant, people, "sp2")  # promotion is due now; PG is down
                     raised = degraded = 0
                     recaller = res.recaller(ltm=False)
@@ -305,7 +321,7 @@ def _postgres_fault(turns: int, users: int, outage_s: float, folder: Path) -> di
                     time.sleep(max(0.0, outage_s - (time.monotonic() - down)))
                     cluster.start()
                     t0 = time.monotonic()
-                    produce(client, ledger, "after", per)
+                    produce(client, ledger, "after", per, users=spread)
                     deadline = t0 + CONVERGE_LIMIT_S
                     while True:
                         versions = _promoted(res.engine, tenant, people)
@@ -328,7 +344,7 @@ def _postgres_fault(turns: int, users: int, outage_s: float, folder: Path) -> di
                         "promotions": len(people), "promotions_lost": p_lost,
                         "promotions_duplicated": p_dup, "recalls": len(people),
                         "recall_raised": raised, "recall_degraded": degraded,
-                        "refused": counts["refused"],
+                        "refused": counts["refused"], **_stuck(res),
                         "first_worker_survived": all(p.poll() is None for p in group.procs),
                     }  # fmt: skip
             finally:
