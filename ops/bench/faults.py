@@ -466,8 +466,9 @@ def markdown(figures: dict[str, Any]) -> str:
         "and unrecalled users are recalled; lost/duplicated count turns and promotions. "
         "`milvus_sigkill`: ledger cards written and projected while milvus-lite is SIGKILLed "
         "mid-indexing; lost/duplicated count cards missing from or doubled in either index. "
-        "`converge_s`: from the end of the last fault until everything acknowledged was in "
-        "place.",
+        "`converge_s`: seconds until everything acknowledged was in place, from the last "
+        "turn (worker and Redis faults), the PostgreSQL restart, or the last milvus-lite "
+        "restart.",
         "",
         "| fault | injections | acknowledged | refused | lost | duplicated | converge_s "
         "| first worker survived |",
@@ -495,6 +496,8 @@ def markdown(figures: dict[str, Any]) -> str:
                   "(`authority`)."]  # fmt: skip
     mv = figures.get("milvus_sigkill")
     if mv is not None:
-        lines += ["", f"`milvus_sigkill` ({mv['down_s']:g} s down per kill): ledger "
-                  f"{mv['ledger']}, in the collections {mv['in_index']}."]  # fmt: skip
+        ledger = ", ".join(f"{k} {v}" for k, v in sorted(mv["ledger"].items()))
+        index = ", ".join(f"{k} {v}" for k, v in sorted(mv["in_index"].items()))
+        lines += ["", f"`milvus_sigkill` ({mv['down_s']:g} s down per kill): ledger states "
+                  f"{ledger}; records in the collections: {index}."]  # fmt: skip
     return "\n".join(lines) + "\n"
