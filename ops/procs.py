@@ -77,6 +77,11 @@ def flower_argv(settings: Settings, *, address: str) -> list[str]:
     return celery_argv("flower", f"--port={settings.flower_port}", f"--address={address}")
 
 
+MIN_FLOWER_PASSWORD_CHARS = 12
+"""Shorter Flower passwords are refused outside ``MEMSTRATA_PROFILE=dev`` (review D8: a
+1-character password was accepted); the generated ones have 20 or more."""
+
+
 def flower_env(settings: Settings) -> dict[str, str]:
     """``FLOWER_BASIC_AUTH`` for the Flower process (kept out of ``ps`` output)."""
     if settings.flower_password is None or not settings.flower_password.get_secret_value():
@@ -85,6 +90,11 @@ def flower_env(settings: Settings) -> dict[str, str]:
             "(bash ops/quickstart.sh generates one into var/flower-password)"
         )
     password = settings.flower_password.get_secret_value()
+    if len(password) < MIN_FLOWER_PASSWORD_CHARS and settings.profile != "dev":
+        raise ValueError(
+            f"MEMSTRATA_FLOWER_PASSWORD is shorter than {MIN_FLOWER_PASSWORD_CHARS} characters; "
+            "set a longer one (or unset it: memstrata up and ops/quickstart.sh generate one)"
+        )
     if ":" in settings.flower_user or "," in settings.flower_user + password:
         raise ValueError("MEMSTRATA_FLOWER_USER may not contain ':' and neither may contain ','")
     return {"FLOWER_BASIC_AUTH": f"{settings.flower_user}:{password}"}

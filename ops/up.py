@@ -202,7 +202,10 @@ def up(args: argparse.Namespace) -> int:
         )
     generated = _ensure_flower_password()
     configure_multiprocess(settings)  # the children inherit the namespace's metrics folder
-    children = _children(args)
+    try:
+        children = _children(args)
+    except ValueError as exc:  # flower_env: no usable Flower password
+        raise CliError(str(exc)) from exc
     previous = {s: signal.signal(s, _on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
     code = 0
     try:

@@ -19,8 +19,10 @@ from __future__ import annotations
 
 import contextlib
 import json
+import signal
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -30,7 +32,9 @@ from typing import Any
 import pytest
 from sqlalchemy import text
 
+from memstrata.core.agent_store import AgentStore
 from memstrata.core.api import MemoryClient
+from memstrata.core.apikeys import ApiKeys
 from memstrata.core.authority.admin import create_project, create_tenant, create_user
 from memstrata.core.authority.facts import grant_role, upsert_fact
 from memstrata.core.compress.cache import SessionActivity, ViewCache
@@ -87,7 +91,8 @@ NEIGHBOURS = (
     Who(TA, f"bob{RUN}", f"zqbob{RUN}x"),  # another user of the victim's tenant
 )
 CAROL = Who(TA, f"carol{RUN}", f"zqcarol{RUN}x")  # erased with an interruption
-EVERYONE = (VICTIM, *NEIGHBOURS, CAROL)
+DAVE = Who(TA, f"dave{RUN}", f"zqdave{RUN}x")  # erased by a process SIGKILLed midway
+EVERYONE = (VICTIM, *NEIGHBOURS, CAROL, DAVE)
 
 
 def turns(who: Who) -> list[str]:
@@ -131,6 +136,9 @@ def _write_authority(rt: Runtime, who: Who) -> None:
                     canonical_fact_key="preference.locker", value=who.secret)  # fmt: skip
         grant_role(db=conn, tenant_id=tenant, user_id=user, project_id="p1", role="dev",
                    scope="read_write")  # fmt: skip
+    # an agent-store document (LangGraph BaseStore) in the user's namespace
+    AgentStore(rt.engine, tenant_id=who.tenant).put((user, "notes"), "locker",
+                                                    {"text": who.secret})  # fmt: skip
 
 
 def _drain(rt: Runtime) -> None:
@@ -174,6 +182,8 @@ def world(
     try:
         for who in EVERYONE:
             _write_authority(rt, who)
+        ApiKeys(rt.engine).create(TA, name=f"agents of {TA}", scopes=["read"])  # the tenant's
+        for who in EVERYONE:
             for n, content in enumerate(turns(who)):
                 client.record_turn(user_id=who.user, tenant_id=who.tenant, session_id="s1",
                                    messages=[MessageIn(role="user", content=content)],
@@ -330,7 +340,8 @@ def test_erase_removes_the_owner_from_every_store_and_leaves_its_neighbours_whol
         assert view["l0"] and view["redis"], who
         assert all(view["milvus"].values()), (who, {c: len(v) for c, v in view["milvus"].items()})
         for table in ("users", "user_profiles", "user_preferences", "user_project_roles",
-                      "stable_memory_facts", "ltm_cards", "lifecycle_audit"):  # fmt: skip
+                      "stable_memory_facts", "ltm_cards", "lifecycle_audit",
+                      "agent_store_items"):  # fmt: skip
             assert view["pg"][table], (who, table)
     victim = owner_view(VICTIM, before)["redis"]
     assert any(f"{{{VICTIM.scope}}}" not in k for k in victim)  # global structures too
@@ -349,7 +360,8 @@ def test_erase_removes_the_owner_from_every_store_and_leaves_its_neighbours_whol
     for key in ("l0.files", "redis.keys", "redis.members", "redis.queued_turns",
                 "redis.dead_letters", "pg.users", "pg.user_profiles", "pg.user_preferences",
                 "pg.user_project_roles", "pg.stable_memory_facts", "pg.ltm_cards",
-                "pg.ltm_projections", "pg.lifecycle_audit", "ltm.lexical", "ltm.vectors",
+                "pg.ltm_projections", "pg.lifecycle_audit", "pg.agent_store_items",
+                "ltm.lexical", "ltm.vectors",
                 "ltm.raw_lexical", "ltm.raw_vectors"):  # fmt: skip
         assert plan["found"][key] > 0, (key, plan["found"])
     assert dump(rt) == before
@@ -380,6 +392,9 @@ def test_erase_removes_the_owner_from_every_store_and_leaves_its_neighbours_whol
     assert gone["milvus"] == {c: [] for c in after[2]} and gone["l0"] == {}
     assert [r for rows in after[2].values() for r in rows if names(VICTIM, _j(r))] == []
     assert [p for p, v in after[3].items() if VICTIM.secret in v] == []
+    # And the tenant's own rows stay: its API keys are the tenant's, not the user's
+    tenant_keys = [r for r in before[1]["api_keys"] if r["tenant_id"] == TA]
+    assert tenant_keys and [r for r in after[1]["api_keys"] if r["tenant_id"] == TA] == tenant_keys
     # And every neighbour reads exactly as before, in every store
     for who in NEIGHBOURS:
         assert owner_view(who, after) == owner_view(who, before), who
@@ -423,6 +438,45 @@ def test_an_erase_interrupted_after_some_steps_completes_when_run_again(world: W
         "lifecycle_audit": 1, "owner_erasures": 1}  # fmt: skip
     state = erase_state(rt, user_id=user, tenant_id=tenant)
     assert state is not None and state["finished_at"] is not None and state["runs"] == 2
+
+
+def test_an_erase_process_killed_midway_is_finished_by_the_next_run(world: World) -> None:
+    rt = world.rt
+    tenant, user = DAVE.owner
+    assert owner_view(DAVE, dump(rt))["l0"]
+    first_steps = ["queued_turns", "l0", "redis", "postgres"]
+    # Given Milvus is down, so `memstrata erase` hangs in its LTM step (the RPC timeout)
+    world.server.stop()
+    try:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "memstrata.ops.cli", "erase", "--tenant", tenant, "--user",
+             user, "--yes"], cwd=REPO_ROOT, env=process_env(rt.settings),
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        try:
+            deadline = time.monotonic() + 120
+            while (erase_state(rt, user_id=user, tenant_id=tenant) or {}).get("steps") != (
+                first_steps
+            ):
+                assert proc.poll() is None and time.monotonic() < deadline, proc.returncode
+                time.sleep(0.02)
+            # When the process is SIGKILLed in the middle of that step
+            proc.send_signal(signal.SIGKILL)
+        finally:
+            proc.wait(30)
+        assert proc.returncode == -signal.SIGKILL
+    finally:
+        world.server.start()
+    # Then the marker still says in progress
+    state = erase_state(rt, user_id=user, tenant_id=tenant)
+    assert state is not None and state["finished_at"] is None and state["steps"] == first_steps
+    # When erase runs again, then it resumes and finishes: nothing of the owner is left
+    report = erase_owner(rt, user_id=user, tenant_id=tenant)
+    assert report.resumed and report.steps_before == first_steps and report.finished
+    view = owner_view(DAVE, dump(rt))
+    assert view["redis"] == {} and view["l0"] == {} and not any(view["milvus"].values())
+    assert {t: len(r) for t, r in view["pg"].items() if r} == {
+        "lifecycle_audit": 1, "owner_erasures": 1}  # fmt: skip
 
 
 def test_erase_refuses_a_bad_id_before_touching_anything(world: World, tmp_path: Path) -> None:

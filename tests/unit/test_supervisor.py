@@ -6,7 +6,11 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+import yaml
+
 from memstrata.ops.procs import Child, Supervisor
+from tests.unit.test_compose import APP, FILES, ROOT
 
 
 def _wait_exit(child: Child) -> None:
@@ -45,3 +49,13 @@ def test_live_child_is_left_alone(tmp_path: Path) -> None:
         assert sup.poll(0.0) is None and sup.due == {} and child.exit_code() is None
     finally:
         child.stop(timeout_s=5)
+
+
+@pytest.mark.parametrize("name", sorted(FILES))
+def test_compose_restarts_every_long_running_role(name: str) -> None:
+    """The compose equivalent of the Supervisor (D1): a dead worker, Beat or Flower comes back.
+
+    Read from the YAML itself (merge keys resolved), so no compose tool is needed."""
+    services = yaml.safe_load((ROOT / name).read_text(encoding="utf-8"))["services"]
+    for role in APP - {"migrate"}:  # migrate is one-shot (restart: "no", checked there)
+        assert services[role].get("restart") in {"unless-stopped", "always"}, (name, role)
