@@ -109,6 +109,8 @@ def reconcile_ltm(limit: int | None = None) -> dict[str, int]:
     """Re-drive pending and failed projections (Beat); one run at a time per namespace."""
     limit = payload(BatchLimit, limit=limit).limit
     res = get_runtime()
+    if not res.settings.ltm.enabled:  # nothing is projected: do not reach for Milvus
+        return {"planned": 0, "disabled": 1}
     rt = _runtime()
     cfg = rt.settings
 

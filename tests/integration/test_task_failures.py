@@ -20,6 +20,7 @@ import pytest
 from celery import Celery
 
 from memstrata.core.ltm.milvus_server import free_port
+from memstrata.core.ltm.config import LtmSettings
 from memstrata.core.settings import Settings, load_settings
 from memstrata.tasks._options import (
     COMPRESS,
@@ -27,6 +28,7 @@ from memstrata.tasks._options import (
     LIFECYCLE_FINALISE,
     LIFECYCLE_RETRACT,
     LTM_INDEX,
+    LTM_RECONCILE,
     SWEEP,
 )
 from tests.conftest import REDIS_URL
@@ -44,7 +46,11 @@ def settings(namespace: str, tmp_path: Path, request: pytest.FixtureRequest) -> 
             url = stack.enter_context(scratch_database("memstrata_tasks_"))
         else:
             url = f"postgresql+psycopg://{PG_USER}@127.0.0.1:{free_port()}/nowhere"
+        ltm = {}
+        if getattr(request, "param", "closed") == "ltm_off":  # and no Milvus anywhere
+            ltm = {"ltm": LtmSettings(enabled=False, milvus_uri=f"http://127.0.0.1:{free_port()}")}
         yield load_settings(
+            **ltm,
             redis_url=REDIS_URL,
             key_namespace=namespace,
             transcript_dir=tmp_path / "transcripts",
@@ -143,3 +149,22 @@ def test_an_unreachable_postgres_is_retried(producer: Celery, celery_worker: Cel
     line = outcome(celery_worker, LIFECYCLE_RETRACT, task_id)
     assert line is not None and line.startswith("retry: Retry in "), line
     assert "StoreUnavailable(" in line
+
+
+@pytest.mark.parametrize("settings", ["ltm_off"], indirect=True)
+def test_the_ltm_reconciler_does_nothing_when_ltm_is_off(
+    producer: Celery, celery_worker: CeleryProcess
+) -> None:
+    # Given long-term memory switched off (and no Milvus listening)
+    # When Beat's reconciler runs
+    task_id = producer.send_task(LTM_RECONCILE).id
+    wait_until(
+        lambda: outcome(celery_worker, LTM_RECONCILE, task_id) is not None,
+        "the reconciler to finish",
+        worker=celery_worker,
+    )
+    # Then it succeeds at once without reaching for Milvus (it used to retry for 5 s a try)
+    line = outcome(celery_worker, LTM_RECONCILE, task_id)
+    assert line is not None and line.startswith("succeeded"), line
+    assert "'disabled': 1" in line
+    assert "Retry in" not in celery_worker.log()
