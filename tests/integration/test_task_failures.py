@@ -19,8 +19,8 @@ from typing import Any
 import pytest
 from celery import Celery
 
-from memstrata.core.ltm.milvus_server import free_port
 from memstrata.core.ltm.config import LtmSettings
+from memstrata.core.ltm.milvus_server import free_port
 from memstrata.core.settings import Settings, load_settings
 from memstrata.tasks._options import (
     COMPRESS,
