@@ -55,11 +55,16 @@ def run_all(
     quick: bool,
     out_dir: Path = REPO / "docs",
     progress: Callable[[str], None] = print,
+    on_progress: Callable[[int, int], None] | None = None,
 ) -> dict[str, Any]:
-    """Run each benchmark; a failing one is recorded (with its error) and the rest go on."""
+    """Run each benchmark; a failing one is recorded (with its error) and the rest go on.
+    ``progress`` gets a line per step, ``on_progress(benchmarks done, benchmarks)`` a
+    count (a terminal's progress bar)."""
     results: dict[str, Any] = {}
     sections: list[str] = []
-    for name, module_name in benches.items():
+    for done, (name, module_name) in enumerate(benches.items()):
+        if on_progress is not None:
+            on_progress(done, len(benches))
         progress(f"[bench all] {name} … (load average {load_average()[0]:.2f})")
         t0 = time.monotonic()
         try:
@@ -74,6 +79,8 @@ def run_all(
         results[name] = figures
         sections.append(module.markdown(figures))
         progress(f"[bench all] {name} done in {figures['wall_s']} s")
+    if on_progress is not None:
+        on_progress(len(benches), len(benches))
     overrides = " ".join(f"{k}={v}" for k, v in sorted(os.environ.items())
                          if k.startswith("MEMSTRATA_BENCH_"))  # fmt: skip
     command = (overrides + " " if overrides else "") + "memstrata bench all"

@@ -11,11 +11,18 @@ from typing import Any
 
 def _bench(args: argparse.Namespace) -> int:
     from memstrata.ops.bench import BENCHES
+    from memstrata.ops.progress import interactive, progress, ticking
 
+    bar = interactive(json_mode=args.json)
     if args.name == "all":
         from memstrata.ops.bench.report import run_all
 
-        results = run_all(BENCHES, quick=args.quick, progress=lambda m: print(m, file=sys.stderr))
+        def errors_only(line: str) -> None:  # the bar (or silence) replaces step lines
+            if line.startswith("Traceback"):
+                print(line, file=sys.stderr)
+
+        with progress("bench all", unit="bench", enabled=bar) as tick:
+            results = run_all(BENCHES, quick=args.quick, progress=errors_only, on_progress=tick)
         if args.json:
             print(json.dumps(results))
         else:
@@ -33,10 +40,12 @@ def _bench(args: argparse.Namespace) -> int:
     results = {}
     for name in names:
         module = importlib.import_module(BENCHES[name])
-        if name in ("quality", "embedders"):
-            results[name] = module.run(quick=args.quick, dataset=args.dataset, fmt=args.format)
-        else:
-            results[name] = module.run(quick=args.quick)
+        with ticking(f"bench {name}", enabled=bar):
+            if name in ("quality", "embedders"):
+                results[name] = module.run(quick=args.quick, dataset=args.dataset,
+                                           fmt=args.format)  # fmt: skip
+            else:
+                results[name] = module.run(quick=args.quick)
         if not args.json:
             print(module.markdown(results[name]))
     if args.json:
