@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from celery.exceptions import SoftTimeLimitExceeded
-from pydantic import ValidationInfo, field_validator
+from pydantic import Field, ValidationInfo, field_validator
 
 from memstrata.core.ingest.drain import drain_shard
 from memstrata.core.ingest.queue import consumer_name
@@ -22,6 +22,9 @@ log = logging.getLogger(__name__)
 
 class DrainInput(TaskInput):
     shard: int
+    # display only (whose turn kicked the drain): ids in the id alphabet, or empty
+    tenant_id: str = Field("", pattern=r"^[A-Za-z0-9_.\-]{0,128}$")
+    user_id: str = Field("", pattern=r"^[A-Za-z0-9_.\-]{0,128}$")
 
     @field_validator("shard", mode="before")
     @classmethod
@@ -53,11 +56,19 @@ def after_batch(turns: Sequence[tuple[TurnPointer, Sequence[TranscriptRecord]]])
 
 
 @app.task(name=DRAIN, bind=True, **INGEST)
-def drain(self: Any, shard: int) -> dict[str, int]:
-    """Process every queued turn of ``shard``; idempotent (upserts by natural key)."""
+def drain(self: Any, shard: int, tenant_id: str = "", user_id: str = "") -> dict[str, int]:
+    """Process every queued turn of ``shard``; idempotent (upserts by natural key).
+
+    ``tenant_id``/``user_id`` name whose turn kicked the drain and change nothing it
+    does (it takes every queued turn of the shard, and logs each batch's owners): they
+    are there so Flower, the task's log line and a failure say whom it hit.
+    """
     res = get_runtime()
     cfg = res.settings
-    shard = payload(DrainInput, context={"shards": cfg.ingest_shards}, shard=shard).shard
+    given = payload(DrainInput, context={"shards": cfg.ingest_shards}, shard=shard,
+                    tenant_id=tenant_id, user_id=user_id)  # fmt: skip
+    shard = given.shard
+    owner = {k: v for k, v in (("tenant_id", given.tenant_id), ("user_id", given.user_id)) if v}
     try:
         report = drain_shard(
             shard,
@@ -78,10 +89,10 @@ def drain(self: Any, shard: int) -> dict[str, int]:
         # the drain still holds the shard's flag: hand the shard on before failing, so its
         # unfinished turns are taken up (alone, counted) without waiting for Beat
         log.error("drain of shard %s hit the soft time limit; continuing in a new task", shard)
-        self.apply_async(args=[shard])
+        self.apply_async(args=[shard], kwargs=owner)
         raise
     if report.continued:
-        self.apply_async(args=[shard])
+        self.apply_async(args=[shard], kwargs=owner)
     log.info(
         "drained shard=%s turns=%s written=%s refused=%s dead=%s alone=%s",
         shard, report.turns, report.written, report.refused, report.dead, report.alone,
