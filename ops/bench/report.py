@@ -2,7 +2,8 @@
 regenerate ``docs/BENCHMARKS.md`` from their figures.
 
 Sequential on purpose: on a 2-core machine two benchmarks at once measure each other.
-Each section is the benchmark's own ``markdown(figures)``; the raw figures are kept as
+Each section is the benchmark's own ``markdown(figures)`` followed by its performance
+plots (``ops/bench/plots.py``, PNGs in ``docs/figures/``); the raw figures are kept as
 JSON beside the page (``docs/benchmarks.json``) so a reader can check every number.
 """
 
@@ -20,6 +21,7 @@ from typing import Any
 
 from memstrata.ops.bench.common.env import REPO
 from memstrata.ops.bench.common.machine import load_average, machine
+from memstrata.ops.bench.plots import embed, render
 
 HEADER = """# Benchmarks
 
@@ -47,6 +49,16 @@ def _machine_block(info: Mapping[str, Any]) -> str:
     if isinstance(versions, dict):
         rows.append("| versions | " + ", ".join(f"{k} {v}" for k, v in versions.items()) + " |")
     return "\n".join(["| | |", "|---|---|", *rows])
+
+
+def _plots(name: str, figures: Mapping[str, Any], out_dir: Path) -> list[Path]:
+    """The benchmark's performance plots in ``<out_dir>/figures``; a plot that cannot be
+    drawn is reported, never a reason to lose the run's figures."""
+    try:
+        return render(name, figures, out_dir / "figures")
+    except Exception as exc:
+        print(f"[bench all] {name}: no plots ({type(exc).__name__}: {exc})")
+        return []
 
 
 def run_all(
@@ -77,7 +89,8 @@ def run_all(
             continue
         figures.setdefault("wall_s", round(time.monotonic() - t0, 1))
         results[name] = figures
-        sections.append(module.markdown(figures))
+        sections.append(embed(module.markdown(figures), _plots(name, figures, out_dir),
+                              relative_to=out_dir))  # fmt: skip
         progress(f"[bench all] {name} done in {figures['wall_s']} s")
     if on_progress is not None:
         on_progress(len(benches), len(benches))
