@@ -61,8 +61,9 @@ def _latency(plt: Any, name: str, figures: Mapping[str, Any], out: Path) -> Path
     for tail, marker in zip(_TAILS, ("|", "x"), strict=True):
         pts = [(y, t[tail]) for y, (_w, _p, t) in zip(ys, rows, strict=True) if tail in t]
         if pts:
+            color = "#c44e52" if tail == "p99" else "#dd8452"
             ax.scatter([v for _y, v in pts], [y for y, _v in pts], marker=marker, s=80,
-                       color="#c44e52" if tail == "p99" else "#dd8452", label=tail, zorder=3)  # fmt: skip
+                       color=color, label=tail, zorder=3)  # fmt: skip
     ax.set_yticks(ys, labels, fontsize=8)
     ax.invert_yaxis()
     ax.set_xscale("log")
