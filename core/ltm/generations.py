@@ -30,7 +30,8 @@ from sqlalchemy import Engine, delete, func, select, text
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.exc import SQLAlchemyError
 
-from memstrata.core.errors import Conflict
+from memstrata.core.adapters.pg import pg_errors
+from memstrata.core.errors import Conflict, MemstrataError
 from memstrata.core.ltm.card import LtmCard
 from memstrata.core.ltm.embedding import Vectors
 from memstrata.core.ltm.errors import IndexRejected
@@ -42,6 +43,7 @@ from memstrata.core.ltm.vector import MilvusVectorIndex
 log = logging.getLogger(__name__)
 
 Phase = Literal["building", "retiring"]
+_WHAT = "ltm index generations (table ltm_index_generations: run `memstrata migrate`)"
 
 
 @dataclass(frozen=True)
@@ -70,7 +72,7 @@ class GenerationStore:
         self.engine = engine
 
     def read(self, base: str) -> Pointer:
-        with self.engine.connect() as conn:
+        with pg_errors(_WHAT), self.engine.connect() as conn:
             row = conn.execute(
                 select(index_generations).where(index_generations.c.base_name == base)
             ).first()
@@ -88,7 +90,7 @@ class GenerationStore:
             "changed_at": time.time(),
         }
         stmt = insert(index_generations).values(base_name=base, **values)
-        with self.engine.begin() as conn:
+        with pg_errors(_WHAT), self.engine.begin() as conn:
             conn.execute(
                 stmt.on_conflict_do_update(
                     index_elements=[index_generations.c.base_name], set_=values
@@ -96,13 +98,13 @@ class GenerationStore:
             )
 
     def clear(self, base: str) -> None:
-        with self.engine.begin() as conn:
+        with pg_errors(_WHAT), self.engine.begin() as conn:
             conn.execute(delete(index_generations).where(index_generations.c.base_name == base))
 
     @contextmanager
     def exclusive(self, base: str) -> Iterator[None]:
         """Hold a PostgreSQL advisory lock for ``base`` (one reindex at a time), or refuse."""
-        with self.engine.connect() as conn:
+        with pg_errors(_WHAT), self.engine.connect() as conn:
             key = conn.execute(select(func.hashtext(f"memstrata-reindex:{base}"))).scalar_one()
             if not conn.execute(text("SELECT pg_try_advisory_lock(:k)"), {"k": key}).scalar():
                 raise Conflict(f"another reindex of {base!r} is running")
@@ -132,7 +134,8 @@ class Names:
             if force or now - self._read_at >= self.refresh_s:
                 try:
                     self._pointer = self.store.read(self.base)
-                except SQLAlchemyError as exc:  # PG down or table missing: keep what we had
+                except (MemstrataError, SQLAlchemyError) as exc:  # PG down, or not migrated:
+                    # keep what we had (the base name before any read)
                     log.warning("ltm generation pointer %s unreadable: %s", self.base, exc)
                 self._read_at = time.monotonic()
         return self._pointer

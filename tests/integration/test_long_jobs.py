@@ -17,6 +17,7 @@ import threading
 
 import pytest
 
+from memstrata.core.errors import Conflict
 from memstrata.core.ltm import admin
 from memstrata.core.ltm.filters import CardFilter
 from memstrata.core.ltm.runtime import LtmRuntime
@@ -165,3 +166,10 @@ def test_progress_shows_on_a_terminal_and_not_in_json(
                            text=True, timeout=180)  # fmt: skip
     assert quiet.returncode == 0 and quiet.stderr == ""
     assert quiet.stdout.count("\n") == 1 and '"indexed"' in quiet.stdout
+
+
+def test_a_second_reindex_at_the_same_time_is_refused(ltm: LtmRuntime) -> None:
+    names = ltm.lexical.names
+    with names.store.exclusive(names.base), pytest.raises(Conflict, match="another reindex"):
+        admin.reindex(ltm)
+    assert ltm.lexical.collection == names.base  # nothing was started
