@@ -5,6 +5,7 @@ and embedded after the benchmark's section by the report generator."""
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -57,9 +58,7 @@ def test_plots_of_each_kind_are_valid_pngs(tmp_path: Path) -> None:
     assert render("stm", {"error": "boom", "upsert_p50_ms": 1.0}, tmp_path) == []
 
 
-def test_the_report_embeds_each_benchmarks_plots_after_its_section(
-    tmp_path: Path, monkeypatch: object
-) -> None:
+def test_the_report_embeds_each_benchmarks_plots_after_its_section(tmp_path: Path) -> None:
     section = embed("## ingest\n\ntable\n", [tmp_path / "figures" / "perf-ingest-ladder.png"],
                     relative_to=tmp_path)  # fmt: skip
     assert section == "## ingest\n\ntable\n\n![perf-ingest-ladder](figures/perf-ingest-ladder.png)"
@@ -82,9 +81,7 @@ class _FakeBench:
 def test_bench_all_writes_the_plots_into_docs_figures_and_the_page(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import sys
-
-    monkeypatch.setitem(sys.modules, "fake_ingest_bench", _FakeBench)  # type: ignore[arg-type]
+    monkeypatch.setitem(sys.modules, "fake_ingest_bench", _FakeBench)
     results = report.run_all({"ingest": "fake_ingest_bench"}, quick=True, out_dir=tmp_path,
                              progress=lambda m: None)  # fmt: skip
     assert "error" not in results["ingest"]
