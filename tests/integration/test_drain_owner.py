@@ -13,6 +13,7 @@ import pytest
 from celery import Celery
 
 from memstrata.core.api import MemoryClient
+from memstrata.core.ids import user_key
 from memstrata.core.models.transcript import MessageIn
 from memstrata.core.runtime import Runtime
 from memstrata.tasks._options import DRAIN
@@ -57,13 +58,14 @@ def test_a_failing_drain_names_the_owner_in_its_task_args_and_log(
                               kicker=AppKicker(producer))  # fmt: skip
         # When turns of several users are recorded (some land on shards the worker refuses)
         hit = {}
-        for n in range(12):
+        for n in range(12):  # safe ids and mapped ones (an e-mail address becomes ~base32)
+            user = f"u_{n}" if n % 2 else user_key(f"u{n}@example.com")
             receipt = memory.record_turn(
-                tenant_id="acme", user_id=f"u_{n}", session_id="s1",
+                tenant_id="acme", user_id=user, session_id="s1",
                 messages=[MessageIn(role="user", content=f"my locker code is {n}")],
             )  # fmt: skip
             if receipt.shard > 0 and receipt.kicked:
-                hit[f"u_{n}"] = receipt.shard
+                hit[user] = receipt.shard
         assert hit, "no turn landed on a refused shard"
         wait_until(lambda: len(events["task-failed"]) >= len(hit), "the drains to fail",
                    worker=worker)  # fmt: skip
