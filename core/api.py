@@ -21,6 +21,7 @@ from memstrata.core.ingest.queue import IngestQueue
 from memstrata.core.metrics import metrics
 from memstrata.core.models.inputs import invalid_input, validate_event_time
 from memstrata.core.models.transcript import MessageIn, TurnReceipt
+from memstrata.core.tracing import traced
 from memstrata.core.transcript.store import TranscriptStore
 
 log = logging.getLogger(__name__)
@@ -67,6 +68,7 @@ class MemoryClient:
         self.queue = queue
         self.kicker = kicker
 
+    @traced("record_turn", "tenant_id", "user_id", "session_id", "turn_id")
     def record_turn(
         self,
         *,

@@ -14,6 +14,7 @@ from memstrata.core.ingest.drain import drain_shard
 from memstrata.core.ingest.queue import consumer_name
 from memstrata.core.models.transcript import TranscriptRecord, TurnPointer
 from memstrata.core.runtime import get_runtime
+from memstrata.core.tracing import traced
 from memstrata.tasks._options import DRAIN, INGEST, LTM_INDEX_HISTORY, MAX_IDS, TaskInput, payload
 from memstrata.tasks.app import app
 from memstrata.tasks.compress import track_turns
@@ -63,6 +64,7 @@ def after_batch(turns: Sequence[tuple[TurnPointer, Sequence[TranscriptRecord]]])
 
 
 @app.task(name=DRAIN, bind=True, **INGEST)
+@traced("drain", "shard", "tenant_id", "user_id")
 def drain(self: Any, shard: int, tenant_id: str = "", user_id: str = "") -> dict[str, int]:
     """Process every queued turn of ``shard``; idempotent (upserts by natural key).
 
