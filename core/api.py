@@ -21,6 +21,7 @@ from memstrata.core.ingest.queue import IngestQueue
 from memstrata.core.metrics import metrics
 from memstrata.core.models.inputs import invalid_input, validate_event_time
 from memstrata.core.models.transcript import MessageIn, TurnReceipt
+from memstrata.core.tracing import traced
 from memstrata.core.transcript.store import TranscriptStore
 
 log = logging.getLogger(__name__)
@@ -67,6 +68,7 @@ class MemoryClient:
         self.queue = queue
         self.kicker = kicker
 
+    @traced("record_turn", "tenant_id", "user_id", "session_id", "turn_id")
     def record_turn(
         self,
         *,
@@ -110,7 +112,9 @@ class MemoryClient:
             at=at,
         )
         queued = self.queue.enqueue_once(appended.pointer, generation=appended.generation)
-        kicked = queued.kicked and self._kick(queued.shard)
+        kicked = queued.kicked and self._kick(
+            queued.shard, appended.pointer.tenant_id, appended.pointer.user_id
+        )
         if not appended.existing:
             metrics().turns_recorded.inc()
         return TurnReceipt(
@@ -121,14 +125,19 @@ class MemoryClient:
             already_recorded=appended.existing,
         )
 
-    def _kick(self, shard: int) -> bool:
+    def _kick(self, shard: int, tenant_id: str | None, user_id: str) -> bool:
         """Enqueue a drain; a failure is logged, not raised: the turn is queued already.
 
         The shard's kick flag is held, so no other call kicks until its TTL lapses; then
-        Beat's ``ingest_reclaim`` kicks the shard (within ``kick TTL + 30 s``).
+        Beat's ``ingest_reclaim`` kicks the shard (within ``kick TTL + 30 s``).  A kicker
+        with ``kick_for`` is told whose turn kicked, so the task (and Flower) names them.
         """
         try:
-            self.kicker(shard)
+            kick_for = getattr(self.kicker, "kick_for", None)
+            if callable(kick_for):
+                kick_for(shard, tenant_id=tenant_id, user_id=user_id)
+            else:
+                self.kicker(shard)
         except Exception:
             log.warning("could not enqueue a drain for shard %s; Beat will", shard, exc_info=True)
             return False

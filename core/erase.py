@@ -125,10 +125,12 @@ def erase_owner(
     tenant_id: str | None = None,
     dry_run: bool = False,
     now: float | None = None,
+    on_progress: Callable[[int, int], None] | None = None,
 ) -> EraseReport:
     """Remove one owner's data from every layer (see the module docstring), or with
     ``dry_run`` only count it.  Safe to run again at any time; a rerun finishes an
-    interrupted erase.  Store errors propagate typed (``core.errors``): run it again."""
+    interrupted erase.  Store errors propagate typed (``core.errors``): run it again.
+    ``on_progress(steps done, steps)`` is called after each step (a CLI progress bar)."""
     owner = _Owner(owner_tenant(tenant_id), validate_id(user_id, kind="user_id"))
     at = time.time() if now is None else now
     report = EraseReport(owner.tenant_id, owner.user_id, dry_run)
@@ -146,13 +148,15 @@ def erase_owner(
         "ltm_indexes": lambda: _ltm_indexes(rt, owner, apply, report.skipped),
         "redis_final": lambda: _redis(rt, owner, apply) if apply else {},
     }
-    for name in STEPS:
+    for done, name in enumerate(STEPS, 1):
         counts = steps[name]()
         target = report.removed if apply else report.found
         for k, v in counts.items():
             target[k] = target.get(k, 0) + v
         if apply:
             _step_done(rt, owner, name)
+        if on_progress is not None:
+            on_progress(done, len(STEPS))
     if apply:
         # an owner erased before, with nothing found now: the first record stands alone
         again = state is not None and state["finished_at"] is not None

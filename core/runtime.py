@@ -45,6 +45,7 @@ from memstrata.core.ingest.queue import IngestQueue
 from memstrata.core.lifecycle.runtime import Lifecycle
 from memstrata.core.ltm.config import LtmSettings
 from memstrata.core.ltm.embedding import CachedEmbedder, make_embedder
+from memstrata.core.ltm.generations import GenerationStore, Names, RoutedLexical, RoutedVector
 from memstrata.core.ltm.history import HistoryIndex
 from memstrata.core.ltm.indexer import Projector
 from memstrata.core.ltm.ledger import Ledger
@@ -122,13 +123,18 @@ def build_ltm(
         )
     token = settings.milvus_token.get_secret_value() if settings.milvus_token else ""
     milvus = MilvusConnection(settings.milvus_uri, timeout_s=settings.milvus_timeout_s, token=token)
-    vector = MilvusVectorIndex(
-        milvus,
-        collection=collection_name(settings.collection_prefix, "ltm_vectors"),
-        dim=embedder.dim,
-        index_type=settings.milvus_index_type,
-        timeout_s=settings.milvus_timeout_s,
-    )
+    dim = embedder.dim
+    pointers = GenerationStore(ledger.engine)
+
+    def vector_at(name: str) -> MilvusVectorIndex:
+        return MilvusVectorIndex(milvus, collection=name, dim=dim,
+                                 index_type=settings.milvus_index_type,
+                                 timeout_s=settings.milvus_timeout_s)  # fmt: skip
+
+    # card indexes are generations behind one pointer each, so `ltm reindex` can swap
+    vector_names = Names(pointers, collection_name(settings.collection_prefix, "ltm_vectors"),
+                         refresh_s=settings.generation_refresh_s)  # fmt: skip
+    vector = RoutedVector(vector_names, vector_at, dim=dim)
     es: Any | None = None
     if settings.lexical_backend == "elasticsearch":
         if not settings.es_url:
@@ -136,19 +142,24 @@ def build_ltm(
         key = settings.es_api_key.get_secret_value() if settings.es_api_key else None
         es = es_connect(settings.es_url, timeout_s=settings.es_timeout_s, api_key=key)
 
-    def lexical_index(name: str) -> LexicalIndex:
+    def lexical_name(name: str) -> str:
         if es is not None:
             suffix = "" if name == "ltm_lexical" else "-" + name.replace("_", "-")
-            return ElasticsearchLexicalIndex(
-                es, index=settings.es_index + suffix, timeout_s=settings.es_timeout_s
-            )
-        return MilvusLexicalIndex(
-            milvus,
-            collection=collection_name(settings.collection_prefix, name),
-            timeout_s=settings.milvus_timeout_s,
-        )
+            return settings.es_index + suffix
+        return collection_name(settings.collection_prefix, name)
 
-    lexical = lexical_index("ltm_lexical")
+    def lexical_at(full_name: str) -> LexicalIndex:
+        if es is not None:
+            return ElasticsearchLexicalIndex(es, index=full_name, timeout_s=settings.es_timeout_s)
+        return MilvusLexicalIndex(milvus, collection=full_name,
+                                  timeout_s=settings.milvus_timeout_s)  # fmt: skip
+
+    def lexical_index(name: str) -> LexicalIndex:
+        return lexical_at(lexical_name(name))
+
+    lexical_names = Names(pointers, lexical_name("ltm_lexical"),
+                          refresh_s=settings.generation_refresh_s)  # fmt: skip
+    lexical = RoutedLexical(lexical_names, lexical_at)
     history = None
     if settings.history_enabled:
         history = HistoryIndex(

@@ -41,6 +41,34 @@ def progress(desc: str, *, unit: str, enabled: bool) -> Iterator[Tick]:
         yield tick
 
 
+@contextmanager
+def ticking(desc: str, *, enabled: bool, every_s: float = 1.0) -> Iterator[None]:
+    """Elapsed time of one long step whose inside reports nothing (a single benchmark),
+    redrawn every ``every_s`` by a helper thread; nothing when disabled."""
+    if not enabled:
+        yield
+        return
+    import threading
+
+    from tqdm import tqdm
+
+    stop = threading.Event()
+    with tqdm(desc=desc, total=1, unit="run", file=sys.stderr, dynamic_ncols=True) as bar:
+
+        def redraw() -> None:
+            while not stop.wait(every_s):
+                bar.refresh()
+
+        thread = threading.Thread(target=redraw, daemon=True)
+        thread.start()
+        try:
+            yield
+            bar.update(1)
+        finally:
+            stop.set()
+            thread.join()
+
+
 def confirm(plan: Sequence[str], *, yes: bool, what: str) -> None:
     """Print ``plan``; go on with ``yes`` or a typed "y", else raise :class:`CliError`."""
     text = "\n".join(plan)

@@ -21,11 +21,20 @@ from memstrata.tasks.app import app
 log = logging.getLogger(__name__)
 
 
+def drain_owner(tenant_id: str | None, user_id: str) -> dict[str, str]:
+    """The drain's display kwargs: whose turn kicked it (ids only, never content), so a
+    failure in Flower and the task's log line name an owner, not just a shard."""
+    return {"tenant_id": tenant_id or "", "user_id": user_id}
+
+
 class CeleryKicker:
     """Enqueues one drain task for a shard, synchronously (tests, scripts)."""
 
     def __call__(self, shard: int) -> None:
         app.send_task(DRAIN, args=[shard])
+
+    def kick_for(self, shard: int, *, tenant_id: str | None, user_id: str) -> None:
+        app.send_task(DRAIN, args=[shard], kwargs=drain_owner(tenant_id, user_id))
 
 
 class BackgroundKicker:
@@ -39,7 +48,7 @@ class BackgroundKicker:
     """
 
     def __init__(self, flush_timeout_s: float = 5.0) -> None:
-        self._q: queue.SimpleQueue[int | None] = queue.SimpleQueue()
+        self._q: queue.SimpleQueue[tuple[int, dict[str, str]] | None] = queue.SimpleQueue()
         self._flush_timeout_s = flush_timeout_s
         self._thread = threading.Thread(target=self._run, name="memstrata-kicker", daemon=True)
         self._thread.start()
@@ -47,15 +56,19 @@ class BackgroundKicker:
         atexit.register(self.close)
 
     def __call__(self, shard: int) -> None:
-        self._q.put(shard)
+        self._q.put((shard, {}))
+
+    def kick_for(self, shard: int, *, tenant_id: str | None, user_id: str) -> None:
+        self._q.put((shard, drain_owner(tenant_id, user_id)))
 
     def _run(self) -> None:
         while True:
-            shard = self._q.get()
-            if shard is None:
+            item = self._q.get()
+            if item is None:
                 return
+            shard, owner = item
             try:
-                app.send_task(DRAIN, args=[shard])
+                app.send_task(DRAIN, args=[shard], kwargs=owner)
             except Exception:  # the reclaim job re-kicks the shard; never kill the thread
                 log.exception("could not enqueue drain for shard %s", shard)
 

@@ -9,10 +9,12 @@ from typing import Any
 from celery.exceptions import SoftTimeLimitExceeded
 from pydantic import ValidationInfo, field_validator
 
+from memstrata.core.ids import is_valid_id
 from memstrata.core.ingest.drain import drain_shard
 from memstrata.core.ingest.queue import consumer_name
 from memstrata.core.models.transcript import TranscriptRecord, TurnPointer
 from memstrata.core.runtime import get_runtime
+from memstrata.core.tracing import traced
 from memstrata.tasks._options import DRAIN, INGEST, LTM_INDEX_HISTORY, MAX_IDS, TaskInput, payload
 from memstrata.tasks.app import app
 from memstrata.tasks.compress import track_turns
@@ -22,6 +24,15 @@ log = logging.getLogger(__name__)
 
 class DrainInput(TaskInput):
     shard: int
+    # display only (whose turn kicked the drain): a valid id, else dropped; never a reason
+    # to fail the drain, which takes every turn of the shard whoever kicked it
+    tenant_id: str = ""
+    user_id: str = ""
+
+    @field_validator("tenant_id", "user_id", mode="before")
+    @classmethod
+    def _shown_only_if_valid(cls, value: Any) -> str:
+        return value if is_valid_id(value) else ""
 
     @field_validator("shard", mode="before")
     @classmethod
@@ -53,11 +64,20 @@ def after_batch(turns: Sequence[tuple[TurnPointer, Sequence[TranscriptRecord]]])
 
 
 @app.task(name=DRAIN, bind=True, **INGEST)
-def drain(self: Any, shard: int) -> dict[str, int]:
-    """Process every queued turn of ``shard``; idempotent (upserts by natural key)."""
+@traced("drain", "shard", "tenant_id", "user_id")
+def drain(self: Any, shard: int, tenant_id: str = "", user_id: str = "") -> dict[str, int]:
+    """Process every queued turn of ``shard``; idempotent (upserts by natural key).
+
+    ``tenant_id``/``user_id`` name whose turn kicked the drain and change nothing it
+    does (it takes every queued turn of the shard, and logs each batch's owners): they
+    are there so Flower, the task's log line and a failure say whom it hit.
+    """
     res = get_runtime()
     cfg = res.settings
-    shard = payload(DrainInput, context={"shards": cfg.ingest_shards}, shard=shard).shard
+    given = payload(DrainInput, context={"shards": cfg.ingest_shards}, shard=shard,
+                    tenant_id=tenant_id, user_id=user_id)  # fmt: skip
+    shard = given.shard
+    owner = {k: v for k, v in (("tenant_id", given.tenant_id), ("user_id", given.user_id)) if v}
     try:
         report = drain_shard(
             shard,
@@ -78,10 +98,10 @@ def drain(self: Any, shard: int) -> dict[str, int]:
         # the drain still holds the shard's flag: hand the shard on before failing, so its
         # unfinished turns are taken up (alone, counted) without waiting for Beat
         log.error("drain of shard %s hit the soft time limit; continuing in a new task", shard)
-        self.apply_async(args=[shard])
+        self.apply_async(args=[shard], kwargs=owner)
         raise
     if report.continued:
-        self.apply_async(args=[shard])
+        self.apply_async(args=[shard], kwargs=owner)
     log.info(
         "drained shard=%s turns=%s written=%s refused=%s dead=%s alone=%s",
         shard, report.turns, report.written, report.refused, report.dead, report.alone,

@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from sqlalchemy import func, literal, select, text, tuple_, update
@@ -147,8 +148,12 @@ def summarise(lc: Lifecycle, *, now: float, over: int, limit: int = 100) -> list
     return made
 
 
-def forget(lc: Lifecycle, *, now: float, apply: bool = False, limit: int = 1000) -> list[Forget]:
-    """Plan (and with ``apply``, carry out) forgetting; returns the plan either way."""
+def forget(
+    lc: Lifecycle, *, now: float, apply: bool = False, limit: int = 1000,
+    on_progress: Callable[[int, int], None] | None = None,
+) -> list[Forget]:  # fmt: skip
+    """Plan (and with ``apply``, carry out) forgetting; returns the plan either way.
+    ``on_progress(cards done, cards)`` is called as ``apply`` marks each card."""
     pol = lc.settings.forget
     stmt = (
         select(cards.c.memory_id, cards.c.tenant_id, cards.c.user_id, cards.c.memory_type,
@@ -172,8 +177,10 @@ def forget(lc: Lifecycle, *, now: float, apply: bool = False, limit: int = 1000)
     plan = select_for_forgetting(facts, policy=pol, now=now, last_access=last)
     if apply and plan:
         with pg_errors("forget cards"), lc.engine.begin() as conn:
-            for f in plan:
+            for done, f in enumerate(plan, 1):
                 lc.ledger.set_status(f.card.memory_id, CardStatus.DELETED, now=now, conn=conn)
+                if on_progress is not None:
+                    on_progress(done, len(plan))
             record(conn, [AuditEvent(Action.FORGET, f.card.tenant_id, f.card.user_id,
                                      f.card.memory_id, f.reason, now, (),
                                      {"memory_type": f.card.memory_type},

@@ -24,6 +24,7 @@ from memstrata.core.lifecycle.states import Event, Record, State, current, next_
 from memstrata.core.ltm.card import CardDraft
 from memstrata.core.metrics import count_promotions
 from memstrata.core.models.identity import PROMOTED, card_key
+from memstrata.core.tracing import traced
 
 log = logging.getLogger(__name__)
 
@@ -147,6 +148,7 @@ def enqueue(lc: Lifecycle, items: Sequence[tuple[ItemView, Decision]], now: floa
     return [v.memory_id for v, _ in items]
 
 
+@traced("promote")
 def apply(
     lc: Lifecycle,
     plans: Sequence[tuple[ItemView, Decision, Record | None]],

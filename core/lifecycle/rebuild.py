@@ -9,6 +9,7 @@ sessions' provenance returns when those sessions are rebuilt.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from itertools import groupby
 
@@ -28,8 +29,10 @@ class RebuildReport:
 
 
 def rebuild_session(
-    lc: Lifecycle, *, user_id: str, session_id: str, tenant_id: str | None = None, now: float
-) -> RebuildReport:
+    lc: Lifecycle, *, user_id: str, session_id: str, tenant_id: str | None = None, now: float,
+    on_progress: Callable[[int, int], None] | None = None, chunk: int = REPLAY_TURNS,
+) -> RebuildReport:  # fmt: skip
+    """``on_progress(turns replayed, turns)`` is called after each ``chunk`` of turns."""
     if lc.pipeline is None or lc.transcript is None:
         raise InvalidInput("rebuild needs the ingest pipeline and the transcript store")
     ids = lc.stm.session_members(user_id, session_id, tenant_id=tenant_id)
@@ -47,9 +50,11 @@ def rebuild_session(
                           turn_id=turn_id, at=first.at, offset=0, length=1)  # fmt: skip
         turns.append((ptr, recs))
     written = 0
-    for i in range(0, len(turns), REPLAY_TURNS):
-        for outcome in lc.pipeline.process(turns[i : i + REPLAY_TURNS]):
+    for i in range(0, len(turns), chunk):
+        for outcome in lc.pipeline.process(turns[i : i + chunk]):
             written += len(outcome.written)
+        if on_progress is not None:
+            on_progress(min(i + chunk, len(turns)), len(turns))
     lc.audit.write([AuditEvent(Action.REBUILD, lc.tenant(tenant_id), user_id,
                                f"session:{session_id}", "rebuilt from L0", now,
                                tuple(ids), {"turns": len(turns), "written": written})])  # fmt: skip

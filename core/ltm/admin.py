@@ -11,22 +11,48 @@ from collections.abc import Callable
 from typing import Any
 
 from memstrata.core.ltm.history import project_transcripts
-from memstrata.core.ltm.indexer import rebuild
+from memstrata.core.ltm.indexer import ProjectReport, rebuild
+from memstrata.core.ltm.reindex import rebuild_and_swap
 from memstrata.core.ltm.runtime import LtmRuntime
 from memstrata.core.transcript.store import TranscriptStore
 
 
 def status(ltm: LtmRuntime) -> dict[str, Any]:
-    """Projection state counts per index (``{"lexical": {"indexed": n, ...}, ...}``)."""
-    return {"projections": ltm.ledger.counts()}
+    """Projection state counts per index (``{"lexical": {"indexed": n, ...}, ...}``) and
+    the collection / index name serving each (its generation, after a reindex)."""
+    serving = {"lexical": ltm.lexical.collection, "vector": ltm.vector.collection}
+    return {"projections": ltm.ledger.counts(), "serving": serving}
 
 
 def reindex(
     ltm: LtmRuntime, *, drop: bool = False, on_progress: Callable[[int, int], None] | None = None
-) -> dict[str, int]:
-    """Rebuild both indexes from the PostgreSQL ledger (DESIGN §2: projections); in place
-    unless ``drop`` (search keeps answering from the old entries while cards are upserted)."""
-    report = rebuild(ltm.projector, drop=drop, on_progress=on_progress)
+) -> dict[str, Any]:
+    """Rebuild both indexes from the PostgreSQL ledger (DESIGN §2: projections).
+
+    By default into a new generation of each index, swapped in when complete (search
+    answers from the old one meanwhile; :mod:`core.ltm.reindex`).  ``drop`` empties
+    them in place first instead (nothing is found until the rebuild is done).
+    """
+    if drop:
+        report = rebuild(ltm.projector, drop=True, on_progress=on_progress)
+        return _counts(report) | {"swapped": 0}
+    swap = rebuild_and_swap(
+        ledger=ltm.ledger,
+        lexical=ltm.lexical,
+        vector=ltm.vector,
+        embedder=ltm.embedder,
+        max_embed_chars=ltm.settings.max_embed_chars,
+        settle_s=2 * ltm.settings.generation_refresh_s,
+        on_progress=on_progress,
+    )
+    return _counts(swap.project) | {
+        "swapped": int(swap.swapped),
+        "serving": swap.serving,
+        "dropped": swap.dropped,
+    }
+
+
+def _counts(report: ProjectReport) -> dict[str, Any]:
     return {
         "indexed": report.indexed,
         "deleted": report.deleted,

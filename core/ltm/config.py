@@ -29,6 +29,9 @@ class LtmSettings(BaseSettings):
     milvus_timeout_s: float = Field(5.0, gt=0, le=120)
     milvus_index_type: str = "FLAT"
     collection_prefix: str = Field("memstrata", pattern=r"^[A-Za-z][A-Za-z0-9_]{0,63}$")
+    # how often a process re-reads which generation of each card index serves
+    # (core/ltm/generations.py); `ltm reindex` waits twice this between its steps
+    generation_refresh_s: float = Field(5.0, gt=0, le=300)
 
     # lexical backend: Milvus BM25 (default) or Elasticsearch
     lexical_backend: Literal["milvus", "elasticsearch"] = "milvus"

@@ -15,13 +15,12 @@ from sqlalchemy import Engine
 
 from memstrata.core.ltm.config import LtmSettings
 from memstrata.core.ltm.embedding import CachedEmbedder, check_dimension
+from memstrata.core.ltm.generations import RoutedLexical, RoutedVector
 from memstrata.core.ltm.history import HistoryIndex
 from memstrata.core.ltm.indexer import Projector
 from memstrata.core.ltm.ledger import Ledger
 from memstrata.core.ltm.milvus import MilvusConnection
-from memstrata.core.ltm.ports import LexicalIndex
 from memstrata.core.ltm.search import LtmSearch
-from memstrata.core.ltm.vector import MilvusVectorIndex
 
 
 @dataclass
@@ -32,8 +31,8 @@ class LtmRuntime:
     es: Any | None
     embedder: CachedEmbedder
     ledger: Ledger
-    lexical: LexicalIndex
-    vector: MilvusVectorIndex
+    lexical: RoutedLexical
+    vector: RoutedVector
     projector: Projector
     search: LtmSearch
     pid: int

@@ -86,3 +86,21 @@ projections = Table(
     CheckConstraint("state IN ('pending', 'indexed', 'failed')", name="ck_ltm_projections_state"),
     Index("ix_ltm_projections_state", "state", "changed_at"),
 )
+
+# which collection (Milvus) or index (Elasticsearch) serves each logical index, keyed by
+# its base name (the settings' name, unique per deployment): ``ltm reindex`` builds a
+# new generation beside the serving one and swaps this pointer (core/ltm/generations.py)
+index_generations = Table(
+    "ltm_index_generations",
+    ltm_metadata,
+    Column("base_name", String(255), nullable=False),
+    Column("serving", String(255), nullable=False),
+    Column("generation", Integer, nullable=False),
+    Column("secondary", String(255), nullable=True),
+    Column("phase", String(16), nullable=True),
+    Column("changed_at", Float(precision=53), nullable=False),
+    PrimaryKeyConstraint("base_name", name="pk_ltm_index_generations"),
+    CheckConstraint(
+        "phase IS NULL OR phase IN ('building', 'retiring')", name="ck_ltm_index_generations_phase"
+    ),
+)

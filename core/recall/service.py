@@ -81,6 +81,7 @@ from memstrata.core.recall.route import (
 )
 from memstrata.core.recall.text import coverage, terms
 from memstrata.core.stm.store import RecallMark, RecallRead, StmHit, StmStore
+from memstrata.core.tracing import span
 
 log = logging.getLogger(__name__)
 
@@ -212,7 +213,9 @@ class Recaller:
         _require_request(req)
         t0 = time.perf_counter()
         try:
-            result = self._recall(req)
+            with span("recall", tenant_id=req.tenant_id, user_id=req.user_id,
+                      session_id=req.session_id):  # fmt: skip
+                result = self._recall(req)
         except Exception as exc:
             elapsed = time.perf_counter() - t0
             log.warning(

@@ -2,7 +2,8 @@
 regenerate ``docs/BENCHMARKS.md`` from their figures.
 
 Sequential on purpose: on a 2-core machine two benchmarks at once measure each other.
-Each section is the benchmark's own ``markdown(figures)``; the raw figures are kept as
+Each section is the benchmark's own ``markdown(figures)`` followed by its performance
+plots (``ops/bench/plots.py``, PNGs in ``docs/figures/``); the raw figures are kept as
 JSON beside the page (``docs/benchmarks.json``) so a reader can check every number.
 """
 
@@ -20,6 +21,7 @@ from typing import Any
 
 from memstrata.ops.bench.common.env import REPO
 from memstrata.ops.bench.common.machine import load_average, machine
+from memstrata.ops.bench.plots import embed, render
 
 HEADER = """# Benchmarks
 
@@ -49,17 +51,32 @@ def _machine_block(info: Mapping[str, Any]) -> str:
     return "\n".join(["| | |", "|---|---|", *rows])
 
 
+def _plots(name: str, figures: Mapping[str, Any], out_dir: Path) -> list[Path]:
+    """The benchmark's performance plots in ``<out_dir>/figures``; a plot that cannot be
+    drawn is reported, never a reason to lose the run's figures."""
+    try:
+        return render(name, figures, out_dir / "figures")
+    except Exception as exc:
+        print(f"[bench all] {name}: no plots ({type(exc).__name__}: {exc})")
+        return []
+
+
 def run_all(
     benches: Mapping[str, str],
     *,
     quick: bool,
     out_dir: Path = REPO / "docs",
     progress: Callable[[str], None] = print,
+    on_progress: Callable[[int, int], None] | None = None,
 ) -> dict[str, Any]:
-    """Run each benchmark; a failing one is recorded (with its error) and the rest go on."""
+    """Run each benchmark; a failing one is recorded (with its error) and the rest go on.
+    ``progress`` gets a line per step, ``on_progress(benchmarks done, benchmarks)`` a
+    count (a terminal's progress bar)."""
     results: dict[str, Any] = {}
     sections: list[str] = []
-    for name, module_name in benches.items():
+    for done, (name, module_name) in enumerate(benches.items()):
+        if on_progress is not None:
+            on_progress(done, len(benches))
         progress(f"[bench all] {name} … (load average {load_average()[0]:.2f})")
         t0 = time.monotonic()
         try:
@@ -72,8 +89,11 @@ def run_all(
             continue
         figures.setdefault("wall_s", round(time.monotonic() - t0, 1))
         results[name] = figures
-        sections.append(module.markdown(figures))
+        sections.append(embed(module.markdown(figures), _plots(name, figures, out_dir),
+                              relative_to=out_dir))  # fmt: skip
         progress(f"[bench all] {name} done in {figures['wall_s']} s")
+    if on_progress is not None:
+        on_progress(len(benches), len(benches))
     overrides = " ".join(f"{k}={v}" for k, v in sorted(os.environ.items())
                          if k.startswith("MEMSTRATA_BENCH_"))  # fmt: skip
     command = (overrides + " " if overrides else "") + "memstrata bench all"

@@ -8,7 +8,7 @@
     memstrata migrate                  bring every PostgreSQL table up to date (Alembic)
     memstrata replay [...]             replay public agent sessions (ops/replay/)
     memstrata bench <name>             benchmarks (ops/bench)
-    memstrata ltm status|reindex|requeue  LTM projections: counts, rebuild, dead letters
+    memstrata ltm status|reindex|requeue  LTM projections: counts, rebuild-and-swap, dead letters
     memstrata dead-letters list|retry|drop  turns the ingest drain gave up on
     memstrata milvus [DB_FILE] [ADDR]  the local milvus-lite server in the foreground
     memstrata retract fact|card ...    undo a promotion (PG fact or LTM card), audited

@@ -6,22 +6,32 @@ import argparse
 import importlib
 import json
 import sys
+from pathlib import Path
 from typing import Any
 
 
 def _bench(args: argparse.Namespace) -> int:
     from memstrata.ops.bench import BENCHES
+    from memstrata.ops.progress import interactive, progress, ticking
 
+    bar = interactive(json_mode=args.json)
     if args.name == "all":
         from memstrata.ops.bench.report import run_all
 
-        results = run_all(BENCHES, quick=args.quick, progress=lambda m: print(m, file=sys.stderr))
+        def errors_only(line: str) -> None:  # the bar (or silence) replaces step lines
+            if line.startswith("Traceback"):
+                print(line, file=sys.stderr)
+
+        with progress("bench all", unit="bench", enabled=bar) as tick:
+            results = run_all(BENCHES, quick=args.quick, progress=errors_only, on_progress=tick)
         if args.json:
             print(json.dumps(results))
         else:
             print("docs/BENCHMARKS.md and docs/benchmarks.json regenerated", file=sys.stderr)
         failed = _quality_failed(results.get("quality") or {})
         return 0 if not any("error" in f for f in results.values()) and not failed else 1
+    if args.name == "plots":  # redraw from the figures of the last `bench all`, measure nothing
+        return _replot(args.out)
     names = [args.name]
     unknown = [n for n in names if n not in BENCHES]
     if unknown:
@@ -33,15 +43,48 @@ def _bench(args: argparse.Namespace) -> int:
     results = {}
     for name in names:
         module = importlib.import_module(BENCHES[name])
-        if name in ("quality", "embedders"):
-            results[name] = module.run(quick=args.quick, dataset=args.dataset, fmt=args.format)
-        else:
-            results[name] = module.run(quick=args.quick)
+        with ticking(f"bench {name}", enabled=bar):
+            if name in ("quality", "embedders"):
+                results[name] = module.run(quick=args.quick, dataset=args.dataset,
+                                           fmt=args.format)  # fmt: skip
+            else:
+                results[name] = module.run(quick=args.quick)
+        pngs = _plots(name, results[name])
         if not args.json:
             print(module.markdown(results[name]))
+            for png in pngs:
+                print(f"plot written to {png}", file=sys.stderr)
     if args.json:
         print(json.dumps(results[names[0]] if len(names) == 1 else results))
     return 1 if "quality" in results and _quality_failed(results["quality"]) else 0
+
+
+def _replot(out: str | None) -> int:
+    from memstrata.ops.bench.common.env import REPO
+    from memstrata.ops.bench.plots import render
+
+    source = REPO / "docs" / "benchmarks.json"
+    results = json.loads(source.read_text(encoding="utf-8")).get("results", {})
+    folder = Path(out) if out else REPO / "docs" / "figures"
+    for name, figures in results.items():
+        if name != "quality":
+            for png in render(name, figures, folder):
+                print(png)
+    return 0
+
+
+def _plots(name: str, figures: dict[str, Any]) -> list[Path]:
+    """The benchmark's performance plots into docs/figures (the page is ``bench all``'s)."""
+    from memstrata.ops.bench.common.env import REPO
+    from memstrata.ops.bench.plots import render
+
+    if name == "quality":  # the quality run draws its own plots
+        return []
+    try:
+        return render(name, figures, REPO / "docs" / "figures")
+    except Exception as exc:  # a plot must not lose the figures just measured
+        print(f"memstrata bench {name}: no plots ({type(exc).__name__}: {exc})", file=sys.stderr)
+        return []
 
 
 def _quality_failed(figures: dict[str, Any]) -> bool:
@@ -58,7 +101,9 @@ def _quality_failed(figures: dict[str, Any]) -> bool:
 
 def add_bench(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     b = sub.add_parser("bench", help="run a benchmark and print its figures")
-    b.add_argument("name", help="benchmark name, or 'all'")
+    b.add_argument("name", help="benchmark name, 'all', or 'plots' (redraw the performance "
+                   "plots from docs/benchmarks.json without measuring)")
+    b.add_argument("--out", help="plots: the folder to draw into (default docs/figures)")
     b.add_argument("--quick", action="store_true", help="a short run (under a minute)")
     b.add_argument("--json", action="store_true", help="print one JSON object of figures")
     b.add_argument(

@@ -29,7 +29,11 @@ def _erase(args: argparse.Namespace) -> int:
     rt = connected_runtime()
     tenant = args.tenant or rt.settings.tenant
     key = user_key(args.user)
-    report = erase_owner(rt, user_id=key, tenant_id=tenant, dry_run=args.dry_run)
+    from memstrata.ops.progress import interactive, progress
+
+    with progress("erase", unit="step", enabled=interactive(json_mode=args.json)) as tick:
+        report = erase_owner(rt, user_id=key, tenant_id=tenant, dry_run=args.dry_run,
+                             on_progress=tick)  # fmt: skip
     if not args.dry_run:
         rt.owners.forget(tenant, key)
     if args.json:

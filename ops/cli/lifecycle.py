@@ -45,13 +45,20 @@ def _retract(args: argparse.Namespace) -> int:
 
 def _rebuild(args: argparse.Namespace) -> int:
     from memstrata.core.lifecycle.rebuild import rebuild_session
-    from memstrata.ops.progress import confirm
+    from memstrata.ops.progress import confirm, interactive, progress
 
     confirm([f"rebuild {args.tenant or 'default'}/{args.user}/{args.session}: delete the "
              "session's STM items and re-derive them from its L0 transcript"],
             yes=args.yes, what="rebuild")  # fmt: skip
-    out = rebuild_session(_lifecycle(), user_id=args.user, session_id=args.session,
-                          tenant_id=args.tenant, now=time.time())  # fmt: skip
+    lc = _lifecycle()
+    with progress("rebuild", unit="turn", enabled=interactive(json_mode=args.json)) as tick:
+        out = rebuild_session(lc, user_id=args.user, session_id=args.session,
+                              tenant_id=args.tenant, now=time.time(), on_progress=tick,
+                              chunk=20)  # fmt: skip
+    if args.json:
+        print(json.dumps({"session": args.session, "deleted": out.deleted, "turns": out.turns,
+                          "written": out.written}))  # fmt: skip
+        return 0
     print(f"session {args.session}: {out.deleted} items removed, {out.turns} turns replayed, "
           f"{out.written} written")  # fmt: skip
     return 0
@@ -59,14 +66,15 @@ def _rebuild(args: argparse.Namespace) -> int:
 
 def _forget(args: argparse.Namespace) -> int:
     from memstrata.core.lifecycle.maintenance import forget
-    from memstrata.ops.progress import confirm
+    from memstrata.ops.progress import confirm, interactive, progress
 
     lc, at = _lifecycle(), time.time() + args.ahead
     plan = forget(lc, now=at, apply=False, limit=args.limit)
     if args.apply and plan:
         confirm([f"forget {len(plan)} LTM cards (memstrata forget --dry-run lists them)"],
                 yes=args.yes, what="forget --apply")  # fmt: skip
-        plan = forget(lc, now=at, apply=True, limit=args.limit)
+        with progress("forget", unit="card", enabled=interactive(json_mode=args.json)) as tick:
+            plan = forget(lc, now=at, apply=True, limit=args.limit, on_progress=tick)
     rows = [
         {"card": f.card.memory_id, "user": f.card.user_id, "tenant": f.card.tenant_id,
          "reason": f.reason}
@@ -95,6 +103,7 @@ def add_lifecycle(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     b.add_argument("--session", required=True)
     b.add_argument("--tenant")
     b.add_argument("--yes", action="store_true", help="confirm (else asked on a terminal)")
+    b.add_argument("--json", action="store_true", help="one JSON line, no progress bar")
     b.set_defaults(func=_rebuild)
     f = sub.add_parser("forget", help="forget long-inactive low-importance LTM cards")
     mode = f.add_mutually_exclusive_group()

@@ -45,8 +45,8 @@ def add_ltm(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     t = sub.add_parser("ltm", help="long-term memory: status | reindex | reindex-history | requeue")
     t.add_argument("action", choices=["status", "reindex", "reindex-history", "requeue"])
     t.add_argument("--drop", action="store_true",
-                   help="reindex: drop and recreate the indexes first (default: in place, "
-                        "search keeps working); needs --yes or a typed y")
+                   help="reindex: drop and recreate the indexes first (default: build new "
+                        "ones beside and swap, search keeps working); needs --yes or a typed y")
     t.add_argument("--no-drop", action="store_true", help=argparse.SUPPRESS)  # the default now
     t.add_argument("--yes", action="store_true", help="confirm a destructive action")
     t.add_argument("--json", action="store_true", help="one JSON line, no progress bar")

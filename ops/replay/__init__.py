@@ -83,15 +83,19 @@ def build_parser() -> argparse.ArgumentParser:
 def _replay_all(
     replayer: Replayer, names: Sequence[str], args: argparse.Namespace
 ) -> list[SessionReport]:
+    from memstrata.ops.progress import interactive, progress
+
+    sessions = [s for name in names for s in load_source(name, args.root, limit=args.limit)]
     reports = []
-    for name in names:
-        for session in load_source(name, args.root, limit=args.limit):
+    with progress("replay", unit="session", enabled=interactive()) as tick:
+        for done, session in enumerate(sessions, 1):
             rep = replayer.replay(session)
             reports.append(rep)
             print(
                 f"{session.session_id}: {rep.turns} turns, {rep.written} written, "
                 f"{rep.refused} refused, {rep.stored_items} in STM, {len(rep.errors)} errors"
             )
+            tick(done, len(sessions))
     return reports
 
 

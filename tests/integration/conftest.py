@@ -35,6 +35,7 @@ from memstrata.core.runtime import Runtime
 from memstrata.core.settings import Settings
 from memstrata.tasks._options import DRAIN
 from memstrata.tasks.app import celery_config
+from memstrata.tasks.client import drain_owner
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 READY_TIMEOUT_S = 30.0
@@ -217,6 +218,9 @@ class AppKicker:
 
     def __call__(self, shard: int) -> None:
         self.app.send_task(DRAIN, args=[shard])
+
+    def kick_for(self, shard: int, *, tenant_id: str | None, user_id: str) -> None:
+        self.app.send_task(DRAIN, args=[shard], kwargs=drain_owner(tenant_id, user_id))
 
 
 @pytest.fixture

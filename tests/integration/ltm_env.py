@@ -53,13 +53,14 @@ def embedder() -> CachedEmbedder:
 
 
 def make_runtime(uri: str, pg_url: str, embedder: CachedEmbedder, **over: object) -> LtmRuntime:
-    settings = LtmSettings(
-        milvus_uri=uri,
-        milvus_timeout_s=3.0,
-        collection_prefix=f"t{uuid.uuid4().hex[:10]}",
-        reconcile_grace_s=0.0,
-        **over,  # type: ignore[arg-type]
-    )
+    values: dict[str, object] = {
+        "milvus_uri": uri,
+        "milvus_timeout_s": 3.0,
+        "collection_prefix": f"t{uuid.uuid4().hex[:10]}",
+        "reconcile_grace_s": 0.0,
+        "generation_refresh_s": 0.2,  # a reindex waits 2x this between its steps
+    }
+    settings = LtmSettings(**(values | over))  # type: ignore[arg-type]
     return runtime_for(settings, pg_url, embedder)
 
 

@@ -272,7 +272,8 @@ def milvus_dump(rt: Runtime) -> dict[str, list[dict[str, Any]]]:
     assert ltm.history is not None
     out = {}
     indexes: list[Any] = [ltm.lexical, ltm.vector, ltm.history.lexical, ltm.history.vector]
-    for index in indexes:
+    for routed in indexes:
+        index = getattr(routed, "serving", routed)  # card indexes: the serving generation
         fields = ["id", "tenant_id", "user_id", "status"]
         if index.name == "lexical":
             fields += ["title", "summary", "content", "bm25_text"]

@@ -85,6 +85,8 @@ def test_migrated_ledger_matches_the_table_definitions(ltm_pg_url: str) -> None:
         "fk_ltm_projections_memory_id_ltm_cards",
         "ck_ltm_projections_index_name",
         "ck_ltm_projections_state",
+        "pk_ltm_index_generations",
+        "ck_ltm_index_generations_phase",
     }
 
 
