@@ -34,6 +34,7 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
+from functools import lru_cache
 from typing import Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -69,6 +70,7 @@ from memstrata.core.recall.pool import (
     SourceType,
     Verdict,
     build_pool,
+    trusted,
 )
 from memstrata.core.recall.profile import QueryProfile, RuntimeState, build_query_profile
 from memstrata.core.recall.render import Lang, RenderedMemory, language_for, render
@@ -173,24 +175,37 @@ def _lines(memory: RenderedMemory) -> int:
     return len(memory.short_term) + len(memory.long_term) + len(memory.history)
 
 
+@lru_cache(maxsize=16_384)
+def _doc_terms(summary: str, entities: tuple[str, ...]) -> frozenset[str]:
+    """An STM item's terms; cached, as a session's recalls rank the same items again."""
+    return frozenset(terms(summary + " " + " ".join(entities)))
+
+
 def _stm_candidate(hit: StmHit, q_terms: set[str]) -> PoolCandidate:
-    doc = terms(hit.summary + " " + " ".join(hit.entities))
-    return PoolCandidate.model_construct(  # typed fields straight from the store: no re-validation
-        memory_id=hit.memory_id,
-        source_type=SourceType.REDIS_STM,
-        summary=hit.summary,
-        canonical_fact_key=hit.canonical_fact_key,
-        fingerprint=hit.fingerprint,
-        memory_type=hit.memory_type,
-        similarity=coverage(q_terms, doc),
-        importance=hit.importance,
-        updated_at=hit.updated_at,
-        entities=hit.entities,
-        message_ids=hit.message_ids,
-        task_id=hit.task_id,
-        tenant_id=None,
-        project_id=None,
-    )
+    # typed fields straight from the store: no re-validation (trusted)
+    return trusted(PoolCandidate, {
+        "memory_id": hit.memory_id,
+        "source_type": SourceType.REDIS_STM,
+        "summary": hit.summary,
+        "canonical_fact_key": hit.canonical_fact_key,
+        "fingerprint": hit.fingerprint,
+        "memory_type": hit.memory_type,
+        "similarity": coverage(q_terms, _doc_terms(hit.summary, hit.entities)),
+        "importance": hit.importance,
+        "updated_at": hit.updated_at,
+        "entities": hit.entities,
+        "message_ids": hit.message_ids,
+        "task_id": hit.task_id,
+        "tenant_id": None,
+        "project_id": None,
+    })  # fmt: skip
+
+
+@lru_cache(maxsize=16_384)
+def _authoritative_key(canonical_fact_key: str, project_id: str | None) -> str | None:
+    """The candidate's authority key when it falls in an authoritative PG domain, else None."""
+    key = authority_key(canonical_fact_key, project_id=project_id)
+    return key if domain_of_key(key) in AUTHORITATIVE_DOMAINS else None
 
 
 class Recaller:
@@ -544,8 +559,8 @@ class Recaller:
         """Seed 十五.3 on the candidates whose key falls in an authoritative PG domain."""
         auth = []
         for c in cands:
-            key = authority_key(c.canonical_fact_key, project_id=filters.project_id)
-            if domain_of_key(key) in AUTHORITATIVE_DOMAINS:
+            key = _authoritative_key(c.canonical_fact_key, filters.project_id)
+            if key is not None:
                 auth.append(
                     AuthorityCandidate(
                         id=c.memory_id,

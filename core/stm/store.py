@@ -11,8 +11,9 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from importlib import resources
-from typing import Any
+from typing import Any, NamedTuple
 
 import redis
 from redis.commands.core import Script
@@ -28,6 +29,18 @@ from memstrata.core.models.memory import MemoryItem, MemoryStatus
 def lua(name: str) -> str:
     """A script of ``core/stm/lua/`` (the store package's scripts live there, not inline)."""
     return (resources.files("memstrata.core.stm") / "lua" / name).read_text(encoding="utf-8")
+
+
+@lru_cache(maxsize=16_384)
+def _json_list(raw: str) -> tuple[str, ...]:
+    """A stored JSON list as a tuple; cached, as recall reads the same items again."""
+    return tuple(json.loads(raw) or ())
+
+
+@lru_cache(maxsize=16_384)
+def _message_ids(raw_source: str) -> tuple[str, ...]:
+    """The message ids of a stored ``source``; cached like :func:`_json_list`."""
+    return tuple((json.loads(raw_source) or {}).get("message_ids") or ())
 
 
 def _compact_json(value: object) -> str:
@@ -538,8 +551,8 @@ class StmStore:
                     memory_type=mtype,
                     importance=float(imp or 0),
                     updated_at=float(upd or 0),
-                    entities=tuple(json.loads(ents or "[]") or ()),
-                    message_ids=tuple((json.loads(src or "{}") or {}).get("message_ids") or ()),
+                    entities=_json_list(ents or "[]"),
+                    message_ids=_message_ids(src or "{}"),
                     task_id=task or None,
                 )
             )
@@ -638,9 +651,9 @@ class StmStore:
         return SweepReport(removed=removed, users=users)
 
 
-@dataclass(frozen=True)
-class StmHit:
-    """The fields of an STM item that recall ranks and renders."""
+class StmHit(NamedTuple):
+    """The fields of an STM item that recall ranks and renders (a tuple: recall builds
+    ~50 per call, and a frozen dataclass costs a ``__setattr__`` per field)."""
 
     memory_id: str
     summary: str
