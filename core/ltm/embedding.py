@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
@@ -245,45 +246,60 @@ def local_providers() -> list[str]:
 
 
 class CachedEmbedder:
-    """Batching and an in-process LRU cache keyed by the SHA-256 of (kind, text).
+    """Batching and two in-process LRU caches keyed by the SHA-256 of (embedder, kind, text).
 
     Re-indexing an unchanged card, retries and repeated queries then cost no model
-    time.  ``max_batch`` bounds one model call (memory and latency per call).
+    time.  Queries have an LRU of their own (``query_capacity``, at most 4,096 by
+    default): indexing a batch of 10k cards must not evict the recall path's repeated
+    query embeddings.  The embedder's name is part of the key, so a cache never answers
+    for another model.  ``max_batch`` bounds one model call (memory and latency per call).
+    Thread-safe: recall embeds queries on its worker threads while indexing runs.
     """
 
-    def __init__(self, inner: Embedder, *, capacity: int = 10_000, max_batch: int = 64) -> None:
-        if max_batch < 1 or capacity < 0:
-            raise InvalidInput("max_batch must be >= 1 and capacity >= 0")
+    def __init__(
+        self,
+        inner: Embedder,
+        *,
+        capacity: int = 10_000,
+        max_batch: int = 64,
+        query_capacity: int | None = None,
+    ) -> None:
+        if max_batch < 1 or capacity < 0 or (query_capacity or 0) < 0:
+            raise InvalidInput("max_batch must be >= 1 and capacities >= 0")
         self.inner = inner
         self.name = inner.name
         self.dim = inner.dim
         self.capacity = capacity
+        self.query_capacity = min(capacity, 4096) if query_capacity is None else query_capacity
         self.max_batch = max_batch
-        self._cache: OrderedDict[bytes, Vectors] = OrderedDict()
+        self._cache: OrderedDict[bytes, Vectors] = OrderedDict()  # documents
+        self._queries: OrderedDict[bytes, Vectors] = OrderedDict()
+        self._lock = threading.Lock()
         self.hits = 0
         self.misses = 0
 
-    @staticmethod
-    def _key(kind: str, text: str) -> bytes:
-        return hashlib.sha256(f"{kind}\x00{text}".encode()).digest()
+    def _key(self, kind: str, text: str) -> bytes:
+        return hashlib.sha256(f"{self.name}\x00{kind}\x00{text}".encode()).digest()
 
     def _embed(self, kind: str, texts: Sequence[str]) -> Vectors:
         out = np.empty((len(texts), self.dim), dtype=np.float32)
         todo: dict[bytes, list[int]] = {}
         order: list[tuple[bytes, str]] = []
-        for i, text in enumerate(texts):
-            key = self._key(kind, text)
-            cached = self._cache.get(key)
-            if cached is not None:
-                self._cache.move_to_end(key)
-                out[i] = cached
-                self.hits += 1
-                continue
-            if key not in todo:
-                todo[key] = []
-                order.append((key, text))
-            todo[key].append(i)
-        self.misses += len(order)
+        cache = self._queries if kind == "q" else self._cache
+        with self._lock:
+            for i, text in enumerate(texts):
+                key = self._key(kind, text)
+                cached = cache.get(key)
+                if cached is not None:
+                    cache.move_to_end(key)
+                    out[i] = cached
+                    self.hits += 1
+                    continue
+                if key not in todo:
+                    todo[key] = []
+                    order.append((key, text))
+                todo[key].append(i)
+            self.misses += len(order)
         for start in range(0, len(order), self.max_batch):
             chunk = order[start : start + self.max_batch]
             texts_chunk = [t for _, t in chunk]
@@ -304,15 +320,19 @@ class CachedEmbedder:
             for (key, _), row in zip(chunk, rows, strict=True):
                 for i in todo[key]:
                     out[i] = row
-                self._remember(key, row)
+                self._remember(kind, key, row)
         return out
 
-    def _remember(self, key: bytes, row: Vectors) -> None:
-        if self.capacity == 0:
+    def _remember(self, kind: str, key: bytes, row: Vectors) -> None:
+        cache, cap = (
+            (self._queries, self.query_capacity) if kind == "q" else (self._cache, self.capacity)
+        )
+        if cap == 0:
             return
-        self._cache[key] = row.copy()
-        if len(self._cache) > self.capacity:
-            self._cache.popitem(last=False)
+        with self._lock:
+            cache[key] = row.copy()
+            while len(cache) > cap:
+                cache.popitem(last=False)
 
     def embed_documents(self, texts: Sequence[str]) -> Vectors:
         return self._embed("d", texts)

@@ -62,6 +62,25 @@ def test_cache_evicts_the_least_recently_used() -> None:
     assert inner.calls[-1] == ["b"]
 
 
+def test_repeated_queries_survive_a_document_batch_bigger_than_the_cache() -> None:
+    inner = CountingEmbedder()
+    emb = CachedEmbedder(inner, capacity=3, query_capacity=2)
+    emb.embed_query("which incident?")
+    emb.embed_documents([f"card {i}" for i in range(10)])  # indexing fills the document LRU
+    calls = len(inner.calls)
+    emb.embed_query("which incident?")
+    assert len(inner.calls) == calls  # answered by the query LRU
+    emb.embed_queries(["q1", "q2"])  # bounded: the oldest query goes
+    emb.embed_query("which incident?")
+    assert inner.calls[-1] == ["which incident?"]
+
+
+def test_the_cache_never_answers_for_another_model() -> None:
+    a, b = CountingEmbedder(), make_stub(4)
+    b.name = "other"
+    assert CachedEmbedder(a)._key("q", "x") != CachedEmbedder(b)._key("q", "x")
+
+
 def test_dimension_mismatch_is_a_clear_start_up_error() -> None:
     with pytest.raises(EmbeddingDimensionMismatch, match=r"makes 512-d vectors .* holds 384-d"):
         check_dimension(make_stub(512), 384, collection="c")
