@@ -519,15 +519,22 @@ class StmStore:
         limit: int,
         now: float,
         with_flag: bool = False,
+        also_get: Sequence[str] = (),
     ) -> RecallRead:
         """Session, task, entity and recent indexes in one round trip, only ranking fields,
         and (``with_flag``) the session's last-recall flag.
 
         The recall hot path: one EVALSHA instead of a ZREVRANGE and a pipeline of
-        HGETALLs per index, and no full model validation per item.
+        HGETALLs per index, and no full model validation per item.  ``also_get``: other
+        string keys of the same owner (the profile cache's) read in the same call, their
+        values in :attr:`RecallRead.values`; a key of another owner is refused.
         """
         validate_id(session_id, kind="session_id")
         k = self.keys(user_id, tenant_id)
+        try:
+            gets = [k.suffix(key) for key in also_get]
+        except ValueError as exc:
+            raise InvalidInput(str(exc)) from exc
         p = len(k.prefix)
         suffixes = [k.session(session_id)[p:]]
         if task_id:
@@ -537,10 +544,13 @@ class StmStore:
         suffixes.append(k.recent[p:])
         flag_suffix = k.last_recall(session_id)[p:] if with_flag else ""
         with redis_errors():
-            raw = self._recall_read(keys=[k.prefix], args=[limit, now, flag_suffix, *suffixes])
+            raw = self._recall_read(
+                keys=[k.prefix], args=[limit, now, flag_suffix, len(gets), *gets, *suffixes]
+            )
         flag = raw[0] or None
+        first = 1 + len(gets)
         hits = []
-        for i in range(1, len(raw), 11):
+        for i in range(first, len(raw), 11):
             mid, summary, key, fp, mtype, imp, upd, ents, src, task, _exp = raw[i : i + 11]
             hits.append(
                 StmHit(
@@ -556,7 +566,7 @@ class StmStore:
                     task_id=task or None,
                 )
             )
-        return RecallRead(flag=flag, hits=hits)
+        return RecallRead(flag=flag, hits=hits, values=tuple(raw[1:first]))
 
     def record_recalls(
         self, marks: Sequence[RecallMark], *, flag_ttl_s: int, access_ttl_s: int
@@ -671,6 +681,7 @@ class StmHit(NamedTuple):
 class RecallRead:
     flag: str | None
     hits: list[StmHit]
+    values: tuple[str | None, ...] = ()  # of ``also_get``, in its order
 
 
 @dataclass(frozen=True)

@@ -11,8 +11,8 @@ profile cache warm, as in steady operation.  Routes measured, each with its own 
   query embedding (every query text is distinct, so the embedding cache never answers);
   then the same queries again (``hybrid_repeat``: embeddings from the query cache).
 
-``redis_roundtrip_*``: the STM-only recall's Redis reads sent bare (profile cache MGET and
-``recall_read.lua``), timed in turn with each recall so both see the same load.
+``redis_roundtrip_*``: the STM-only recall's one Redis read sent bare (``recall_read.lua``
+with the profile cache's keys), timed in turn with each recall so both see the same load.
 
 Figures are medians and p95 of wall time around ``Recaller.recall()`` in this process.
 """
@@ -96,8 +96,9 @@ def _time(fn: Callable[[], Any], n: int) -> list[float]:
 
 
 def _bare_reads(res: Runtime, req: RecallRequest, now: float) -> Callable[[], Any]:
-    """The Redis reads of an STM-only recall, sent bare: the profile cache's ``MGET`` and
-    the ``recall_read.lua`` call with the same arguments, replies left unparsed."""
+    """The Redis read of an STM-only recall, sent bare: the ``recall_read.lua`` call with
+    the same arguments (indexes, last-recall flag, the profile cache's two keys), its reply
+    left unparsed."""
     r = res.redis
     script = r.register_script(lua("common.lua") + lua("recall_read.lua"))
     ck = res.profile_cache.keys(TENANT, USER)
@@ -107,10 +108,10 @@ def _bare_reads(res: Runtime, req: RecallRequest, now: float) -> Callable[[], An
     suffixes = [k.session(req.session_id)[p:], k.task(str(req.task_id))[p:]]
     suffixes += [k.entity(e)[p:] for e in ents] + [k.recent[p:]]
     args: list[str | float] = [RecallSettings().stm_per_index, now,
-                               k.last_recall(req.session_id)[p:], *suffixes]  # fmt: skip
+                               k.last_recall(req.session_id)[p:], 2, k.suffix(ck.snapshot),
+                               k.suffix(ck.version), *suffixes]  # fmt: skip
 
     def reads() -> None:
-        r.mget([ck.snapshot, ck.version])
         script(keys=[k.prefix], args=args)
 
     return reads
@@ -260,7 +261,7 @@ def _time_each(recaller: Recaller, reqs: list[RecallRequest]) -> list[float]:
 def markdown(f: dict[str, Any]) -> str:
     rows = [
         ("STM only (Redis)", "stm_only", "p50 ≤ 1 ms, p95 ≤ 2 ms"),
-        ("bare Redis reads of the STM-only recall (profile cache MGET + recall_read.lua)",
+        ("the STM-only recall's Redis read alone (recall_read.lua incl. the profile cache)",
          "redis_roundtrip", "—"),
         ("PG + STM", "pg_stm", "—"),
         ("PG + STM + LTM hybrid, every query new", "hybrid", "p95 ≤ 15 ms incl. query embedding"),
@@ -279,6 +280,6 @@ def markdown(f: dict[str, Any]) -> str:
         if f"{key}_p50_ms" in f:
             lines.append(f"| {label} | {f[f'{key}_p50_ms']} | {f[f'{key}_p95_ms']} | {target} |")
     if "stm_only_over_roundtrip" in f:
-        lines += ["", f"STM-only recall ÷ its bare Redis reads (p50, timed in turn in one loop): "
+        lines += ["", f"STM-only recall ÷ its bare Redis read (p50, timed in turn in one loop): "
                       f"**{f['stm_only_over_roundtrip']}×**."]  # fmt: skip
     return "\n".join(lines)

@@ -209,7 +209,7 @@ def _previous_layout(res: Runtime, mid: str, *, ttl: float) -> MemoryItem:
     raw = stored_hash(res, mid)
     suffixes = ["recent", "session:s_1", "task:bug456", *raw.pop("ix").split()]
     res.redis.delete(k.item(mid))
-    res.redis.hset(k.item(mid), mapping={**raw, "_idx": json.dumps(suffixes)})
+    res.redis.hset(k.item(mid), mapping=dict[Any, Any]({**raw, "_idx": json.dumps(suffixes)}))
     return old
 
 
