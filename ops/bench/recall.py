@@ -283,3 +283,71 @@ def markdown(f: dict[str, Any]) -> str:
         lines += ["", f"STM-only recall ÷ its bare Redis read (p50, timed in turn in one loop): "
                       f"**{f['stm_only_over_roundtrip']}×**."]  # fmt: skip
     return "\n".join(lines)
+
+
+_PROFILE_GROUPS: tuple[tuple[str, Callable[[str, str], bool]], ...] = (  # first match wins
+    ("socket send / receive (waiting on Redis)",
+     lambda f, n: any(m in n for m in ("'sendall'", "'recv_into'", "'poll'"))),
+    ("redis-py client", lambda f, n: "site-packages/redis" in f or "hiredis" in n),
+    ("pydantic", lambda f, n: "pydantic" in f or "'validate_" in n),
+    ("recall pool (dedup, rescore, verdicts)", lambda f, n: f.endswith("core/recall/pool.py")),
+    ("recall service (candidates, routing glue)",
+     lambda f, n: f.endswith("core/recall/service.py")),
+    ("term extraction", lambda f, n: f.endswith("core/recall/text.py")
+     or any(m in n for m in ("'findall'", "'casefold'", "'isupper'"))),
+    ("STM read parsing", lambda f, n: f.endswith("core/stm/store.py")),
+    ("json", lambda f, n: "json" in f),
+)  # fmt: skip
+
+
+def profile_stm_only(calls: int = 300) -> dict[str, Any]:
+    """CPU per STM-only recall (not profiled), then the cProfile time of as many calls by
+    group, with 10k STM items and no LTM: the text summary in docs/BENCHMARKS.md."""
+    import cProfile
+    import pstats
+
+    from memstrata.core.ltm.config import LtmSettings
+    from memstrata.core.settings import load_settings
+
+    ns = new_namespace("profrecall")
+    with migrated_postgres() as pg_url:
+        rt = Runtime(load_settings(postgres_url=pg_url, redis_url=redis_url(), key_namespace=ns,
+                                   ltm=LtmSettings(enabled=False)))  # fmt: skip
+        try:
+            _seed_authority(rt)
+            items = _items(10_000, time.time(), random.Random(7))
+            for i in range(0, len(items), 500):
+                rt.stm.upsert_many(items[i : i + 500])
+            recaller = rt.recaller(ltm=False)
+            req = RecallRequest(query="那个接口还是超时", tenant_id=TENANT, user_id=USER,
+                                session_id="s7", task_id="bug7", project_id=PROJECT)  # fmt: skip
+            for _ in range(30):
+                recaller.recall(req)
+            c0 = time.process_time()
+            for _ in range(calls):
+                recaller.recall(req)
+            cpu_ms = (time.process_time() - c0) / calls * 1000
+            prof = cProfile.Profile()
+            prof.enable()
+            for _ in range(calls):
+                recaller.recall(req)
+            prof.disable()
+            recaller.close()
+        finally:
+            purge(rt.redis, ns)
+            rt.close()
+    groups: dict[str, float] = {}
+    total = 0.0
+    for (path, _line, name), row in pstats.Stats(prof).stats.items():  # type: ignore[attr-defined]
+        tottime = float(row[2])
+        total += tottime
+        label = next((g for g, hit in _PROFILE_GROUPS if hit(path, name)), "other")
+        groups[label] = groups.get(label, 0.0) + tottime
+    share = {g: round(100 * t / total, 1) for g, t in sorted(groups.items(), key=lambda x: -x[1])}
+    return {"cpu_ms_per_call": r3(cpu_ms), "calls": calls, "profiled_share_pct": share}
+
+
+if __name__ == "__main__":  # python -m memstrata.ops.bench.recall: the profile summary
+    import json
+
+    print(json.dumps(profile_stm_only(), indent=1, ensure_ascii=False))
