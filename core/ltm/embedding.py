@@ -253,7 +253,9 @@ class CachedEmbedder:
     default): indexing a batch of 10k cards must not evict the recall path's repeated
     query embeddings.  The embedder's name is part of the key, so a cache never answers
     for another model.  ``max_batch`` bounds one model call (memory and latency per call).
-    Thread-safe: recall embeds queries on its worker threads while indexing runs.
+    Thread-safe: recall embeds queries on its worker threads while indexing runs, and a
+    text another thread is embedding at that moment is waited for, not embedded twice
+    (recall's long-term and raw-history searches ask for the same query vector at once).
     """
 
     def __init__(
@@ -275,6 +277,7 @@ class CachedEmbedder:
         self._cache: OrderedDict[bytes, Vectors] = OrderedDict()  # documents
         self._queries: OrderedDict[bytes, Vectors] = OrderedDict()
         self._lock = threading.Lock()
+        self._inflight: dict[bytes, threading.Event] = {}  # keys a thread is embedding now
         self.hits = 0
         self.misses = 0
 
@@ -286,6 +289,8 @@ class CachedEmbedder:
         todo: dict[bytes, list[int]] = {}
         order: list[tuple[bytes, str]] = []
         cache = self._queries if kind == "q" else self._cache
+        waits: dict[bytes, tuple[threading.Event, str, list[int]]] = {}
+        mine: list[bytes] = []
         with self._lock:
             for i, text in enumerate(texts):
                 key = self._key(kind, text)
@@ -295,11 +300,61 @@ class CachedEmbedder:
                     out[i] = cached
                     self.hits += 1
                     continue
-                if key not in todo:
-                    todo[key] = []
+                if key in todo:
+                    todo[key].append(i)
+                elif key in waits:
+                    waits[key][2].append(i)
+                elif key in self._inflight:  # another thread embeds it now: wait for it
+                    waits[key] = (self._inflight[key], text, [i])
+                else:
+                    todo[key] = [i]
                     order.append((key, text))
-                todo[key].append(i)
+                    self._inflight[key] = threading.Event()
+                    mine.append(key)
             self.misses += len(order)
+        try:
+            self._compute(kind, order, todo, out)
+        finally:
+            with self._lock:
+                for key in mine:
+                    self._inflight.pop(key).set()
+        if waits:
+            self._await(kind, waits, out)
+        return out
+
+    def _await(
+        self,
+        kind: str,
+        waits: dict[bytes, tuple[threading.Event, str, list[int]]],
+        out: Vectors,
+    ) -> None:
+        """Rows another thread was embedding (recall's LTM and raw-history searches embed
+        the same query at once); computed here after all if that thread failed or did
+        not cache them."""
+        cache = self._queries if kind == "q" else self._cache
+        redo: list[tuple[bytes, str]] = []
+        todo: dict[bytes, list[int]] = {}
+        for key, (done, text, rows) in waits.items():
+            done.wait(timeout=60)
+            with self._lock:
+                cached = cache.get(key)
+                if cached is not None:
+                    self.hits += len(rows)
+                    for i in rows:
+                        out[i] = cached
+                    continue
+                self.misses += 1
+            redo.append((key, text))
+            todo[key] = rows
+        self._compute(kind, redo, todo, out)
+
+    def _compute(
+        self,
+        kind: str,
+        order: list[tuple[bytes, str]],
+        todo: dict[bytes, list[int]],
+        out: Vectors,
+    ) -> None:
         for start in range(0, len(order), self.max_batch):
             chunk = order[start : start + self.max_batch]
             texts_chunk = [t for _, t in chunk]
@@ -321,7 +376,6 @@ class CachedEmbedder:
                 for i in todo[key]:
                     out[i] = row
                 self._remember(kind, key, row)
-        return out
 
     def _remember(self, kind: str, key: bytes, row: Vectors) -> None:
         cache, cap = (
