@@ -81,6 +81,20 @@ class CacheLookup:
         return self.status is CacheStatus.STALE
 
 
+def lookup_of(raw: str | bytes | None, known: str | bytes | None) -> CacheLookup:
+    """The cache's answer from the values of its two keys (entry, newest version), however
+    they were read: :meth:`ProfileCache.get`, or recall's single STM round trip."""
+    if raw is None:
+        return CacheLookup(CacheStatus.MISSING)
+    try:
+        snap = AuthoritySnapshot.model_validate_json(raw)
+    except ValidationError:
+        return CacheLookup(CacheStatus.MISSING)  # unreadable entry: refill from PG
+    if known is not None and int(known) > snap.version:
+        return CacheLookup(CacheStatus.STALE, snap)
+    return CacheLookup(CacheStatus.HIT, snap)
+
+
 class ProfileCache:
     """Versioned snapshot cache over an injected Redis client.
 
@@ -113,15 +127,7 @@ class ProfileCache:
         k = self.keys(tenant_id, user_id)
         with redis_errors("profile cache"):
             raw, known = self._r.mget([k.snapshot, k.version])
-        if raw is None:
-            return CacheLookup(CacheStatus.MISSING)
-        try:
-            snap = AuthoritySnapshot.model_validate_json(raw)
-        except ValidationError:
-            return CacheLookup(CacheStatus.MISSING)  # unreadable entry: refill from PG
-        if known is not None and int(known) > snap.version:
-            return CacheLookup(CacheStatus.STALE, snap)
-        return CacheLookup(CacheStatus.HIT, snap)
+        return lookup_of(raw, known)
 
     def put(self, snapshot: AuthoritySnapshot) -> bool:
         """Store a snapshot read from PG; False when a newer version was already announced."""

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
@@ -245,45 +246,115 @@ def local_providers() -> list[str]:
 
 
 class CachedEmbedder:
-    """Batching and an in-process LRU cache keyed by the SHA-256 of (kind, text).
+    """Batching and two in-process LRU caches keyed by the SHA-256 of (embedder, kind, text).
 
     Re-indexing an unchanged card, retries and repeated queries then cost no model
-    time.  ``max_batch`` bounds one model call (memory and latency per call).
+    time.  Queries have an LRU of their own (``query_capacity``, at most 4,096 by
+    default): indexing a batch of 10k cards must not evict the recall path's repeated
+    query embeddings.  The embedder's name is part of the key, so a cache never answers
+    for another model.  ``max_batch`` bounds one model call (memory and latency per call).
+    Thread-safe: recall embeds queries on its worker threads while indexing runs, and a
+    text another thread is embedding at that moment is waited for, not embedded twice
+    (recall's long-term and raw-history searches ask for the same query vector at once).
     """
 
-    def __init__(self, inner: Embedder, *, capacity: int = 10_000, max_batch: int = 64) -> None:
-        if max_batch < 1 or capacity < 0:
-            raise InvalidInput("max_batch must be >= 1 and capacity >= 0")
+    def __init__(
+        self,
+        inner: Embedder,
+        *,
+        capacity: int = 10_000,
+        max_batch: int = 64,
+        query_capacity: int | None = None,
+    ) -> None:
+        if max_batch < 1 or capacity < 0 or (query_capacity or 0) < 0:
+            raise InvalidInput("max_batch must be >= 1 and capacities >= 0")
         self.inner = inner
         self.name = inner.name
         self.dim = inner.dim
         self.capacity = capacity
+        self.query_capacity = min(capacity, 4096) if query_capacity is None else query_capacity
         self.max_batch = max_batch
-        self._cache: OrderedDict[bytes, Vectors] = OrderedDict()
+        self._cache: OrderedDict[bytes, Vectors] = OrderedDict()  # documents
+        self._queries: OrderedDict[bytes, Vectors] = OrderedDict()
+        self._lock = threading.Lock()
+        self._inflight: dict[bytes, threading.Event] = {}  # keys a thread is embedding now
         self.hits = 0
         self.misses = 0
 
-    @staticmethod
-    def _key(kind: str, text: str) -> bytes:
-        return hashlib.sha256(f"{kind}\x00{text}".encode()).digest()
+    def _key(self, kind: str, text: str) -> bytes:
+        return hashlib.sha256(f"{self.name}\x00{kind}\x00{text}".encode()).digest()
 
     def _embed(self, kind: str, texts: Sequence[str]) -> Vectors:
         out = np.empty((len(texts), self.dim), dtype=np.float32)
         todo: dict[bytes, list[int]] = {}
         order: list[tuple[bytes, str]] = []
-        for i, text in enumerate(texts):
-            key = self._key(kind, text)
-            cached = self._cache.get(key)
-            if cached is not None:
-                self._cache.move_to_end(key)
-                out[i] = cached
-                self.hits += 1
-                continue
-            if key not in todo:
-                todo[key] = []
-                order.append((key, text))
-            todo[key].append(i)
-        self.misses += len(order)
+        cache = self._queries if kind == "q" else self._cache
+        waits: dict[bytes, tuple[threading.Event, str, list[int]]] = {}
+        mine: list[bytes] = []
+        with self._lock:
+            for i, text in enumerate(texts):
+                key = self._key(kind, text)
+                cached = cache.get(key)
+                if cached is not None:
+                    cache.move_to_end(key)
+                    out[i] = cached
+                    self.hits += 1
+                    continue
+                if key in todo:
+                    todo[key].append(i)
+                elif key in waits:
+                    waits[key][2].append(i)
+                elif key in self._inflight:  # another thread embeds it now: wait for it
+                    waits[key] = (self._inflight[key], text, [i])
+                else:
+                    todo[key] = [i]
+                    order.append((key, text))
+                    self._inflight[key] = threading.Event()
+                    mine.append(key)
+            self.misses += len(order)
+        try:
+            self._compute(kind, order, todo, out)
+        finally:
+            with self._lock:
+                for key in mine:
+                    self._inflight.pop(key).set()
+        if waits:
+            self._await(kind, waits, out)
+        return out
+
+    def _await(
+        self,
+        kind: str,
+        waits: dict[bytes, tuple[threading.Event, str, list[int]]],
+        out: Vectors,
+    ) -> None:
+        """Rows another thread was embedding (recall's LTM and raw-history searches embed
+        the same query at once); computed here after all if that thread failed or did
+        not cache them."""
+        cache = self._queries if kind == "q" else self._cache
+        redo: list[tuple[bytes, str]] = []
+        todo: dict[bytes, list[int]] = {}
+        for key, (done, text, rows) in waits.items():
+            done.wait(timeout=60)
+            with self._lock:
+                cached = cache.get(key)
+                if cached is not None:
+                    self.hits += len(rows)
+                    for i in rows:
+                        out[i] = cached
+                    continue
+                self.misses += 1
+            redo.append((key, text))
+            todo[key] = rows
+        self._compute(kind, redo, todo, out)
+
+    def _compute(
+        self,
+        kind: str,
+        order: list[tuple[bytes, str]],
+        todo: dict[bytes, list[int]],
+        out: Vectors,
+    ) -> None:
         for start in range(0, len(order), self.max_batch):
             chunk = order[start : start + self.max_batch]
             texts_chunk = [t for _, t in chunk]
@@ -304,15 +375,18 @@ class CachedEmbedder:
             for (key, _), row in zip(chunk, rows, strict=True):
                 for i in todo[key]:
                     out[i] = row
-                self._remember(key, row)
-        return out
+                self._remember(kind, key, row)
 
-    def _remember(self, key: bytes, row: Vectors) -> None:
-        if self.capacity == 0:
+    def _remember(self, kind: str, key: bytes, row: Vectors) -> None:
+        cache, cap = (
+            (self._queries, self.query_capacity) if kind == "q" else (self._cache, self.capacity)
+        )
+        if cap == 0:
             return
-        self._cache[key] = row.copy()
-        if len(self._cache) > self.capacity:
-            self._cache.popitem(last=False)
+        with self._lock:
+            cache[key] = row.copy()
+            while len(cache) > cap:
+                cache.popitem(last=False)
 
     def embed_documents(self, texts: Sequence[str]) -> Vectors:
         return self._embed("d", texts)

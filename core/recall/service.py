@@ -34,13 +34,15 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
+from dataclasses import dataclass
+from functools import lru_cache
 from typing import Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from sqlalchemy import Engine
 
 from memstrata.core.authority.blocks import build_blocks
-from memstrata.core.authority.cache import CacheLookup, CacheStatus, ProfileCache
+from memstrata.core.authority.cache import CacheLookup, CacheStatus, ProfileCache, lookup_of
 from memstrata.core.authority.db import autocommit_reader, translated
 from memstrata.core.authority.domain import AUTHORITATIVE_DOMAINS, domain_of_key
 from memstrata.core.authority.domain_authority import (
@@ -68,6 +70,7 @@ from memstrata.core.recall.pool import (
     SourceType,
     Verdict,
     build_pool,
+    trusted,
 )
 from memstrata.core.recall.profile import RuntimeState, build_query_profile
 from memstrata.core.recall.render import RenderedMemory, language_for, render
@@ -153,24 +156,37 @@ def _lines(memory: RenderedMemory) -> int:
     return len(memory.short_term) + len(memory.long_term) + len(memory.history)
 
 
+@lru_cache(maxsize=16_384)
+def _doc_terms(summary: str, entities: tuple[str, ...]) -> frozenset[str]:
+    """An STM item's terms; cached, as a session's recalls rank the same items again."""
+    return frozenset(terms(summary + " " + " ".join(entities)))
+
+
 def _stm_candidate(hit: StmHit, q_terms: set[str]) -> PoolCandidate:
-    doc = terms(hit.summary + " " + " ".join(hit.entities))
-    return PoolCandidate.model_construct(  # typed fields straight from the store: no re-validation
-        memory_id=hit.memory_id,
-        source_type=SourceType.REDIS_STM,
-        summary=hit.summary,
-        canonical_fact_key=hit.canonical_fact_key,
-        fingerprint=hit.fingerprint,
-        memory_type=hit.memory_type,
-        similarity=coverage(q_terms, doc),
-        importance=hit.importance,
-        updated_at=hit.updated_at,
-        entities=hit.entities,
-        message_ids=hit.message_ids,
-        task_id=hit.task_id,
-        tenant_id=None,
-        project_id=None,
-    )
+    # typed fields straight from the store: no re-validation (trusted)
+    return trusted(PoolCandidate, {
+        "memory_id": hit.memory_id,
+        "source_type": SourceType.REDIS_STM,
+        "summary": hit.summary,
+        "canonical_fact_key": hit.canonical_fact_key,
+        "fingerprint": hit.fingerprint,
+        "memory_type": hit.memory_type,
+        "similarity": coverage(q_terms, _doc_terms(hit.summary, hit.entities)),
+        "importance": hit.importance,
+        "updated_at": hit.updated_at,
+        "entities": hit.entities,
+        "message_ids": hit.message_ids,
+        "task_id": hit.task_id,
+        "tenant_id": None,
+        "project_id": None,
+    })  # fmt: skip
+
+
+@lru_cache(maxsize=16_384)
+def _authoritative_key(canonical_fact_key: str, project_id: str | None) -> str | None:
+    """The candidate's authority key when it falls in an authoritative PG domain, else None."""
+    key = authority_key(canonical_fact_key, project_id=project_id)
+    return key if domain_of_key(key) in AUTHORITATIVE_DOMAINS else None
 
 
 class Recaller:
@@ -200,6 +216,8 @@ class Recaller:
         self.clock = clock
         self.breakers = breakers or Breakers()
         self.access_log = AccessLog(stm)
+        # owner -> project ids of its last snapshot: the query entities of the first read
+        self._known_guess: dict[tuple[str, str], tuple[str, ...]] = {}
 
     def close(self) -> None:
         """Flush pending bookkeeping and stop the helper threads."""
@@ -250,7 +268,9 @@ class Recaller:
         now = req.now if req.now is not None else self.clock()
         degraded: dict[str, str] = {}
 
-        snapshot, lookup, verified = self._snapshot(req, degraded)
+        # one Redis round trip: STM indexes, last-recall flag and the profile cache's keys
+        first, cached = self._stm_read(req, self._known_guess.get(_owner(req), ()), now, degraded)
+        snapshot, lookup, verified = self._snapshot(req, degraded, cached)
         if verified:
             filters = filters_for(
                 snapshot, project_id=req.project_id, workspace_id=req.workspace_id
@@ -261,7 +281,7 @@ class Recaller:
                 degraded[AUTHORITY] += "; project/workspace scope not verified, not applied"
         timings["authority"] = _ms(t0)
         known = tuple(p.project_id for p in snapshot.projects)
-        stm_read = self._stm_read(req, known, now, degraded)
+        stm_read = self._stm_reread(req, known, now, degraded, first)
         timings["stm"] = _ms(t0)
 
         state = self._runtime_state(req, lookup, known, stm_read, now)
@@ -341,14 +361,16 @@ class Recaller:
 
     # ------------------------------------------------------------------ layers
     def _snapshot(
-        self, req: RecallRequest, degraded: dict[str, str]
+        self, req: RecallRequest, degraded: dict[str, str], cached: CacheLookup | None
     ) -> tuple[AuthoritySnapshot, CacheLookup, bool]:
         """The cached snapshot, or PG's (then cached); no PG connection on a cache hit.
 
-        The flag says whether the snapshot is the user's real one; False: PG could not be
-        read and the snapshot is :func:`owner_only` (``degraded["authority"]`` says why).
+        ``cached``: the profile cache's answer when the STM read carried it (else it is
+        asked here).  The flag says whether the snapshot is the user's real one; False: PG
+        could not be read and the snapshot is :func:`owner_only` (``degraded["authority"]``
+        says why).
         """
-        lookup = self._cached(req)
+        lookup = cached if cached is not None else self._cached(req)
         if lookup.status is CacheStatus.HIT and lookup.snapshot is not None:
             return lookup.snapshot, lookup, True
         breaker = self.breakers[AUTHORITY]
@@ -412,16 +434,70 @@ class Recaller:
 
     def _stm_read(
         self, req: RecallRequest, known: tuple[str, ...], now: float, degraded: dict[str, str]
-    ) -> RecallRead:
-        """Session + task + query-entity indexes and the last-recall flag, one round trip.
+    ) -> tuple[_FirstRead, CacheLookup | None]:
+        """Session + task + query-entity indexes, the last-recall flag and the profile
+        cache's two keys, one round trip (the cache's keys share the owner's hash tag).
 
-        Its timeout is the Redis client's socket timeout (``MEMSTRATA_REDIS_SOCKET_TIMEOUT_S``).
+        ``known``: the project ids the owner's snapshot named last time in this process
+        (the query's entities depend on them); :meth:`_stm_reread` reads again in the rare
+        case the snapshot says otherwise and the entities differ.  The second value is the
+        cache's answer, None when it was not read here (Redis down: a miss; a cache of
+        another namespace: asked on its own).  Its timeout is the Redis client's socket
+        timeout (``MEMSTRATA_REDIS_SOCKET_TIMEOUT_S``).
         """
+        entities = tuple(extract_entities(req.query, default_lexicon(), extra=known)[:5])
+        breaker = self.breakers[STM]
+        if not breaker.allow():
+            degraded[STM] = breaker.status()
+            return _FirstRead(RecallRead(flag=None, hits=[]), entities), CacheLookup(
+                CacheStatus.MISSING
+            )
+        ck = self.cache.keys(req.tenant_id, req.user_id)
+        cache_keys = [ck.snapshot, ck.version]
+        if not ck.prefix.startswith(self.stm.keys(req.user_id, req.tenant_id).prefix):
+            cache_keys = []
+        try:
+            with tripping(breaker):
+                read = self.stm.read_for_recall(
+                    req.user_id,
+                    tenant_id=req.tenant_id,
+                    session_id=req.session_id,
+                    task_id=req.task_id,
+                    entities=entities,
+                    limit=self.settings.stm_per_index,
+                    now=now,
+                    with_flag=True,
+                    also_get=cache_keys,
+                )
+        except MemstrataError as exc:
+            degraded[STM] = describe(exc)
+            log.warning("profile cache not read: %s", describe(exc))
+            empty = RecallRead(flag=None, hits=[])
+            return _FirstRead(empty, entities), CacheLookup(CacheStatus.MISSING)
+        cached = lookup_of(*read.values) if cache_keys else None
+        return _FirstRead(read, entities), cached
+
+    def _stm_reread(
+        self,
+        req: RecallRequest,
+        known: tuple[str, ...],
+        now: float,
+        degraded: dict[str, str],
+        first: _FirstRead,
+    ) -> RecallRead:
+        """The first read, unless the snapshot's projects change the query's entities."""
+        owner = _owner(req)
+        if self._known_guess.get(owner) != known:
+            self._known_guess[owner] = known
+            while len(self._known_guess) > _GUESSES:
+                self._known_guess.pop(next(iter(self._known_guess)))
+        entities = tuple(extract_entities(req.query, default_lexicon(), extra=known)[:5])
+        if entities == first.entities or STM in degraded:
+            return first.read
         breaker = self.breakers[STM]
         if not breaker.allow():
             degraded[STM] = breaker.status()
             return RecallRead(flag=None, hits=[])
-        entities = extract_entities(req.query, default_lexicon(), extra=known)[:5]
         try:
             with tripping(breaker):
                 return self.stm.read_for_recall(
@@ -526,8 +602,8 @@ class Recaller:
         """Seed 十五.3 on the candidates whose key falls in an authoritative PG domain."""
         auth = []
         for c in cands:
-            key = authority_key(c.canonical_fact_key, project_id=filters.project_id)
-            if domain_of_key(key) in AUTHORITATIVE_DOMAINS:
+            key = _authoritative_key(c.canonical_fact_key, filters.project_id)
+            if key is not None:
                 auth.append(
                     AuthorityCandidate(
                         id=c.memory_id,
@@ -561,6 +637,19 @@ class Recaller:
                 members=tuple(f"{c.source_type.value}:{c.memory_id}" for c in kept),
             )
         )
+
+
+@dataclass(frozen=True)
+class _FirstRead:
+    read: RecallRead
+    entities: tuple[str, ...]  # the query entities it was read with
+
+
+_GUESSES = 10_000  # owners whose last known project ids recall remembers
+
+
+def _owner(req: RecallRequest) -> tuple[str, str]:
+    return req.tenant_id, req.user_id
 
 
 class TimedOut(TransientError):

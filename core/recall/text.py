@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import re
+from collections.abc import Set as AbstractSet
 
 _WORD = re.compile(r"[a-z0-9_]+|[\u4e00-\u9fff]")
 _CJK_RUN = re.compile(r"[\u4e00-\u9fff]{2,}")
@@ -21,6 +22,6 @@ def terms(text: str) -> set[str]:
     return out
 
 
-def coverage(query: set[str], doc: set[str]) -> float:
+def coverage(query: AbstractSet[str], doc: AbstractSet[str]) -> float:
     """Share of the query's terms that the document contains, in [0, 1]."""
     return len(query & doc) / len(query) if query else 0.0

@@ -11,8 +11,9 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from importlib import resources
-from typing import Any
+from typing import Any, NamedTuple
 
 import redis
 from redis.commands.core import Script
@@ -28,6 +29,18 @@ from memstrata.core.models.memory import MemoryItem, MemoryStatus
 def lua(name: str) -> str:
     """A script of ``core/stm/lua/`` (the store package's scripts live there, not inline)."""
     return (resources.files("memstrata.core.stm") / "lua" / name).read_text(encoding="utf-8")
+
+
+@lru_cache(maxsize=16_384)
+def _json_list(raw: str) -> tuple[str, ...]:
+    """A stored JSON list as a tuple; cached, as recall reads the same items again."""
+    return tuple(json.loads(raw) or ())
+
+
+@lru_cache(maxsize=16_384)
+def _message_ids(raw_source: str) -> tuple[str, ...]:
+    """The message ids of a stored ``source``; cached like :func:`_json_list`."""
+    return tuple((json.loads(raw_source) or {}).get("message_ids") or ())
 
 
 def _compact_json(value: object) -> str:
@@ -506,15 +519,22 @@ class StmStore:
         limit: int,
         now: float,
         with_flag: bool = False,
+        also_get: Sequence[str] = (),
     ) -> RecallRead:
         """Session, task, entity and recent indexes in one round trip, only ranking fields,
         and (``with_flag``) the session's last-recall flag.
 
         The recall hot path: one EVALSHA instead of a ZREVRANGE and a pipeline of
-        HGETALLs per index, and no full model validation per item.
+        HGETALLs per index, and no full model validation per item.  ``also_get``: other
+        string keys of the same owner (the profile cache's) read in the same call, their
+        values in :attr:`RecallRead.values`; a key of another owner is refused.
         """
         validate_id(session_id, kind="session_id")
         k = self.keys(user_id, tenant_id)
+        try:
+            gets = [k.suffix(key) for key in also_get]
+        except ValueError as exc:
+            raise InvalidInput(str(exc)) from exc
         p = len(k.prefix)
         suffixes = [k.session(session_id)[p:]]
         if task_id:
@@ -524,10 +544,13 @@ class StmStore:
         suffixes.append(k.recent[p:])
         flag_suffix = k.last_recall(session_id)[p:] if with_flag else ""
         with redis_errors():
-            raw = self._recall_read(keys=[k.prefix], args=[limit, now, flag_suffix, *suffixes])
+            raw = self._recall_read(
+                keys=[k.prefix], args=[limit, now, flag_suffix, len(gets), *gets, *suffixes]
+            )
         flag = raw[0] or None
+        first = 1 + len(gets)
         hits = []
-        for i in range(1, len(raw), 11):
+        for i in range(first, len(raw), 11):
             mid, summary, key, fp, mtype, imp, upd, ents, src, task, _exp = raw[i : i + 11]
             hits.append(
                 StmHit(
@@ -538,12 +561,12 @@ class StmStore:
                     memory_type=mtype,
                     importance=float(imp or 0),
                     updated_at=float(upd or 0),
-                    entities=tuple(json.loads(ents or "[]") or ()),
-                    message_ids=tuple((json.loads(src or "{}") or {}).get("message_ids") or ()),
+                    entities=_json_list(ents or "[]"),
+                    message_ids=_message_ids(src or "{}"),
                     task_id=task or None,
                 )
             )
-        return RecallRead(flag=flag, hits=hits)
+        return RecallRead(flag=flag, hits=hits, values=tuple(raw[1:first]))
 
     def record_recalls(
         self, marks: Sequence[RecallMark], *, flag_ttl_s: int, access_ttl_s: int
@@ -638,9 +661,9 @@ class StmStore:
         return SweepReport(removed=removed, users=users)
 
 
-@dataclass(frozen=True)
-class StmHit:
-    """The fields of an STM item that recall ranks and renders."""
+class StmHit(NamedTuple):
+    """The fields of an STM item that recall ranks and renders (a tuple: recall builds
+    ~50 per call, and a frozen dataclass costs a ``__setattr__`` per field)."""
 
     memory_id: str
     summary: str
@@ -658,6 +681,7 @@ class StmHit:
 class RecallRead:
     flag: str | None
     hits: list[StmHit]
+    values: tuple[str | None, ...] = ()  # of ``also_get``, in its order
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,11 @@ profile cache warm, as in steady operation.  Routes measured, each with its own 
 * ``pg_stm``: a preference question that also refers to the task → PG block + Redis;
 * ``hybrid``: PG + STM + LTM hybrid search over ``MEMSTRATA_BENCH_RECALL_CARDS`` cards
   (10k by default, 2k with ``--quick``) on a local milvus-lite server, including the
-  query embedding (every query text is distinct, so the embedding cache never answers).
+  query embedding (every query text is distinct, so the embedding cache never answers);
+  then the same queries again (``hybrid_repeat``: embeddings from the query cache).
+
+``redis_roundtrip_*``: the STM-only recall's one Redis read sent bare (``recall_read.lua``
+with the profile cache's keys), timed in turn with each recall so both see the same load.
 
 Figures are medians and p95 of wall time around ``Recaller.recall()`` in this process.
 """
@@ -25,9 +29,12 @@ from typing import Any
 from memstrata.core import migrations
 from memstrata.core.authority.admin import create_project, create_tenant, create_user
 from memstrata.core.authority.facts import grant_role, set_profile
+from memstrata.core.extract.entities import extract_entities
+from memstrata.core.extract.lexicon import default_lexicon
 from memstrata.core.models.memory import MemoryItem, MemorySource, MemoryType
-from memstrata.core.recall.service import Recaller, RecallRequest
+from memstrata.core.recall.service import Recaller, RecallRequest, RecallSettings
 from memstrata.core.runtime import Runtime
+from memstrata.core.stm.store import lua
 from memstrata.ops.bench.common.db import scratch_postgres
 from memstrata.ops.bench.common.env import new_namespace, purge, redis_url
 from memstrata.ops.bench.common.machine import machine
@@ -88,11 +95,57 @@ def _time(fn: Callable[[], Any], n: int) -> list[float]:
     return out
 
 
-def _route_figures(recaller: Recaller, queries: dict[str, RecallRequest], n: int) -> dict[str, Any]:
+def _bare_reads(res: Runtime, req: RecallRequest, now: float) -> Callable[[], Any]:
+    """The Redis read of an STM-only recall, sent bare: the ``recall_read.lua`` call with
+    the same arguments (indexes, last-recall flag, the profile cache's two keys), its reply
+    left unparsed."""
+    r = res.redis
+    script = r.register_script(lua("common.lua") + lua("recall_read.lua"))
+    ck = res.profile_cache.keys(TENANT, USER)
+    k = res.stm.keys(USER, TENANT)
+    p = len(k.prefix)
+    ents = extract_entities(req.query, default_lexicon(), extra=(PROJECT,))[:5]
+    suffixes = [k.session(req.session_id)[p:], k.task(str(req.task_id))[p:]]
+    suffixes += [k.entity(e)[p:] for e in ents] + [k.recent[p:]]
+    args: list[str | float] = [RecallSettings().stm_per_index, now,
+                               k.last_recall(req.session_id)[p:], 2, k.suffix(ck.snapshot),
+                               k.suffix(ck.version), *suffixes]  # fmt: skip
+
+    def reads() -> None:
+        script(keys=[k.prefix], args=args)
+
+    return reads
+
+
+def _interleaved(
+    recall: Callable[[], Any], bare: Callable[[], Any], n: int
+) -> tuple[list[float], list[float]]:
+    """Recall and its bare Redis reads timed in turn, so both see the same machine load."""
+    ms, rt = [], []
+    for _ in range(n):
+        ms += _time(recall, 1)
+        rt += _time(bare, 1)
+    return ms, rt
+
+
+def _route_figures(
+    recaller: Recaller,
+    queries: dict[str, RecallRequest],
+    n: int,
+    bare: Callable[[], Any] | None = None,
+) -> dict[str, Any]:
+    """Per route p50/p95; ``bare`` (STM only): its Redis reads alone, beside each call."""
     figures: dict[str, Any] = {}
     for name, req in queries.items():
         recaller.recall(req)  # warm: profile cache, script loads, jieba
-        ms = _time(lambda r=req: recaller.recall(r), n)  # type: ignore[misc]
+        if name == "stm_only" and bare is not None:
+            bare()
+            ms, rt = _interleaved(lambda r=req: recaller.recall(r), bare, n)  # type: ignore[misc]
+            figures["redis_roundtrip_p50_ms"] = r3(median(rt))
+            figures["redis_roundtrip_p95_ms"] = r3(percentile(rt, 95))
+            figures["stm_only_over_roundtrip"] = r3(median(ms) / median(rt))
+        else:
+            ms = _time(lambda r=req: recaller.recall(r), n)  # type: ignore[misc]
         figures[f"{name}_p50_ms"] = r3(median(ms))
         figures[f"{name}_p95_ms"] = r3(percentile(ms, 95))
         out = recaller.recall(req)
@@ -148,7 +201,8 @@ def run(quick: bool = False) -> dict[str, Any]:
                 "stm_only": RecallRequest(query="那个接口还是超时", **base),
                 "pg_stm": RecallRequest(query="这个任务按我的回答偏好来，默认环境是哪个？", **base),
             }
-            figures = _route_figures(recaller, queries, n_queries)
+            bare = _bare_reads(res, queries["stm_only"], now)
+            figures = _route_figures(recaller, queries, n_queries, bare)
             recaller.close()
             figures.update({"stm_items": n_items, "queries_per_route": n_queries})
             figures.update(_hybrid(res, base, n_cards, n_queries, rng))
@@ -178,11 +232,15 @@ def _hybrid(
         first = recaller.recall(RecallRequest(query=queries[0], explain=True, **base))
         route = first.route
         ms = _time_each(recaller, [RecallRequest(query=q, **base) for q in queries[1:]])
+        # the same queries again: their embeddings now come from the query cache
+        again = _time_each(recaller, [RecallRequest(query=q, **base) for q in queries[1:]])
     finally:
         recaller.close()
     return {
         "hybrid_p50_ms": r3(median(ms)),
         "hybrid_p95_ms": r3(percentile(ms, 95)),
+        "hybrid_repeat_p50_ms": r3(median(again)),
+        "hybrid_repeat_p95_ms": r3(percentile(again, 95)),
         "hybrid_route": {"pg": route.need_pg, "redis": route.need_redis, "ltm": route.need_ltm,
                          "mode": route.ltm_mode.value if route.ltm_mode else None},
         "hybrid_degraded": first.degraded,
@@ -202,10 +260,13 @@ def _time_each(recaller: Recaller, reqs: list[RecallRequest]) -> list[float]:
 
 def markdown(f: dict[str, Any]) -> str:
     rows = [
-        ("STM only (Redis)", "stm_only", "p50 ≤ 2 ms, p95 ≤ 5 ms"),
+        ("STM only (Redis)", "stm_only", "p50 ≤ 1 ms, p95 ≤ 2 ms"),
+        ("the STM-only recall's Redis read alone (recall_read.lua incl. the profile cache)",
+         "redis_roundtrip", "—"),
         ("PG + STM", "pg_stm", "—"),
-        ("PG + STM + LTM hybrid", "hybrid", "p95 ≤ 40 ms incl. query embedding"),
-    ]
+        ("PG + STM + LTM hybrid, every query new", "hybrid", "p95 ≤ 15 ms incl. query embedding"),
+        ("PG + STM + LTM hybrid, query asked before (embedding cached)", "hybrid_repeat", "—"),
+    ]  # fmt: skip
     lines = [
         "## recall() latency per route",
         "",
@@ -218,4 +279,75 @@ def markdown(f: dict[str, Any]) -> str:
     for label, key, target in rows:
         if f"{key}_p50_ms" in f:
             lines.append(f"| {label} | {f[f'{key}_p50_ms']} | {f[f'{key}_p95_ms']} | {target} |")
+    if "stm_only_over_roundtrip" in f:
+        lines += ["", f"STM-only recall ÷ its bare Redis read (p50, timed in turn in one loop): "
+                      f"**{f['stm_only_over_roundtrip']}×**."]  # fmt: skip
     return "\n".join(lines)
+
+
+_PROFILE_GROUPS: tuple[tuple[str, Callable[[str, str], bool]], ...] = (  # first match wins
+    ("socket send / receive (waiting on Redis)",
+     lambda f, n: any(m in n for m in ("'sendall'", "'recv_into'", "'poll'"))),
+    ("redis-py client", lambda f, n: "site-packages/redis" in f or "hiredis" in n),
+    ("pydantic", lambda f, n: "pydantic" in f or "'validate_" in n),
+    ("recall pool (dedup, rescore, verdicts)", lambda f, n: f.endswith("core/recall/pool.py")),
+    ("recall service (candidates, routing glue)",
+     lambda f, n: f.endswith("core/recall/service.py")),
+    ("term extraction", lambda f, n: f.endswith("core/recall/text.py")
+     or any(m in n for m in ("'findall'", "'casefold'", "'isupper'"))),
+    ("STM read parsing", lambda f, n: f.endswith("core/stm/store.py")),
+    ("json", lambda f, n: "json" in f),
+)  # fmt: skip
+
+
+def profile_stm_only(calls: int = 300) -> dict[str, Any]:
+    """CPU per STM-only recall (not profiled), then the cProfile time of as many calls by
+    group, with 10k STM items and no LTM: the text summary in docs/BENCHMARKS.md."""
+    import cProfile
+    import pstats
+
+    from memstrata.core.ltm.config import LtmSettings
+    from memstrata.core.settings import load_settings
+
+    ns = new_namespace("profrecall")
+    with migrated_postgres() as pg_url:
+        rt = Runtime(load_settings(postgres_url=pg_url, redis_url=redis_url(), key_namespace=ns,
+                                   ltm=LtmSettings(enabled=False)))  # fmt: skip
+        try:
+            _seed_authority(rt)
+            items = _items(10_000, time.time(), random.Random(7))
+            for i in range(0, len(items), 500):
+                rt.stm.upsert_many(items[i : i + 500])
+            recaller = rt.recaller(ltm=False)
+            req = RecallRequest(query="那个接口还是超时", tenant_id=TENANT, user_id=USER,
+                                session_id="s7", task_id="bug7", project_id=PROJECT)  # fmt: skip
+            for _ in range(30):
+                recaller.recall(req)
+            c0 = time.process_time()
+            for _ in range(calls):
+                recaller.recall(req)
+            cpu_ms = (time.process_time() - c0) / calls * 1000
+            prof = cProfile.Profile()
+            prof.enable()
+            for _ in range(calls):
+                recaller.recall(req)
+            prof.disable()
+            recaller.close()
+        finally:
+            purge(rt.redis, ns)
+            rt.close()
+    groups: dict[str, float] = {}
+    total = 0.0
+    for (path, _line, name), row in pstats.Stats(prof).stats.items():  # type: ignore[attr-defined]
+        tottime = float(row[2])
+        total += tottime
+        label = next((g for g, hit in _PROFILE_GROUPS if hit(path, name)), "other")
+        groups[label] = groups.get(label, 0.0) + tottime
+    share = {g: round(100 * t / total, 1) for g, t in sorted(groups.items(), key=lambda x: -x[1])}
+    return {"cpu_ms_per_call": r3(cpu_ms), "calls": calls, "profiled_share_pct": share}
+
+
+if __name__ == "__main__":  # python -m memstrata.ops.bench.recall: the profile summary
+    import json
+
+    print(json.dumps(profile_stm_only(), indent=1, ensure_ascii=False))

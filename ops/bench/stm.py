@@ -243,6 +243,7 @@ def run(quick: bool) -> dict[str, Any]:
         b_done = len(bitems) - batch
 
     figures["memory"] = _memory(quick)
+    figures["redis_bytes_per_item"] = figures["memory"]["bytes_per_item"]
     figures.update(
         {
             # headline: full sessions, the steady state of any session longer than ~7 turns

@@ -126,8 +126,11 @@ def test_a_typical_item_costs_at_most_1200_bytes_with_the_shipped_configuration(
     with scratch_redis(conf=SHIPPED_CONF) as client:
         marker = stm_memory.measure_marker(client, users=3, per_user=40)
         mix = stm_memory.measure_mix(client, users=3, per_user=40)
+        mix_400 = stm_memory.measure_mix(client, users=3, per_user=400)
     assert marker["items"] == 120
     assert marker["bytes_per_item"] <= stm_memory.TARGET_BYTES_PER_ITEM, marker
     assert marker["item_encodings"] == {"listpack": 120}
-    # the richer mix is not there yet (docs/BENCHMARKS.md): it must not grow back
-    assert mix["bytes_per_item"] <= 1400, mix
+    # the richer mix at a few hundred items per user (the headline of docs/BENCHMARKS.md)
+    # meets it too; with 40 items per user the owner's fixed keys weigh more
+    assert mix_400["bytes_per_item"] <= stm_memory.TARGET_BYTES_PER_ITEM, mix_400
+    assert mix["bytes_per_item"] <= 1300, mix

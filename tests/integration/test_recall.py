@@ -300,3 +300,42 @@ def _scopes(res: Runtime, engine: Engine) -> list[tuple[str, str]]:
         ]])  # fmt: skip
     _SCOPES[ns] = scopes
     return scopes
+
+
+def test_the_first_recall_of_a_process_reads_again_when_a_project_name_changes_the_entities(
+    res: Runtime, world: World, engine: Engine, cache: ProfileCache
+) -> None:
+    from memstrata.core.models.memory import MemoryItem
+    from tests.integration.test_stm_store import item
+
+    # Given an item about project "shop" reachable only through its entity index: 25
+    # newer items fill the recent index, and it shares neither session nor task
+    def stm_item(mid: str, entities: tuple[str, ...], at: float) -> MemoryItem:
+        return item(mid, user=world.alice, session="s9", task=None, entities=entities, at=at,
+                    ttl=86_400, tenant_id=world.tenant_id, summary=f"{mid} 发布卡住")  # fmt: skip
+
+    res.stm.upsert(stm_item("m_shop", ("shop",), T0))
+    for i in range(25):
+        res.stm.upsert(stm_item(f"m_{i:02d}", ("gc",), T0 + 1 + i))
+    # When a Recaller new to alice is asked about "shop" (a project only her snapshot
+    # names, so the one round trip read without that entity), then asked again
+    r = Recaller(stm=res.stm, profile_cache=cache, engine=engine)
+    try:
+        first = r.recall(req(world, "shop 的发布还卡着吗", task_id=None, session_id="s1"))
+        second = r.recall(req(world, "shop 的发布还卡着吗", task_id=None, session_id="s1"))
+    finally:
+        r.close()
+    # Then both found it through the "shop" entity index, with the same memories
+    ids = [m.memory_id for m in first.memory.short_term]
+    assert "m_shop" in ids
+    assert [m.memory_id for m in second.memory.short_term] == ids
+
+
+def test_the_recall_read_refuses_a_key_of_another_owner(res: Runtime, world: World) -> None:
+    from memstrata.core.errors import InvalidInput
+
+    bob = res.stm.keys(world.bob, world.tenant_id)
+    with pytest.raises(InvalidInput, match="is not a key of"):
+        res.stm.read_for_recall(world.alice, tenant_id=world.tenant_id, session_id="s1",
+                                task_id=None, entities=[], limit=5, now=T0,
+                                also_get=[bob.last_recall("s1")])  # fmt: skip

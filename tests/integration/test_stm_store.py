@@ -137,17 +137,15 @@ def test_insert_writes_the_item_every_index_and_both_dedup_maps(res: Runtime) ->
                 "seen_sessions", "created_at", "last_access_at"}  # fmt: skip
     expected = {k: v for k, v in new.to_redis_hash().items() if k not in left_out}
     expected["source"] = '{"message_ids":["t1.0"]}'  # kind "conversation", no tool calls
-    assert {k: v for k, v in raw.items() if k != "_idx"} == expected
+    assert {k: v for k, v in raw.items() if k != "ix"} == expected
     # And it reads back as the item that was written
     assert res.stm.get("u_1", "m_1") == new
-    assert json.loads(raw["_idx"]) == [
-        "recent",
-        "session:s_1",
-        "task:bug456",
+    # And its index list leaves out what its fields imply (recent, its session, its task)
+    assert raw["ix"] == " ".join([
         "entity:payment-service",
         "entity:createorder",
         f"entity:{entity_key_part('thread pool')}",
-    ]
+    ])  # fmt: skip
     # And every index scores it by updated_at, the expire index by expires_at
     assert zsets(res) == {
         "recent": {"m_1": T0},
@@ -194,12 +192,52 @@ def test_an_item_of_the_earlier_layout_reads_the_same_and_is_compacted_when_rewr
     raw = stored_hash(res, "m_1")
     assert not {"id", "user_id", "status", "version", "history"} & set(raw)
     assert "type:decision" not in zsets(res)
-    assert "type:decision" not in json.loads(raw["_idx"])
+    assert "_idx" not in raw and "type:decision" not in raw["ix"]
     assert assert_no_dangling_references(res) == {"m_1"}
     got = res.stm.get("u_1", "m_1")
     assert got is not None and got.mention_count == 2
     assert got.source.message_ids == ["t1.0", "t2.0"]
     assert got.created_at == T0 and got.updated_at == T0 + 60
+
+
+def _previous_layout(res: Runtime, mid: str, *, ttl: float) -> MemoryItem:
+    """An item as the upsert script wrote it before 2026-12-02: compact, but every index
+    suffix in the JSON list ``_idx``."""
+    old = item(mid, entities=("createOrder",), ttl=ttl)
+    res.stm.upsert(old)
+    k = res.stm.keys("u_1")
+    raw = stored_hash(res, mid)
+    suffixes = ["recent", "session:s_1", "task:bug456", *raw.pop("ix").split()]
+    res.redis.delete(k.item(mid))
+    res.redis.hset(k.item(mid), mapping=dict[Any, Any]({**raw, "_idx": json.dumps(suffixes)}))
+    return old
+
+
+@pytest.mark.parametrize("how", ["sweep", "delete", "merge"])
+def test_an_item_whose_index_list_is_the_json_idx_is_read_removed_and_merged_whole(
+    res: Runtime, how: str
+) -> None:
+    # Given an item of the previous layout (its index list in `_idx`)
+    old = _previous_layout(res, "m_1", ttl=HOUR)
+    assert res.stm.get("u_1", "m_1") == old
+    # When it is swept, deleted or merged
+    if how == "sweep":
+        assert res.stm.sweep_user("u_1", now=T0 + 2 * HOUR, limit=10)[0] == 1
+    elif how == "delete":
+        assert res.stm.delete("u_1", ["m_1"]) == 1
+    else:
+        again = item("m_1", entities=("createOrder", "gc"), msgs=("t2.0",), at=T0 + 60)
+        assert res.stm.upsert(again).op == "merged"
+        raw = stored_hash(res, "m_1")
+        assert "_idx" not in raw and raw["ix"] == "entity:createorder entity:gc"
+    # Then no index keeps an entry of a removed item, and a merged one is in all of them
+    live = assert_no_dangling_references(res)
+    if how == "merge":
+        assert live == {"m_1"}
+        assert set(zsets(res)) >= {"recent", "session:s_1", "task:bug456",
+                                   "entity:createorder", "entity:gc"}  # fmt: skip
+    else:
+        assert live == set() and zsets(res) == {}
 
 
 def test_item_without_a_task_is_not_in_any_task_index(res: Runtime) -> None:
@@ -908,3 +946,22 @@ def test_the_sweep_finds_expired_items_in_every_tenant_scope(res: Runtime) -> No
     for tenant in ("t_a", "t_b", None):
         assert res.stm.recent("u_1", tenant_id=tenant) == []
     assert res.redis.zcard(res.stm.gkeys.sweep_users) == 0
+
+
+def test_a_changed_fact_stated_outside_its_task_keeps_an_exact_index_list(
+    res: Runtime,
+) -> None:
+    # Given a decision of task bug456
+    res.stm.upsert(item("m_1", entities=("gc",)))
+    # When it changes in a message outside any task (the hash keeps task_id, the task's
+    # index no longer holds it, so `task:bug456` is not implied)
+    changed = item("m_1", task=None, summary="keep payment-service", msgs=("t2.0",), at=T0 + 1)
+    assert res.stm.upsert(changed).op == "updated"
+    raw = stored_hash(res, "m_1")
+    assert raw["task_id"] == "bug456" and "task:bug456" not in zsets(res)
+    idx = json.loads(raw["_idx"])
+    assert idx[:2] == ["recent", "session:s_1"] and "ix" not in raw
+    assert not [s for s in idx if s.startswith("task:")]
+    # Then deleting it leaves no index entry behind
+    assert res.stm.delete("u_1", ["m_1"]) == 1
+    assert zsets(res) == {} and assert_no_dangling_references(res) == set()

@@ -62,6 +62,57 @@ def test_cache_evicts_the_least_recently_used() -> None:
     assert inner.calls[-1] == ["b"]
 
 
+def test_repeated_queries_survive_a_document_batch_bigger_than_the_cache() -> None:
+    inner = CountingEmbedder()
+    emb = CachedEmbedder(inner, capacity=3, query_capacity=2)
+    emb.embed_query("which incident?")
+    emb.embed_documents([f"card {i}" for i in range(10)])  # indexing fills the document LRU
+    calls = len(inner.calls)
+    emb.embed_query("which incident?")
+    assert len(inner.calls) == calls  # answered by the query LRU
+    emb.embed_queries(["q1", "q2"])  # bounded: the oldest query goes
+    emb.embed_query("which incident?")
+    assert inner.calls[-1] == ["which incident?"]
+
+
+class GatedEmbedder(CountingEmbedder):
+    """Blocks inside the model until released, so a second caller meets the first mid-call."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.inside = threading.Event()
+        self.release = threading.Event()
+
+    def embed_queries(self, texts: Sequence[str]) -> Vectors:
+        self.inside.set()
+        assert self.release.wait(timeout=30)
+        return super().embed_documents(texts)
+
+
+def test_a_query_being_embedded_by_another_thread_is_waited_for_not_embedded_twice() -> None:
+    # Given recall's two long-term searches asking for the same query vector at once
+    inner = GatedEmbedder()
+    emb = CachedEmbedder(inner)
+    got: dict[str, Vectors] = {}
+    first = threading.Thread(target=lambda: got.update(a=emb.embed_query("which incident?")))
+    first.start()
+    assert inner.inside.wait(timeout=30)  # the first is inside the model now
+    second = threading.Thread(target=lambda: got.update(b=emb.embed_query("which incident?")))
+    second.start()
+    inner.release.set()
+    first.join(timeout=30)
+    second.join(timeout=30)
+    # Then the model ran once and both got its vector
+    assert inner.calls == [["which incident?"]]
+    assert np.array_equal(got["a"], got["b"])
+
+
+def test_the_cache_never_answers_for_another_model() -> None:
+    a, b = CountingEmbedder(), make_stub(4)
+    b.name = "other"
+    assert CachedEmbedder(a)._key("q", "x") != CachedEmbedder(b)._key("q", "x")
+
+
 def test_dimension_mismatch_is_a_clear_start_up_error() -> None:
     with pytest.raises(EmbeddingDimensionMismatch, match=r"makes 512-d vectors .* holds 384-d"):
         check_dimension(make_stub(512), 384, collection="c")

@@ -18,12 +18,30 @@ local function evict_score(importance, updated_at, durable)
   return score
 end
 
+-- The index suffixes an item hash lists (docs/KEYS.md "Compact items"): compact, `ix`
+-- holds only those its own fields do not imply, space-separated (no suffix has a space):
+-- `recent`, `session:<session_id>` and `task:<task_id>` are implied.  A hash written
+-- before 2026-12-02 has `_idx`, the JSON list of every suffix, and reads the same.
+-- Returns nil when the hash has neither (no item).
+local function suffixes_of(idx, ix, session_id, task_id)
+  if idx then return cjson.decode(idx) end
+  if not ix then return nil end
+  local out = {'recent', 'session:' .. session_id}
+  if task_id and task_id ~= '' then out[#out + 1] = 'task:' .. task_id end
+  for s in string.gmatch(ix, '%S+') do out[#out + 1] = s end
+  return out
+end
+
+local IDX_FIELDS = {'_idx', 'ix', 'session_id', 'task_id'}
+
 local function unindex(id)
   -- Remove an item from every index it was written to, and the item itself.
   local ikey = P .. 'item:' .. id
-  local fields = redis.call('HMGET', ikey, '_idx', 'canonical_fact_key', 'fingerprint')
-  if fields[1] then
-    for _, suffix in ipairs(cjson.decode(fields[1])) do
+  local fields = redis.call('HMGET', ikey, '_idx', 'canonical_fact_key', 'fingerprint',
+                            unpack(IDX_FIELDS, 2))
+  local suffixes = suffixes_of(fields[1], fields[4], fields[5], fields[6])
+  if suffixes then
+    for _, suffix in ipairs(suffixes) do
       redis.call('ZREM', P .. suffix, id)
       if string.sub(suffix, 1, 8) == 'session:' then redis.call('ZREM', evict_key(suffix), id) end
     end

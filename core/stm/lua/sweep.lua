@@ -14,14 +14,16 @@ local by_index, keys = {}, {}
 local canon_f, canon_id, fp_f, fp_id = {}, {}, {}, {}
 for _, id in ipairs(ids) do
   local ikey = P .. 'item:' .. id
-  local f = redis.call('HMGET', ikey, '_idx', 'canonical_fact_key', 'fingerprint')
-  if f[1] then
-    for _, suffix in ipairs(cjson.decode(f[1])) do
+  local f = redis.call('HMGET', ikey, '_idx', 'canonical_fact_key', 'fingerprint',
+                       unpack(IDX_FIELDS, 2))
+  local suffixes = suffixes_of(f[1], f[4], f[5], f[6])
+  if suffixes then
+    for _, suffix in ipairs(suffixes) do
       local l = by_index[suffix]
       if not l then l = {}; by_index[suffix] = l end
       l[#l + 1] = id
     end
-    for _, suffix in ipairs(cjson.decode(f[1])) do
+    for _, suffix in ipairs(suffixes) do
       if string.sub(suffix, 1, 8) == 'session:' then
         local ek = 'evict:' .. string.sub(suffix, 9)
         local l = by_index[ek]

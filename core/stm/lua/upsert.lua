@@ -11,6 +11,8 @@
 -- already say (id, user_id, tenant_id, status) and every field at its default; expand()
 -- puts them back for the merge logic, compact() takes them out before the write.
 -- Hashes written before (with every field) are read the same and compacted when rewritten.
+-- The index list is kept as `ix` (common.lua suffixes_of); the merge logic works on the
+-- full JSON list `_idx`, as the payload from Python carries it.
 
 local new = cjson.decode(ARGV[1])
 local cap = tonumber(ARGV[2])
@@ -25,14 +27,33 @@ local EMPTY = {['[]'] = true, ['{}'] = true}
 
 local function expand(t)
   for k, v in pairs(DEFAULTS) do if t[k] == nil then t[k] = v end end
+  if t._idx == nil and t.ix ~= nil then
+    t._idx = cjson.encode(suffixes_of(nil, t.ix, t.session_id, t.task_id))
+  end
+  t.ix = nil
   if t.seen_sessions == nil then t.seen_sessions = cjson.encode({t.session_id}) end
   if t.created_at == nil then t.created_at = t.updated_at end
   if t.last_access_at == nil then t.last_access_at = t.updated_at end
   return t
 end
 
+local function compact_idx(t)
+  -- `_idx` -> `ix` without the implied suffixes (suffixes_of puts them back); the full
+  -- list stays when one of them is missing (an update that moved the item's task)
+  local implied = {recent = true, ['session:' .. t.session_id] = true}
+  if t.task_id and t.task_id ~= '' then implied['task:' .. t.task_id] = true end
+  local found, extra = {}, {}
+  for _, s in ipairs(cjson.decode(t._idx)) do
+    if implied[s] then found[s] = true else extra[#extra + 1] = s end
+  end
+  for s in pairs(implied) do if not found[s] then return end end
+  t._idx = nil
+  t.ix = table.concat(extra, ' ')
+end
+
 local function compact(t)
   t.id, t.user_id, t.tenant_id, t.status = nil, nil, nil, nil
+  compact_idx(t)
   for k, v in pairs(DEFAULTS) do
     if t[k] == v or (EMPTY[v] and EMPTY[t[k]]) then t[k] = nil end
   end
