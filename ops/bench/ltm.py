@@ -237,6 +237,7 @@ def run(quick: bool) -> dict[str, Any]:
     rng = random.Random(42)
     figures: dict[str, Any] = {
         "quick": quick,
+        "scales_env": override or "",
         "loadavg_at_start": [round(x, 2) for x in load_average()],
         "embedding": "use-multilingual",
     }
@@ -361,10 +362,11 @@ def markdown(figures: dict[str, Any]) -> str:
         best = max(q["lexical"]["recall@5"], q["vector"]["recall@5"])
         fusion.append(f"{lang} {verdict(q['hybrid']['recall@5'] >= best)}")
     quick = " --quick" if f.get("quick") else ""
+    env = f"MEMSTRATA_BENCH_LTM_SCALES={f['scales_env']} " if f.get("scales_env") else ""
     return (
         "\n".join(
             [
-                f"### Long-term memory (`memstrata bench ltm{quick}`)",
+                f"### Long-term memory (`{env}memstrata bench ltm{quick}`)",
                 "",
                 f"Embedding model `{f['embedding']}`; milvus-lite 2.5.1 server (FLAT, BM25 "
                 f"function), PostgreSQL ledger; load average {f['loadavg_at_start']} at start, "
