@@ -33,6 +33,7 @@ from memstrata.core.ltm.card import LtmCard, card_id
 from memstrata.core.ltm.config import LtmSettings
 from memstrata.core.ltm.embedding import CachedEmbedder
 from memstrata.core.ltm.filters import CardFilter
+from memstrata.core.ltm.milvus import milvus_errors
 from memstrata.core.ltm.milvus_server import MilvusServer, free_port
 from memstrata.core.ltm.runtime import LtmRuntime
 from memstrata.core.ltm.search import SearchMode, SearchPolicy
@@ -198,6 +199,24 @@ def _writes(rt: LtmRuntime, n: int, users: int, rng: random.Random, base: int) -
     return times
 
 
+def _after_flush(
+    rt: LtmRuntime, size: int, users: int, rng: random.Random, quick: bool
+) -> dict[str, Any]:
+    """Seal every segment (``flush``) and time the index calls and searches again: does
+    milvus-lite's id lookup or its search get cheaper on sealed segments?"""
+    t0 = time.perf_counter()
+    with milvus_errors("flush", rt.milvus):
+        for collection in (rt.vector.collection, getattr(rt.lexical, "collection", "")):
+            if collection:
+                rt.milvus.client.flush(collection, timeout=int(rt.vector.timeout_s))
+    return {
+        "cards": size,
+        "flush_s": r3(time.perf_counter() - t0),
+        "strategy": _strategy(rt, 10 if quick else 30, size, rng),
+        "search_ms": _searches(rt, 30 if quick else 60, users, rng),
+    }
+
+
 def _updates(rt: LtmRuntime, n: int, size: int, rng: random.Random) -> list[float]:
     """One held card rewritten at a time (new version): ledger write + embed + both
     projections, which are upserts (the id is in both indexes)."""
@@ -284,6 +303,7 @@ def run(quick: bool) -> dict[str, Any]:
             }
             per_scale.append(entry)
         last = per_scale[-1]
+        figures["after_flush"] = _after_flush(rt, last["cards"], users, rng, quick)
         figures.update(
             {
                 "cards": last["cards"],
@@ -320,7 +340,7 @@ def _scale_rows(scales: list[dict[str, Any]]) -> list[str]:
     return rows
 
 
-def _strategy_rows(scales: list[dict[str, Any]]) -> list[str]:
+def _strategy_rows(scales: list[dict[str, Any]], flushed: dict[str, Any] | None) -> list[str]:
     rows = [
         "| cards | index | insert, new id | upsert, new id | upsert, held id | delete, held id |",
         "|---|---|---|---|---|---|",
@@ -331,7 +351,24 @@ def _strategy_rows(scales: list[dict[str, Any]]) -> list[str]:
             cells = [f"{ops[o]['p50']} / {ops[o]['p95']}" if o in ops else "-"
                      for o in STRATEGY_OPS]  # fmt: skip
             rows.append(f"| {s['cards']} | {index} | " + " | ".join(cells) + " |")
+    if flushed:
+        for index in ("vector", "lexical"):
+            ops = flushed["strategy"][index]
+            cells = [f"{ops[o]['p50']} / {ops[o]['p95']}" if o in ops else "-"
+                     for o in STRATEGY_OPS]  # fmt: skip
+            rows.append(f"| {flushed['cards']}, flushed | {index} | " + " | ".join(cells) + " |")
     return rows
+
+
+def _flush_line(flushed: dict[str, Any] | None) -> list[str]:
+    if not flushed:
+        return []
+    searches = ", ".join(f"{m} {v['p50']} / {v['p95']}" for m, v in flushed["search_ms"].items())
+    return [
+        "",
+        f"After `flush` ({flushed['flush_s']} s) at {flushed['cards']} cards, searches p50 / "
+        f"p95 ms: {searches}.",
+    ]
 
 
 def _quality_rows(quality: dict[str, Any]) -> list[str]:
@@ -387,7 +424,8 @@ def markdown(figures: dict[str, Any]) -> str:
                 "Index calls, one card each, p50 / p95 ms (`strategy`): what a write costs "
                 "as the collection grows.",
                 "",
-                *_strategy_rows(f["scales"]),
+                *_strategy_rows(f["scales"], f.get("after_flush")),
+                *_flush_line(f.get("after_flush")),
                 "",
                 "MADial-Bench (candidates: the user's memories; query: the dialogue before the "
                 "test turn; gold: relevant-id):",
