@@ -4,8 +4,9 @@ Both indexes are projections of the ledger, keyed by ``memory_id``: upserts are
 idempotent, deletes of absent ids are no-ops, and each can be dropped and rebuilt.
 ``insert`` is for a card the index has never held: on milvus-lite an upsert first looks
 the id up, a cost that grows with the collection (docs/LTM.md, "Benchmarks"), while an
-insert does not; should a crash ever make one id appear twice, searches return it once
-and the next upsert or delete removes both.
+insert does not; should a crash ever make one id appear twice, Milvus's search still
+returns it once (it reduces results by primary key) and the next upsert or delete
+removes both (tests/integration/test_ltm_search_pipeline.py).
 """
 
 from __future__ import annotations

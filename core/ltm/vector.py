@@ -45,13 +45,8 @@ def add_scalar_fields(schema: Any) -> None:
 
 
 def hits_of(result: Any) -> list[Hit]:
-    """Hits in rank order, each id once (an id inserted twice by a crash: ports.py)."""
     out = []
-    seen: set[str] = set()
     for row in result[0] if result else []:
-        if str(row["id"]) in seen:
-            continue
-        seen.add(str(row["id"]))
         entity = row.get("entity", {})
         out.append(
             Hit(

@@ -137,7 +137,9 @@ def test_an_id_written_twice_by_a_crashed_projection_is_found_once_and_healed(
     ltm: LtmRuntime, tenant: str
 ) -> None:
     """A first projection inserts (no upsert lookup); a crash between that insert and the
-    ledger settle re-inserts on redelivery, so one id is held twice for a while."""
+    ledger settle re-inserts on redelivery, so one id is held twice for a while.  What the
+    insert strategy relies on, pinned here: Milvus's searches reduce results by primary
+    key, and an upsert replaces every copy."""
     ids = ltm_env.seed_corpus(ltm, tenant)
     mid = ids["case.ora00942"]
     cards, _ = ltm.ledger.work([mid])
