@@ -1,11 +1,13 @@
 """Projection of ledger cards into the two indexes: index, delete, reconcile, rebuild.
 
 One function does the work for tasks, the CLI and tests: :func:`project` reads cards and
-their projection rows, embeds the ones the vector index lacks (one batch), upserts or
-deletes per index (one call each), then records per (card, index) ``indexed``, a
-transient error (still ``pending``, attempts + 1) or a permanent one (``failed``, the
-dead letter, with its reason).  Every step is idempotent by memory_id, so a retry, a
-duplicate task or the reconciler can run it again at any time.
+their projection rows, embeds the ones the vector index lacks (one batch), inserts the
+cards an index has never held and upserts the others (:func:`never_written`: on
+milvus-lite an upsert's id lookup grows with the collection) or deletes, then records
+per (card, index) ``indexed``, a transient error (still ``pending``, attempts + 1) or a
+permanent one (``failed``, the dead letter, with its reason).  Every step is idempotent
+by memory_id, so a retry, a duplicate task or the reconciler can run it again at any
+time (a re-run insert can hold an id twice until its next write; searches return it once).
 """
 
 from __future__ import annotations
@@ -71,6 +73,15 @@ class Outcome:
 class Work:
     card: LtmCard
     version: int
+    fresh: bool = False  # the index has never held this card: insert, not upsert
+
+
+def never_written(row: Projection) -> bool:
+    """No attempt ever wrote this card into the index: it was never indexed and nothing
+    was tried since the last reset (a failed or timed-out write counts an attempt).  The
+    one window left, a crash between the index write and the ledger settle, can only
+    make an id appear twice, which searches tolerate (ports.py)."""
+    return row.indexed_version is None and row.attempts == 0
 
 
 def _work_per_index(
@@ -83,7 +94,8 @@ def _work_per_index(
             continue
         if not force and row.state is ProjectionState.INDEXED:
             continue
-        todo[row.index_name].append(Work(card, row.target_version))
+        fresh = not force and never_written(row)
+        todo[row.index_name].append(Work(card, row.target_version, fresh))
     return todo
 
 
@@ -163,18 +175,20 @@ class Projector:
 
     def _write(self, index_name: str, batch: list[Work], removing: bool) -> None:
         ids = [w.card.memory_id for w in batch]
-        if index_name == "lexical":
-            if removing:
-                self.lexical.delete(ids)
-            else:
-                self.lexical.upsert([w.card for w in batch])
-            return
         if removing:
-            self.vector.delete(ids)
+            (self.lexical if index_name == "lexical" else self.vector).delete(ids)
             return
-        texts = [w.card.embedding_text(self.max_embed_chars) for w in batch]
-        vectors = self.embedder.embed_documents(texts)
-        self.vector.upsert([w.card for w in batch], vectors)
+        new = [w.card for w in batch if w.fresh]
+        known = [w.card for w in batch if not w.fresh]
+        if index_name == "lexical":
+            self.lexical.insert(new)
+            self.lexical.upsert(known)
+            return
+        vectors = self.embedder.embed_documents(
+            [c.embedding_text(self.max_embed_chars) for c in new + known]
+        )
+        self.vector.insert(new, vectors[: len(new)])
+        self.vector.upsert(known, vectors[len(new) :])
 
 
 def _reason(exc: MemstrataError) -> str:

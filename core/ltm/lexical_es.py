@@ -143,6 +143,10 @@ class ElasticsearchLexicalIndex:
                 "bulk upsert",
             )
 
+    def insert(self, cards: Sequence[LtmCard]) -> None:
+        """Elasticsearch indexes by ``_id`` at the same cost either way."""
+        self.upsert(cards)
+
     def delete(self, memory_ids: Sequence[str]) -> None:
         ids = [validate_id(m, kind="memory_id") for m in memory_ids]
         if ids:

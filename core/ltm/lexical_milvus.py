@@ -9,6 +9,7 @@ returning card text (seed 七.2: the lexical index returns the body).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from memstrata.core.errors import MemstrataError
 from memstrata.core.ids import validate_id
@@ -31,6 +32,27 @@ _MAX_BYTES = 65_535
 def _clip(text: str) -> str:
     raw = text.encode("utf-8")
     return text if len(raw) <= _MAX_BYTES else raw[:_MAX_BYTES].decode("utf-8", errors="ignore")
+
+
+def _rows(cards: Sequence[LtmCard]) -> list[dict[str, Any]]:
+    """The collection's rows of ``cards`` (text fields clipped to the VARCHAR limits)."""
+    return [
+        {
+            "id": card.memory_id,
+            "bm25_text": _clip(card.bm25_text),
+            "title": _clip(card.title)[:1024],
+            "summary": _clip(card.summary)[:2000],
+            "content": _clip(card.content),
+            "tenant_id": card.tenant_id,
+            "user_id": card.user_id,
+            "project_id": card.project_id or "",
+            "memory_type": card.memory_type,
+            "status": card.status.value,
+            "importance": card.importance,
+            "updated_at": card.updated_at,
+        }
+        for card in cards
+    ]
 
 
 class MilvusLexicalIndex:
@@ -82,27 +104,15 @@ class MilvusLexicalIndex:
             )
 
     def upsert(self, cards: Sequence[LtmCard]) -> None:
-        if not cards:
-            return
-        rows = [
-            {
-                "id": card.memory_id,
-                "bm25_text": _clip(card.bm25_text),
-                "title": _clip(card.title)[:1024],
-                "summary": _clip(card.summary)[:2000],
-                "content": _clip(card.content),
-                "tenant_id": card.tenant_id,
-                "user_id": card.user_id,
-                "project_id": card.project_id or "",
-                "memory_type": card.memory_type,
-                "status": card.status.value,
-                "importance": card.importance,
-                "updated_at": card.updated_at,
-            }
-            for card in cards
-        ]
-        with milvus_errors("upsert lexical", self.conn):
-            self.conn.client.upsert(self.collection, rows, timeout=self._rpc_timeout)
+        if cards:
+            with milvus_errors("upsert lexical", self.conn):
+                self.conn.client.upsert(self.collection, _rows(cards), timeout=self._rpc_timeout)
+
+    def insert(self, cards: Sequence[LtmCard]) -> None:
+        """Cards the collection has never held: no lookup of the id (ports.py)."""
+        if cards:
+            with milvus_errors("insert lexical", self.conn):
+                self.conn.client.insert(self.collection, _rows(cards), timeout=self._rpc_timeout)
 
     def delete(self, memory_ids: Sequence[str]) -> None:
         ids = [validate_id(m, kind="memory_id") for m in memory_ids]

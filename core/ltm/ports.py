@@ -2,6 +2,11 @@
 
 Both indexes are projections of the ledger, keyed by ``memory_id``: upserts are
 idempotent, deletes of absent ids are no-ops, and each can be dropped and rebuilt.
+``insert`` is for a card the index has never held: on milvus-lite an upsert first looks
+the id up, a cost that grows with the collection (docs/LTM.md, "Benchmarks"), while an
+insert does not; should a crash ever make one id appear twice, Milvus's search still
+returns it once (it reduces results by primary key) and the next upsert or delete
+removes both (tests/integration/test_ltm_search_pipeline.py).
 """
 
 from __future__ import annotations
@@ -36,6 +41,10 @@ class LexicalIndex(Protocol):
 
     def upsert(self, cards: Sequence[LtmCard]) -> None: ...
 
+    def insert(self, cards: Sequence[LtmCard]) -> None:
+        """Add cards the index has never held (cheaper than ``upsert`` where it differs)."""
+        ...
+
     def delete(self, memory_ids: Sequence[str]) -> None: ...
 
     def search(self, normalised_query: str, flt: CardFilter, limit: int) -> list[Hit]: ...
@@ -68,6 +77,10 @@ class VectorIndex(Protocol):
     def ensure_schema(self) -> None: ...
 
     def upsert(self, cards: Sequence[LtmCard], vectors: Vectors) -> None: ...
+
+    def insert(self, cards: Sequence[LtmCard], vectors: Vectors) -> None:
+        """Add cards the index has never held (cheaper than ``upsert`` where it differs)."""
+        ...
 
     def delete(self, memory_ids: Sequence[str]) -> None: ...
 

@@ -120,17 +120,28 @@ class MilvusVectorIndex:
             )
 
     def upsert(self, cards: Sequence[LtmCard], vectors: Vectors) -> None:
+        rows = self._rows(cards, vectors)
+        if rows:
+            with milvus_errors("upsert vectors", self.conn):
+                self.conn.client.upsert(self.collection, rows, timeout=self._rpc_timeout)
+
+    def insert(self, cards: Sequence[LtmCard], vectors: Vectors) -> None:
+        """Cards the collection has never held: no lookup of the id (ports.py)."""
+        rows = self._rows(cards, vectors)
+        if rows:
+            with milvus_errors("insert vectors", self.conn):
+                self.conn.client.insert(self.collection, rows, timeout=self._rpc_timeout)
+
+    def _rows(self, cards: Sequence[LtmCard], vectors: Vectors) -> list[dict[str, Any]]:
         if len(cards) != len(vectors):
             raise InvalidInput("one vector per card")
         if not cards:
-            return
+            return []
         if vectors.shape[1] != self.dim:
             raise EmbeddingDimensionMismatch(
                 f"vectors of {vectors.shape[1]}-d, index is {self.dim}-d"
             )
-        rows = [card.vector_record(vec.tolist()) for card, vec in zip(cards, vectors, strict=True)]
-        with milvus_errors("upsert vectors", self.conn):
-            self.conn.client.upsert(self.collection, rows, timeout=self._rpc_timeout)
+        return [card.vector_record(vec.tolist()) for card, vec in zip(cards, vectors, strict=True)]
 
     def delete(self, memory_ids: Sequence[str]) -> None:
         ids = [validate_id(m, kind="memory_id") for m in memory_ids]

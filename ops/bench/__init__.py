@@ -19,4 +19,5 @@ BENCHES: dict[str, str] = {
     "sweep": "memstrata.ops.bench.sweep",
     "faults": "memstrata.ops.bench.faults",  # worker kills and Redis restarts under load
     "api": "memstrata.ops.bench.api",  # what the REST service adds to record_turn and recall
+    "peers": "memstrata.ops.bench.peers",  # record_turn / recall beside mem0 add / search
 }

@@ -131,3 +131,32 @@ def test_a_policy_given_per_search_sets_how_many_candidates_each_index_returns(
     assert n > 4
     assert len(ltm.search.search("timeout", flt, mode=SearchMode.VECTOR, policy=wide)) == n
     assert len(ltm.search.search("timeout", flt, mode=SearchMode.VECTOR, policy=narrow)) == 2
+
+
+def test_an_id_written_twice_by_a_crashed_projection_is_found_once_and_healed(
+    ltm: LtmRuntime, tenant: str
+) -> None:
+    """A first projection inserts (no upsert lookup); a crash between that insert and the
+    ledger settle re-inserts on redelivery, so one id is held twice for a while.  What the
+    insert strategy relies on, pinned here: Milvus's searches reduce results by primary
+    key, and an upsert replaces every copy."""
+    ids = ltm_env.seed_corpus(ltm, tenant)
+    mid = ids["case.ora00942"]
+    cards, _ = ltm.ledger.work([mid])
+    card = cards[mid]
+    ltm.lexical.insert([card])
+    ltm.vector.insert([card], ltm.embedder.embed_documents([card.embedding_text(2000)]))
+    assert ltm.vector.count_owner(tenant, "u_42") == len(ltm_env.CORPUS) + 1
+    flt = CardFilter(tenant_id=tenant, user_id="u_42")
+    for mode in SearchMode:
+        found = top(ltm, "ORA-00942 reporting job", flt, mode)
+        assert found.count(mid) == 1, (mode, found)
+    lexical = ltm.lexical.search("ora-00942", flt, 20)
+    vector = ltm.vector.search(ltm.embedder.embed_query("ORA-00942"), flt, 20)
+    for hits in (lexical, vector):
+        assert [h.memory_id for h in hits].count(mid) == 1
+    again = ltm_env.card_draft(tenant, "case.ora00942", "ORA-00942 on the reporting job", "v2")
+    ltm.ledger.write(again)
+    ltm.projector.project([mid])  # a known card: upserted, which replaces both copies
+    assert ltm.vector.count_owner(tenant, "u_42") == len(ltm_env.CORPUS)
+    assert ltm.lexical.count_owner(tenant, "u_42") == len(ltm_env.CORPUS)
