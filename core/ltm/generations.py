@@ -186,6 +186,20 @@ class _Routed(Generic[T]):
             for name in fresh.targets:  # a reindex moved on meanwhile: writes are idempotent
                 op(self.at(name))
 
+    def _insert(self, insert: Callable[[T], None], upsert: Callable[[T], None]) -> None:
+        """``insert`` where one generation serves; ``upsert`` while a reindex copies (the
+        copy may already hold the card) and on a retry after the pointer moved."""
+        seen = self.names.current()
+        if len(seen.targets) != 1:
+            self._write(upsert)
+            return
+        try:
+            insert(self.at(seen.targets[0]))
+        except IndexRejected:
+            if self.names.current(force=True) == seen:
+                raise
+            self._write(upsert)
+
     def _read(self, op: Callable[[T], R]) -> R:
         seen = self.names.current()
         try:
@@ -214,6 +228,9 @@ class RoutedLexical(_Routed[LexicalIndex]):
 
     def upsert(self, cards: Sequence[LtmCard]) -> None:
         self._write(lambda a: a.upsert(cards))
+
+    def insert(self, cards: Sequence[LtmCard]) -> None:
+        self._insert(lambda a: a.insert(cards), lambda a: a.upsert(cards))
 
     def delete(self, memory_ids: Sequence[str]) -> None:
         self._write(lambda a: a.delete(memory_ids))
@@ -247,6 +264,9 @@ class RoutedVector(_Routed[MilvusVectorIndex]):
 
     def upsert(self, cards: Sequence[LtmCard], vectors: Vectors) -> None:
         self._write(lambda a: a.upsert(cards, vectors))
+
+    def insert(self, cards: Sequence[LtmCard], vectors: Vectors) -> None:
+        self._insert(lambda a: a.insert(cards, vectors), lambda a: a.upsert(cards, vectors))
 
     def delete(self, memory_ids: Sequence[str]) -> None:
         self._write(lambda a: a.delete(memory_ids))

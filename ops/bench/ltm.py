@@ -208,7 +208,7 @@ def _after_flush(
     with milvus_errors("flush", rt.milvus):
         for collection in (rt.vector.collection, getattr(rt.lexical, "collection", "")):
             if collection:
-                rt.milvus.client.flush(collection, timeout=int(rt.vector.timeout_s))
+                rt.milvus.client.flush(collection, timeout=int(rt.settings.milvus_timeout_s))
     return {
         "cards": size,
         "flush_s": r3(time.perf_counter() - t0),

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from memstrata.core.ltm.generations import Pointer, generation_name
+from memstrata.core.ltm.generations import Names, Pointer, RoutedLexical, generation_name
 
 
 def test_generation_zero_is_the_base_name_and_later_ones_are_suffixed() -> None:
@@ -14,3 +14,44 @@ def test_generation_zero_is_the_base_name_and_later_ones_are_suffixed() -> None:
 def test_a_pointer_writes_to_its_secondary_too() -> None:
     assert Pointer("a").targets == ("a",)
     assert Pointer("a", 1, "a_g2", "building").targets == ("a", "a_g2")
+
+
+class _PointerRow:
+    """The one row a ``GenerationStore`` reads, kept in memory (routing is what is tested)."""
+
+    def __init__(self, pointer: Pointer) -> None:
+        self.pointer = pointer
+
+    def read(self, base: str) -> Pointer:
+        return self.pointer
+
+
+class _Recording:
+    def __init__(self, name: str, calls: list[tuple[str, str]]) -> None:
+        self.name, self.calls = name, calls
+
+    def insert(self, cards: object) -> None:
+        self.calls.append(("insert", self.name))
+
+    def upsert(self, cards: object) -> None:
+        self.calls.append(("upsert", self.name))
+
+
+def _routed(pointer: Pointer) -> tuple[RoutedLexical, list[tuple[str, str]]]:
+    calls: list[tuple[str, str]] = []
+    names = Names(_PointerRow(pointer), "lex", refresh_s=0.0)  # type: ignore[arg-type]
+    return RoutedLexical(names, lambda n: _Recording(n, calls)), calls  # type: ignore[arg-type,return-value]
+
+
+def test_a_new_card_is_inserted_where_one_generation_serves() -> None:
+    routed, calls = _routed(Pointer("lex"))
+    routed.insert([])
+    assert calls == [("insert", "lex")]
+
+
+def test_while_a_reindex_copies_a_new_card_is_upserted_into_both_generations() -> None:
+    # the copy may already have written the card into the new generation: an insert there
+    # would hold its id twice
+    routed, calls = _routed(Pointer("lex", 0, "lex_g1", "building"))
+    routed.insert([])
+    assert calls == [("upsert", "lex"), ("upsert", "lex_g1")]
