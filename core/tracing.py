@@ -6,7 +6,10 @@ OpenTelemetry is imported, so an agent process pays nothing.  When it is set, th
 span installs the SDK's OTLP/HTTP exporter (the ``memstrata[otel]`` extra) unless the
 process already has a tracer provider (a host application's own, which is then used as
 it is).  Without the extra a warning is logged once and spans go to the API's global
-provider (a no-op unless the host installed one).  Attributes are ids only, never text.
+provider (a no-op unless the host installed one), or nowhere without the API either.
+Attributes are ids only, never text; a ``user_id`` is the stored key part, which for an
+external id such as an e-mail address is its reversible encoding (``core.ids.user_key``):
+treat traces as personal data.
 """
 
 from __future__ import annotations
@@ -36,8 +39,11 @@ def span(name: str, **attributes: str | int | float | None) -> AbstractContextMa
     """A span ``memstrata.<name>`` around the block when tracing is on, else nothing."""
     if not enabled():
         return nullcontext()
+    tracer = _get_tracer()
+    if tracer is _NO_API:
+        return nullcontext()
     attrs = {f"memstrata.{k}": v for k, v in attributes.items() if v is not None}
-    started = _get_tracer().start_as_current_span(f"memstrata.{name}", attributes=attrs)
+    started = tracer.start_as_current_span(f"memstrata.{name}", attributes=attrs)
     return cast(AbstractContextManager[Any], started)
 
 
@@ -70,8 +76,16 @@ def _get_tracer() -> Any:
     return _tracer
 
 
+_NO_API = object()  # the tracer when not even opentelemetry-api is installed
+
+
 def _setup() -> Any:
-    from opentelemetry import trace
+    try:
+        from opentelemetry import trace
+    except ImportError as exc:  # a traced call must never fail for want of tracing
+        log.warning("%s is set but OpenTelemetry is not installed "
+                    "(pip install 'memstrata[otel]'): %s", ENDPOINT_ENV, exc)  # fmt: skip
+        return _NO_API
 
     if isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider):  # none installed
         try:

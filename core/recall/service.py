@@ -30,6 +30,7 @@ Permanent errors (an unknown user, a scope the user does not hold) still raise.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -218,6 +219,7 @@ class Recaller:
         self.access_log = AccessLog(stm)
         # owner -> project ids of its last snapshot: the query entities of the first read
         self._known_guess: dict[tuple[str, str], tuple[str, ...]] = {}
+        self._guess_lock = threading.Lock()  # one Recaller serves the REST thread pool
 
     def close(self) -> None:
         """Flush pending bookkeeping and stop the helper threads."""
@@ -446,16 +448,16 @@ class Recaller:
         timeout (``MEMSTRATA_REDIS_SOCKET_TIMEOUT_S``).
         """
         entities = tuple(extract_entities(req.query, default_lexicon(), extra=known)[:5])
-        breaker = self.breakers[STM]
-        if not breaker.allow():
-            degraded[STM] = breaker.status()
-            return _FirstRead(RecallRead(flag=None, hits=[]), entities), CacheLookup(
-                CacheStatus.MISSING
-            )
         ck = self.cache.keys(req.tenant_id, req.user_id)
         cache_keys = [ck.snapshot, ck.version]
         if not ck.prefix.startswith(self.stm.keys(req.user_id, req.tenant_id).prefix):
             cache_keys = []
+        # a cache this read would not have covered (another namespace) is asked on its own
+        unread = CacheLookup(CacheStatus.MISSING) if cache_keys else None
+        breaker = self.breakers[STM]
+        if not breaker.allow():
+            degraded[STM] = breaker.status()
+            return _FirstRead(RecallRead(flag=None, hits=[]), entities), unread
         try:
             with tripping(breaker):
                 read = self.stm.read_for_recall(
@@ -471,9 +473,9 @@ class Recaller:
                 )
         except MemstrataError as exc:
             degraded[STM] = describe(exc)
-            log.warning("profile cache not read: %s", describe(exc))
+            log.warning("short-term memory and profile cache not read: %s", describe(exc))
             empty = RecallRead(flag=None, hits=[])
-            return _FirstRead(empty, entities), CacheLookup(CacheStatus.MISSING)
+            return _FirstRead(empty, entities), unread
         cached = lookup_of(*read.values) if cache_keys else None
         return _FirstRead(read, entities), cached
 
@@ -488,9 +490,10 @@ class Recaller:
         """The first read, unless the snapshot's projects change the query's entities."""
         owner = _owner(req)
         if self._known_guess.get(owner) != known:
-            self._known_guess[owner] = known
-            while len(self._known_guess) > _GUESSES:
-                self._known_guess.pop(next(iter(self._known_guess)))
+            with self._guess_lock:
+                self._known_guess[owner] = known
+                while len(self._known_guess) > _GUESSES:
+                    self._known_guess.pop(next(iter(self._known_guess)), None)
         entities = tuple(extract_entities(req.query, default_lexicon(), extra=known)[:5])
         if entities == first.entities or STM in degraded:
             return first.read

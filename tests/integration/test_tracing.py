@@ -76,3 +76,20 @@ def test_with_an_endpoint_record_turn_is_a_span_that_names_its_owner(
         "memstrata.tenant_id": "acme", "memstrata.user_id": "u_1",
         "memstrata.session_id": "s1"})]  # fmt: skip
     assert receipt.turn_id and "secret" not in repr(recorder.spans)
+
+
+def test_with_an_endpoint_but_no_opentelemetry_at_all_a_traced_call_still_runs() -> None:
+    # opentelemetry-api itself missing (the client-only install has no fastapi to bring it)
+    code = (
+        "import sys; sys.modules['opentelemetry'] = None\n"
+        "from memstrata.core import tracing\n"
+        "with tracing.span('recall', user_id='u1'):\n"
+        "    print('ran')\n"
+    )
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO_ROOT),
+           tracing.ENDPOINT_ENV: "http://127.0.0.1:4318"}  # fmt: skip
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, env=env,
+                         capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["ran"]
+    assert "OpenTelemetry is not installed" in out.stderr

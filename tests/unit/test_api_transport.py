@@ -53,6 +53,8 @@ def test_the_services_protocol_sets_tcp_nodelay_on_a_prebound_socket() -> None:
 
 
 def test_stock_uvicorn_leaves_nagle_on_there() -> None:
-    """The reason for the protocol: when this fails, uvicorn fixed #3149 and it can go."""
+    """The reason for the protocol.  A newer uvicorn that fixed #3149 must not turn CI red
+    by itself: the test then skips, saying the workaround can go."""
     if asyncio.run(_server_side_nodelay("auto")) != 0:
-        pytest.fail("uvicorn now sets TCP_NODELAY itself: drop memstrata.ops.api.transport")
+        pytest.skip("uvicorn now sets TCP_NODELAY itself: drop memstrata.ops.api.transport")
+    assert asyncio.run(_server_side_nodelay("auto")) == 0
