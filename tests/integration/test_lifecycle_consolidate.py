@@ -131,7 +131,9 @@ def test_near_duplicates_across_sessions_merge_as_a_pair(
     lc: Lifecycle, tenant: Tenant, lc_engine: Engine
 ) -> None:
     a = _write(lc, tenant, 1, "My sister Anna lives in Lisbon near the old harbour")
-    b = _write(lc, tenant, 2, "My sister Anna lives in Lisbon, near the old harbour!", at=NOW + 86400)
+    b = _write(
+        lc, tenant, 2, "My sister Anna lives in Lisbon, near the old harbour!", at=NOW + 86400
+    )
     consolidate_owner(lc, tenant_id=tenant.id, user_id=tenant.user, now=NOW + 2 * 86400)
     cards = _by_id(lc_engine, tenant)
     [merged] = _merged(cards)
