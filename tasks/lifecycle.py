@@ -177,7 +177,7 @@ def ltm_consolidate() -> dict[str, int]:
     def work() -> dict[str, int]:
         if not pol.enabled:
             return {"disabled": 1}
-        done = consolidate(lc, now=time.time())
+        done = consolidate(lc, now=time.time(), max_s=lc.settings.max_run_s)
         return {"owners": len(done), "merged": sum(len(r.merged) for r in done),
                 "hidden": sum(r.hidden for r in done),
                 "restored": sum(r.restored for r in done)}  # fmt: skip

@@ -24,6 +24,7 @@ again.  A second run over unchanged cards changes nothing (no write, no audit ro
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -412,14 +413,26 @@ def changed_owners(lc: Lifecycle, *, since: float, limit: int) -> list[tuple[str
 
 
 def consolidate(
-    lc: Lifecycle, *, now: float, since: float | None = None, limit: int | None = None
+    lc: Lifecycle,
+    *,
+    now: float,
+    since: float | None = None,
+    limit: int | None = None,
+    max_s: float | None = None,
 ) -> list[OwnerReport]:
     """The Beat job: every owner with a card changed since ``since`` (default: two
-    intervals ago), at most ``limit`` owners (``max_owners``)."""
+    intervals ago), at most ``limit`` owners (``max_owners``), newest change first, and
+    no new owner after ``max_s`` seconds (the rest are still "changed" next run)."""
     pol = lc.settings.consolidate
     start = now - 2 * pol.interval_s if since is None else since
     owners = changed_owners(lc, since=start, limit=limit or pol.max_owners)
-    return [consolidate_owner(lc, tenant_id=t, user_id=u, now=now) for t, u in owners]
+    deadline = time.monotonic() + (max_s if max_s is not None else float("inf"))
+    out = []
+    for t, u in owners:
+        if time.monotonic() > deadline:
+            break
+        out.append(consolidate_owner(lc, tenant_id=t, user_id=u, now=now))
+    return out
 
 
 # ------------------------------------------------------------------ explain

@@ -190,6 +190,7 @@ def test_one_owners_cards_are_never_merged_with_anothers(
         create_tenant(db=conn, tenant={"id": other.id, "name": "Other"})
     _owner_user(lc_engine, other)
     _write(lc, other, 3, BEAGLE[2], tenant_id=other.id)
+    assert consolidate(lc, now=NOW + 60, max_s=0.0) == []  # the time bound: no owner started
     done = consolidate(lc, now=NOW + 60)
     owners = {(r.tenant_id, r.user_id) for r in done}
     assert {(tenant.id, "alice"), (tenant.id, "bob"), (other.id, "alice")} <= owners
