@@ -24,6 +24,7 @@ def build_schedule(settings: Settings) -> dict[str, dict[str, Any]]:
     scan_s, batch_s = float(lc.scan_interval_s), float(lc.batch_interval_s)
     session_s, maintain_s = float(lc.idle_check_s), float(lc.maintain_interval_s)
     forget_s = float(lc.forget_interval_s)
+    consolidate_s = float(lc.consolidate.interval_s)
     return {
         "sweep-expired-stm": {
             "task": names.SWEEP,
@@ -69,6 +70,11 @@ def build_schedule(settings: Settings) -> dict[str, dict[str, Any]]:
             "task": names.LIFECYCLE_SUMMARISE,
             "schedule": maintain_s,
             "options": {"queue": "maintenance", "expires": maintain_s * 0.9},
+        },
+        "lifecycle-ltm-consolidate": {  # issue 13.3: topic merges, near-duplicates
+            "task": names.LIFECYCLE_CONSOLIDATE,
+            "schedule": consolidate_s,
+            "options": {"queue": "maintenance", "expires": consolidate_s * 0.9},
         },
         "lifecycle-ltm-forget": {  # a dry run unless MEMSTRATA_LIFECYCLE__FORGET_APPLY=true
             "task": names.LIFECYCLE_FORGET,

@@ -1,6 +1,7 @@
 """Lifecycle tasks on the ``maintenance`` queue (thin: core.lifecycle does the work).
 
-Periodic ones (promotion scan, batch queue, idle sessions, LTM summaries, forgetting) run
+Periodic ones (promotion scan, batch queue, idle sessions, LTM summaries, consolidation,
+forgetting) run
 under a Redis lock with a TTL (``run_locked``), so a second copy started while one runs
 returns ``skipped``; each is bounded by a batch size and ``max_run_s`` seconds.  Card
 changes are handed to ``memstrata.ltm.index`` by name (the LTM worker projects live cards
@@ -17,6 +18,7 @@ from typing import Any, Literal, TypeVar
 from pydantic import Field, model_validator
 
 from memstrata.core.ids import SafeId
+from memstrata.core.lifecycle.consolidate import consolidate
 from memstrata.core.lifecycle.finalise import finalise, finalise_idle
 from memstrata.core.lifecycle.maintenance import forget, summarise, sync_access
 from memstrata.core.lifecycle.preload import preload
@@ -31,6 +33,7 @@ from memstrata.core.runtime import get_runtime
 from memstrata.tasks._options import (
     BEAT,
     LIFECYCLE_BATCH,
+    LIFECYCLE_CONSOLIDATE,
     LIFECYCLE_FINALISE,
     LIFECYCLE_FORGET,
     LIFECYCLE_IDLE,
@@ -162,6 +165,25 @@ def ltm_summarise() -> dict[str, int]:
         return {"access_synced": synced, "summaries": len(made)}
 
     out = _locked(lc, "summarise", cfg.maintain_interval_s, work)
+    return out or {"skipped": 1}
+
+
+@app.task(name=LIFECYCLE_CONSOLIDATE, **BEAT)
+def ltm_consolidate() -> dict[str, int]:
+    """Merge same-topic and near-duplicate cards of owners whose cards changed lately."""
+    lc = _lc()
+    pol = lc.settings.consolidate
+
+    def work() -> dict[str, int]:
+        if not pol.enabled:
+            return {"disabled": 1}
+        done = consolidate(lc, now=time.time(), max_s=lc.settings.max_run_s)
+        return {"owners": len(done), "merged": sum(len(r.merged) for r in done),
+                "hidden": sum(r.hidden for r in done),
+                "restored": sum(r.restored for r in done)}  # fmt: skip
+
+    out = _locked(lc, "consolidate", pol.interval_s, work)
+    log.info("lifecycle consolidate %s", out)
     return out or {"skipped": 1}
 
 

@@ -89,6 +89,8 @@ class Action(StrEnum):
     FINALISE = "finalise"
     PRELOAD = "preload"
     REBUILD = "rebuild"
+    CONSOLIDATE = "consolidate"  # cards merged into one (core.lifecycle.consolidate)
+    SUPERSEDE = "supersede"  # a newer statement of the same fact replaced a card's text
     ERASE = "erase"  # an owner's data removed from every layer (core.erase); no content
 
 

@@ -25,6 +25,23 @@ class ForgetPolicy(BaseModel):
     keep_types: frozenset[str] = frozenset({"session_summary", "topic_summary"})
 
 
+class ConsolidatePolicy(BaseModel):
+    """Consolidation of an owner's LTM cards (``core.lifecycle.consolidate``)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    enabled: bool = True
+    interval_s: float = Field(3600.0, gt=0)  # Beat; the job reads owners changed in 2 intervals
+    max_owners: int = Field(500, ge=1, le=100_000)
+    merge_min: int = Field(3, ge=2, le=1000)  # seed 2: >= 3 on one topic are merged
+    summarise_over: int = Field(10, ge=2, le=10_000)  # seed 2: > 10 are summarised
+    summary_chars: int = Field(800, ge=100, le=2000)  # extractive summary bound
+    topic_min: float = Field(0.3, gt=0.0, le=1.0)  # term Jaccard to the cluster's first card
+    min_shared: int = Field(2, ge=1, le=100)  # topical terms in common, at least
+    duplicate_min: float = Field(0.8, gt=0.0, le=1.0)  # a near-duplicate pair is merged
+    max_df: float = Field(0.1, gt=0.0, le=1.0)  # terms on more of the owner's cards: not topical
+
+
 class LifecycleSettings(BaseSettings):
     """Promotion, batch queue, sessions and LTM maintenance knobs."""
 
@@ -35,6 +52,7 @@ class LifecycleSettings(BaseSettings):
     promotion: PromotionPolicy = PromotionPolicy()
     batch: BatchPolicy = BatchPolicy()
     forget: ForgetPolicy = ForgetPolicy()
+    consolidate: ConsolidatePolicy = ConsolidatePolicy()
 
     # Beat intervals (seconds); every job also has a batch bound and a time bound
     scan_interval_s: float = Field(300.0, gt=0)

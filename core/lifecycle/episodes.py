@@ -4,7 +4,10 @@ Each statement a participant made about their life (extractor subtype
 ``conversation_fact``, policy route ``episode``) becomes one LTM card when its session
 ends, with the messages around it (read back from L0) as indexed context, so "yes, in
 May" is found by what it answered.  One card per statement, keyed by its canonical key:
-finalising twice, or the same statement in two sessions, updates one card.
+finalising twice, or the same statement in two sessions, updates one card.  A newer
+statement of the same canonical fact (the key masks digits: "I have 2 cats" → "… 3 cats")
+replaces the card's text; the older text is kept as a superseded history card, audited
+(``Action.SUPERSEDE``), so recall returns the current statement and the past stays.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from memstrata.core.adapters.pg import pg_errors
 from memstrata.core.errors import NotFound
 from memstrata.core.lifecycle.audit import Action, AuditEvent, record
 from memstrata.core.lifecycle.runtime import Lifecycle
-from memstrata.core.ltm.card import CardDraft
+from memstrata.core.ltm.card import CardDraft, CardStatus, LtmCard, card_id
 from memstrata.core.models.identity import EPISODE, card_key
 from memstrata.core.models.memory import MemoryItem
 from memstrata.core.models.transcript import Role, TranscriptRecord
@@ -79,6 +82,24 @@ def episode_draft(
     )
 
 
+def superseded_by(old: LtmCard, new: CardDraft) -> bool:
+    """The live card's statement is replaced by a different one of the same fact."""
+    return old.status is CardStatus.ACTIVE and old.summary != new.summary
+
+
+def history_draft(old: LtmCard) -> CardDraft:
+    """The replaced statement, kept as a superseded card (never indexed, never recalled)."""
+    return CardDraft(
+        tenant_id=old.tenant_id, user_id=old.user_id, project_id=old.project_id,
+        canonical_key=f"history:{old.memory_id}:v{old.version}",
+        memory_type=old.memory_type, title=old.title, summary=old.summary[:2000],
+        content=old.content, entities=old.entities[:64], tags=old.tags[:32],
+        source_type="superseded_statement", source_message_ids=old.source_message_ids[:512],
+        fingerprint=old.fingerprint, importance=old.importance, confidence=old.confidence,
+        status=CardStatus.SUPERSEDED,
+    )  # fmt: skip
+
+
 def _session_context(
     lc: Lifecycle, user_id: str, session_id: str, tenant_id: str | None
 ) -> dict[str, tuple[str, str]]:
@@ -112,7 +133,23 @@ def write_episodes(
         episode_draft(i, tenant=tenant, session_id=session_id, context=context) for i in chosen
     ]
     with pg_errors("episode cards"), lc.engine.begin() as conn:
+        ids = [card_id(d.tenant_id, d.user_id, d.canonical_key) for d in drafts]
+        before = lc.ledger.cards(ids, conn=conn)
+        history = [
+            (mid, history_draft(before[mid]))
+            for mid, d in zip(ids, drafts, strict=True)
+            if mid in before and superseded_by(before[mid], d)
+        ]
+        for _mid, h in history:
+            lc.ledger.write(h, now=now, conn=conn)
         results = [lc.ledger.write(d, now=now, conn=conn) for d in drafts]
+        record(conn, [
+            AuditEvent(Action.SUPERSEDE, tenant, user_id, mid,
+                       "a newer statement of the same fact replaced this card's text", now,
+                       (), {"previous": card_id(h.tenant_id, h.user_id, h.canonical_key),
+                            "session_id": session_id})
+            for mid, h in history
+        ])  # fmt: skip
         events = [
             AuditEvent(
                 action=Action.PROMOTE_CARD,

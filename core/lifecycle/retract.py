@@ -1,7 +1,8 @@
 """Undo a promotion: a PG fact is ended without successor (its typed projection removed),
 a card is superseded in the ledger (both index projections are then removed by the
-indexer).  The STM items it came from are marked ``retracted`` for their fingerprint,
-so the next scan does not promote the same thing again.
+indexer); a merged card (``core.lifecycle.consolidate``) gives its source cards back.
+The STM items it came from are marked ``retracted`` for their fingerprint, so the next
+scan does not promote the same thing again.
 """
 
 from __future__ import annotations
@@ -15,9 +16,10 @@ from memstrata.core.authority.facts import retract_fact
 from memstrata.core.errors import NotFound
 from memstrata.core.ids import validate_id
 from memstrata.core.lifecycle.audit import Action, AuditEvent, audit_table, record
+from memstrata.core.lifecycle.consolidate import restore_sources
 from memstrata.core.lifecycle.runtime import Lifecycle
 from memstrata.core.lifecycle.states import Event, Record, State, next_state
-from memstrata.core.ltm.card import CardStatus
+from memstrata.core.ltm.card import CONSOLIDATED, CardStatus
 
 
 @dataclass(frozen=True)
@@ -80,10 +82,14 @@ def retract_card(lc: Lifecycle, *, card_id: str, now: float, reason: str) -> Ret
         if card is None:
             raise NotFound(f"no LTM card {card_id}")
         changed = card.status is CardStatus.ACTIVE
+        restored: list[str] = []
         if changed:
             lc.ledger.set_status(card_id, CardStatus.SUPERSEDED, now=now, conn=conn)
+            if card.memory_type == CONSOLIDATED:
+                restored = restore_sources(lc, conn, card_id, now)
         record(conn, [AuditEvent(Action.RETRACT, card.tenant_id, card.user_id, card_id,
-                                 reason, now, tuple(sorted(ids)), {"kind": "card"})])  # fmt: skip
-    lc.on_cards([card_id])
+                                 reason, now, tuple(sorted(ids)),
+                                 {"kind": "card", "restored": restored})])  # fmt: skip
+    lc.on_cards([card_id, *restored])
     _mark_retracted(lc, card.user_id, lc.tenant(card.tenant_id), ids, now)
     return Retraction(card_id, changed, tuple(sorted(ids)))

@@ -58,7 +58,7 @@ class CardDraft(BaseModel):
     )
     source_type: Label = "promoted_from_stm"
     source_message_ids: list[Annotated[str, StringConstraints(min_length=1, max_length=128)]] = (
-        Field(default_factory=list, max_length=64)
+        Field(default_factory=list, max_length=512)
     )
     """Provenance: the transcript messages the card was promoted from (seed 1 七.2 source)."""
     fingerprint: str | None = Field(None, min_length=1, max_length=64)
@@ -149,3 +149,44 @@ def build_bm25_text(draft: CardDraft | LtmCard) -> str:
         [draft.title, draft.summary, draft.content, " ".join(draft.entities), " ".join(draft.tags)]
     )
     return normalise(raw, max_bytes=BM25_TEXT_MAX_BYTES)
+
+
+CONSOLIDATED = "consolidated"
+"""memory_type and source_type of a merged card (``core.lifecycle.consolidate``)."""
+MEMBER_SEP = "\t"
+"""A merged card's content: one line per member statement, ``<id>,<id>\\t<statement>``."""
+
+
+def member_line(message_ids: list[str] | tuple[str, ...], statement: str) -> str:
+    """One member of a merged card (``core.lifecycle.consolidate``) as a content line."""
+    return ",".join(message_ids) + MEMBER_SEP + " ".join(statement.split())
+
+
+def member_lines(content: str) -> list[tuple[tuple[str, ...], str]]:
+    """The (message ids, statement) members of a merged card's content."""
+    out = []
+    for line in content.splitlines():
+        ids, sep, text = line.partition(MEMBER_SEP)
+        if sep and text:
+            out.append((tuple(i for i in ids.split(",") if i), text))
+    return out
+
+
+def focus(content: str, query: str, *, keep: int = 2) -> tuple[str, tuple[str, ...]] | None:
+    """The statements of a merged card that a query is about, and their message ids.
+
+    A merged card stands for many statements; recall injects the ``keep`` members that
+    share the most terms with the query (the first, most central one when none does),
+    so the block carries what was asked for and names the turns it came from.  ``None``
+    when the content holds no member lines (not a merged card)."""
+    members = member_lines(content)
+    if not members:
+        return None
+    from memstrata.core.ltm.text import tokens
+
+    q = set(tokens(query))
+    scored = sorted(range(len(members)), key=lambda n: (-len(q & set(tokens(members[n][1]))), n))
+    best = [n for n in scored[:keep] if q & set(tokens(members[n][1]))] or [0]
+    chosen = [members[n] for n in sorted(best)]
+    ids = tuple(dict.fromkeys(i for mids, _ in chosen for i in mids))
+    return " | ".join(t for _, t in chosen), ids

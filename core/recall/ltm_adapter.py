@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 
 from memstrata.core.authority.filters import RetrievalFilters
+from memstrata.core.ltm.card import CONSOLIDATED, focus
 from memstrata.core.ltm.filters import CardFilter
 from memstrata.core.ltm.history import HISTORY_TYPE, HistoryIndex
 from memstrata.core.ltm.ledger import Ledger
@@ -74,6 +75,11 @@ class LedgerBackedSearcher:
             if card is None:  # deleted since it was indexed: the ledger is the truth
                 continue
             text = card.summary or card.title
+            message_ids = tuple(card.source_message_ids)
+            if card.memory_type == CONSOLIDATED:  # a merged card: the members asked for
+                focused = focus(card.content, query)
+                if focused is not None:
+                    text, message_ids = focused
             out.append(
                 PoolCandidate(
                     memory_id=card.memory_id,
@@ -88,7 +94,7 @@ class LedgerBackedSearcher:
                     importance=card.importance,
                     updated_at=card.updated_at,
                     entities=tuple(card.entities),
-                    message_ids=tuple(card.source_message_ids),
+                    message_ids=message_ids,
                     tenant_id=card.tenant_id,
                     project_id=card.project_id,
                 )

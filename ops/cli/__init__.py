@@ -4,6 +4,7 @@
     memstrata worker | beat | flower   one Celery role in the foreground (exec)
     memstrata demo [--inline]          feed the bundled sessions through record_turn()
     memstrata inspect | explain        what is in STM, and why each candidate was (not) stored
+                                       (explain --card ID: what was merged into a card, why)
     memstrata sweep [--dry-run]        run the expire sweep once
     memstrata migrate                  bring every PostgreSQL table up to date (Alembic)
     memstrata replay [...]             replay public agent sessions (ops/replay/)
@@ -14,6 +15,7 @@
     memstrata retract fact|card ...    undo a promotion (PG fact or LTM card), audited
     memstrata rebuild --user --session re-derive a session's STM from its L0 transcript
     memstrata forget [--dry-run]       forget long-inactive low-importance LTM cards
+    memstrata consolidate [--user]     merge same-topic and near-duplicate LTM cards now
     memstrata erase --tenant --user    remove one owner's data from every layer [--dry-run]
     memstrata tenant | user | apikey   tenants, users (any id string) and REST API keys
     memstrata api                      the REST service (FastAPI + uvicorn, OpenAPI)

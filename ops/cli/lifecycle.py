@@ -1,5 +1,6 @@
 """Undoing and re-deriving memory: ``retract`` (a PG fact or an LTM card), ``rebuild``
-(a session's STM from L0) and ``forget`` (long-inactive low-importance cards)."""
+(a session's STM from L0), ``forget`` (long-inactive low-importance cards) and
+``consolidate`` (merge an owner's same-topic and near-duplicate cards now)."""
 
 from __future__ import annotations
 
@@ -90,6 +91,20 @@ def _forget(args: argparse.Namespace) -> int:
     return 0
 
 
+def _consolidate(args: argparse.Namespace) -> int:
+    from memstrata.core.lifecycle.consolidate import consolidate, consolidate_owner
+
+    lc, now = _lifecycle(), time.time()
+    if args.user:
+        done = [consolidate_owner(lc, tenant_id=args.tenant, user_id=args.user, now=now)]
+    else:  # every owner with a card changed in the window (--all: ever)
+        done = consolidate(lc, now=now, since=0.0 if args.all else None, limit=args.limit)
+    for r in done:
+        print(f"{r.tenant_id}/{r.user_id}: {r.cards} cards, {len(r.merged)} merged card(s) "
+              f"written, {r.hidden} hidden, {r.restored} restored")  # fmt: skip
+    return 0
+
+
 def add_lifecycle(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     r = sub.add_parser("retract", help="undo a promotion: a PG fact or an LTM card")
     r.add_argument("kind", choices=["fact", "card"])
@@ -114,3 +129,9 @@ def add_lifecycle(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     f.add_argument("--json", action="store_true")
     f.add_argument("--yes", action="store_true", help="confirm --apply (else asked on a terminal)")
     f.set_defaults(func=_forget)
+    c = sub.add_parser("consolidate", help="merge same-topic and near-duplicate LTM cards now")
+    c.add_argument("--tenant", help="tenant of --user")
+    c.add_argument("--user", help="only this owner (default: owners whose cards changed lately)")
+    c.add_argument("--all", action="store_true", help="every owner with a card, not only recent")
+    c.add_argument("--limit", type=int, help="most owners (default ..._CONSOLIDATE__MAX_OWNERS)")
+    c.set_defaults(func=_consolidate)

@@ -55,6 +55,10 @@ def _explain(args: argparse.Namespace) -> int:
     from memstrata.ops.report import decisions_block
 
     res = connected_runtime()
+    if args.card:
+        return _explain_card(args, res)
+    if not (args.user and args.session):
+        raise CliError("explain needs --user and --session (or --card ID)")
     tenant, user = _owner(args, res)
     decisions = read_decisions(res.stm, user, args.session, tenant_id=tenant)
     if args.refused:
@@ -75,6 +79,20 @@ def _explain(args: argparse.Namespace) -> int:
     )
     if decisions:
         print(decisions_block(decisions, verbose=True))
+    return 0
+
+
+def _explain_card(args: argparse.Namespace, res: Runtime) -> int:
+    """What consolidation merged into a card and why, or what it was merged into."""
+    from dataclasses import asdict
+
+    from memstrata.core.lifecycle.consolidate import explain_card
+
+    out = explain_card(res.lifecycle(), args.card)
+    if args.json:
+        print(json.dumps(asdict(out), ensure_ascii=False, default=str))
+    else:
+        print("\n".join(out.lines()))
     return 0
 
 
@@ -185,10 +203,12 @@ def add_inspect_explain(sub: argparse._SubParsersAction[argparse.ArgumentParser]
     i.add_argument("--limit", type=int, default=50)
     i.add_argument("--json", action="store_true")
     i.set_defaults(func=_inspect)
-    e = sub.add_parser("explain", help="why each candidate of a session was stored or refused")
+    e = sub.add_parser("explain", help="why each candidate of a session was stored or refused, "
+                       "or (--card) what was merged into an LTM card and why")  # fmt: skip
     e.add_argument("--tenant", help="the user's tenant (default MEMSTRATA_TENANT, 'default')")
-    e.add_argument("--user", required=True)
-    e.add_argument("--session", required=True)
+    e.add_argument("--user")
+    e.add_argument("--session")
+    e.add_argument("--card", help="an LTM card id (ltm_...): its consolidation, sources, audit")
     only = e.add_mutually_exclusive_group()
     only.add_argument("--refused", action="store_true", help="only refusals")
     only.add_argument("--written", action="store_true", help="only writes")

@@ -171,3 +171,38 @@ def test_an_stm_item_and_the_card_promoted_from_it_are_one_candidate(
     assert by_id[card_id].candidate.canonical_fact_key == item.canonical_fact_key
     kept = [s for s in out.explain.candidates if s.verdict is Verdict.KEPT]
     assert sum(item.summary in s.candidate.summary for s in kept) == 1
+
+
+def test_a_merged_card_is_recalled_as_the_members_the_query_asks_for(
+    world: World, ltm: LtmRuntime
+) -> None:
+    """Consolidation (issue 13.3): a merged card indexed in Milvus is injected as the
+    member statements that match the query, with those members' message ids only."""
+    from memstrata.core.authority.domain import PermissionScope
+    from memstrata.core.authority.filters import RetrievalFilters
+    from memstrata.core.ltm.card import CONSOLIDATED, member_line
+    from memstrata.core.recall.route import LtmMode
+
+    members = [(["m_adopt"], "Alice adopted a beagle puppy named Max from the shelter"),
+               (["m_shoes", "m_shoes2"], "Max the beagle puppy chewed my red running shoes"),
+               (["m_vet"], "Took Max the beagle puppy to the vet for his shots")]  # fmt: skip
+    draft = ltm_env.card_draft(
+        world.tenant_id, f"{CONSOLIDATED}:ltm_x", "beagle puppy max: 3 memories",
+        " | ".join(t for _, t in members), user_id=world.alice, project_id=world.shop,
+        memory_type=CONSOLIDATED, source_type=CONSOLIDATED,
+        content="\n".join(member_line(ids, t) for ids, t in members),
+        source_message_ids=[i for ids, _ in members for i in ids],
+    )  # fmt: skip
+    mid = ltm.ledger.write(draft).memory_id
+    ltm.projector.project([mid])
+    ltm.lexical.refresh()
+    searcher = LedgerBackedSearcher(ltm.search, ltm.ledger)
+    filters = RetrievalFilters(tenant_id=world.tenant_id, user_id=world.alice,
+                               project_ids=(world.shop,), project_id=world.shop,
+                               permission_scope=PermissionScope.READ_WRITE)  # fmt: skip
+    got = searcher.search(query="which running shoes did Max chew", mode=LtmMode.HYBRID,
+                          filters=filters, k=5)  # fmt: skip
+    [cand] = [c for c in got if c.memory_id == mid]
+    # the two members sharing most terms with the query, in the card's (time) order
+    assert set(cand.message_ids) == {"m_adopt", "m_shoes", "m_shoes2"}
+    assert "running shoes" in cand.summary and "vet" not in cand.summary

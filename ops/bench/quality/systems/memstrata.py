@@ -13,8 +13,10 @@ Beat on the same clock: whenever the next turn comes more than ``session_idle_s`
 would (``core.lifecycle.finalise.finalise_idle``): the quiet sessions' items get the
 promotion pass, episodic statements become LTM cards, the session summary card is
 written; new cards are projected into Milvus right away (what the
-``memstrata.ltm.index`` task does).  Then the STM expiry sweep runs at the next turn's
-time.  Recall reads PostgreSQL, STM and LTM as in production.
+``memstrata.ltm.index`` task does).  The consolidation job
+(``core.lifecycle.consolidate``) runs for the space's owner whenever its Beat interval
+has passed on that clock, and once more before the questions.  Then the STM expiry sweep
+runs at the next turn's time.  Recall reads PostgreSQL, STM and LTM as in production.
 
 Every store is real: Redis (a fresh key namespace per run, deleted at the end), a
 scratch PostgreSQL database (authority, LTM ledger, lifecycle audit; dropped at the
@@ -154,6 +156,8 @@ class MemstrataSystem:
             embedder = self._start_milvus()
         self.res: Runtime = Runtime(self.settings, embedder=embedder, extractor=extractor)
         self._kicked: set[int] = set()
+        self._owner: str | None = None  # the user being ingested (consolidation's owner)
+        self._consolidated_at = float("-inf")
         # the session activity the ingest task records and the idle-session job reads
         self._activity = SessionActivity(self.res.redis, namespace=self.settings.key_namespace)
         self._counter = EstimateCounter()
@@ -214,6 +218,18 @@ class MemstrataSystem:
 
         while finalise_idle(self.lifecycle, now=now, limit=100, max_s=600.0):
             pass
+        if now - self._consolidated_at >= self.settings.lifecycle.consolidate.interval_s:
+            self._consolidate(now)
+
+    def _consolidate(self, now: float) -> None:
+        """Celery Beat's consolidation job for the owner being ingested, at time ``now``."""
+        if self.lifecycle is None or not self.settings.lifecycle.consolidate.enabled:
+            return
+        from memstrata.core.lifecycle.consolidate import consolidate_owner
+
+        assert self._owner is not None
+        consolidate_owner(self.lifecycle, tenant_id=TENANT, user_id=self._owner, now=now)
+        self._consolidated_at = now
 
     def _index_history(self, turns: Sequence[tuple[object, Sequence[TranscriptRecord]]]) -> None:
         """What ``memstrata.ltm.index_history`` does after a drain, in this process."""
@@ -283,6 +299,7 @@ class MemstrataSystem:
         user = message_id(space.id)[:100]
         self._ensure_user(user)
         state = SpaceState(user, [], {}, 0.0)
+        self._owner, self._consolidated_at = user, float("-inf")
         self._last_outcomes = []
         current = None
         last_at: float | None = None
@@ -319,6 +336,8 @@ class MemstrataSystem:
             for up in outcome.upserts:
                 state.evicted.update(up.evicted)
         state.query_now = max((t.at for t in space.turns), default=0.0) + QUERY_DELAY_S
+        if last_at is not None:  # Beat has run since the last turn, before any question
+            self._consolidate(last_at + QUERY_DELAY_S / 2)
         self.spaces[space.id] = state
         self.stats.ingested_turns += len(space.turns)
         held = self.inventory(space.id)
@@ -346,7 +365,7 @@ class MemstrataSystem:
         from memstrata.core.models.identity import EPISODE
 
         cards = self._cards(space_id)
-        held = {key for key, _, _ in cards}
+        held = {key for key, _, _ in cards} | self._absorbed_keys(space_id)
         facts = self._facts(space_id)
         promoted = {m for _, _, sources in facts for m in sources}
         stm = [i.summary for i in self.alive(space_id)
@@ -375,6 +394,25 @@ class MemstrataSystem:
         with self.ltm_runtime.engine.connect() as conn:
             return [(str(k), str(src), "\n".join(t for t in (summary, content) if t))
                     for k, src, summary, content in conn.execute(q)]  # fmt: skip
+
+    def _absorbed_keys(self, space_id: str) -> set[str]:
+        """Canonical keys of the cards a merged card holds (hidden by consolidation): the
+        STM items they came from are held by the merged card."""
+        if self.lifecycle is None:
+            return set()
+        from sqlalchemy import select
+
+        from memstrata.core.lifecycle.consolidate import absorbed
+        from memstrata.core.ltm.tables import cards
+
+        ids = list(
+            absorbed(self.lifecycle, tenant_id=TENANT, user_id=self.spaces[space_id].user_id)
+        )
+        if not ids:
+            return set()
+        q = select(cards.c.canonical_key).where(cards.c.memory_id.in_(ids))
+        with self.lifecycle.engine.connect() as conn:
+            return {str(k) for (k,) in conn.execute(q)}
 
     def _facts(self, space_id: str) -> list[tuple[str, str, tuple[str, ...]]]:
         """(key, "key: value" text, source memory ids) of the user's current PG facts."""

@@ -1,0 +1,229 @@
+"""Consolidation of LTM cards (issue 13.3) against the real PostgreSQL and Redis."""
+
+from __future__ import annotations
+
+import pytest
+from sqlalchemy import Engine
+
+from memstrata.core.lifecycle.audit import Action
+from memstrata.core.lifecycle.consolidate import (
+    absorbed,
+    consolidate,
+    consolidate_owner,
+    explain_card,
+)
+from memstrata.core.lifecycle.finalise import finalise
+from memstrata.core.lifecycle.retract import retract_card
+from memstrata.core.lifecycle.runtime import Lifecycle
+from memstrata.core.ltm.card import CONSOLIDATED, CardDraft, CardStatus, LtmCard, focus
+from memstrata.core.models.transcript import MessageIn
+from memstrata.core.runtime import Runtime
+from tests.integration.test_lifecycle_env import (
+    NOW,
+    Kicks,
+    Tenant,
+    kicks,
+    lc,
+    lc_engine,
+    lifecycle_pg,
+    settings,
+    tenant,
+    user_cards,
+)
+
+pytestmark = pytest.mark.integration
+__all__ = ["kicks", "lc", "lc_engine", "lifecycle_pg", "settings", "tenant"]  # fixtures
+
+BEAGLE = [
+    "I adopted a beagle puppy named Max from the shelter",
+    "Max the beagle puppy chewed my running shoes",
+    "Took Max the beagle puppy to the vet for shots",
+]
+POTTERY = ["Our pottery class made clay bowls", "The pottery class glazed clay bowls today"]
+
+
+def _write(lc: Lifecycle, t: Tenant, n: int, text: str, *, user: str | None = None,
+           tenant_id: str | None = None, at: float = NOW) -> str:  # fmt: skip
+    draft = CardDraft(
+        tenant_id=tenant_id or t.id, user_id=user or t.user, canonical_key=f"episode:k{n}",
+        memory_type="episode", title=text[:80], summary=text, content=f"context of {n}",
+        source_type="session_episode", source_message_ids=[f"msg_{n}"],
+    )  # fmt: skip
+    return lc.ledger.write(draft, now=at + n).memory_id
+
+
+def _by_id(engine: Engine, t: Tenant, user: str | None = None) -> dict[str, LtmCard]:
+    return {c.memory_id: c for c in user_cards(engine, t.id, user or t.user)}
+
+
+def _merged(cards: dict[str, LtmCard]) -> list[LtmCard]:
+    return [c for c in cards.values()
+            if c.memory_type == CONSOLIDATED and c.status is CardStatus.ACTIVE]  # fmt: skip
+
+
+def test_three_cards_on_one_topic_merge_two_do_not(
+    lc: Lifecycle, tenant: Tenant, lc_engine: Engine, kicks: Kicks
+) -> None:
+    beagle = [_write(lc, tenant, n, s) for n, s in enumerate(BEAGLE)]
+    pottery = [_write(lc, tenant, 10 + n, s) for n, s in enumerate(POTTERY)]
+    report = consolidate_owner(lc, tenant_id=tenant.id, user_id=tenant.user, now=NOW + 60)
+    cards = _by_id(lc_engine, tenant)
+    [merged] = _merged(cards)
+    assert report.merged == (merged.memory_id,) and report.hidden == 3
+    # every source message id on the merged card, its sources hidden (not deleted)
+    assert sorted(merged.source_message_ids) == ["msg_0", "msg_1", "msg_2"]
+    assert {cards[i].status for i in beagle} == {CardStatus.SUPERSEDED}
+    assert "kind:topic" in merged.tags and "context of" not in merged.content
+    # two on a topic are not enough (seed 2: >= 3)
+    assert {cards[i].status for i in pottery} == {CardStatus.ACTIVE}
+    assert set(beagle) | {merged.memory_id} <= set(kicks.ids)
+    # explain names the sources and the rule, and the merged card for a source
+    why = explain_card(lc, merged.memory_id)
+    assert {s["memory_id"] for s in why.sources} == set(beagle)
+    assert any(h["action"] == Action.CONSOLIDATE.value and "3 cards on one topic" in h["reason"]
+               for h in why.history)  # fmt: skip
+    assert explain_card(lc, beagle[0]).merged_into == merged.memory_id
+    assert absorbed(lc, tenant_id=tenant.id, user_id=tenant.user) == {
+        b: merged.memory_id for b in beagle
+    }
+
+
+def test_recall_focus_injects_the_members_a_query_asks_for() -> None:
+    content = "msg_0\tI adopted a beagle named Max\nmsg_1,msg_2\tMax chewed my running shoes"
+    assert focus(content, "what did Max chew?", keep=1) == (
+        "Max chewed my running shoes", ("msg_1", "msg_2"),
+    )  # fmt: skip
+    assert focus(content, "unrelated words", keep=1) == ("I adopted a beagle named Max",
+                                                         ("msg_0",))  # fmt: skip
+    assert focus("plain card content", "Max") is None
+
+
+def test_more_than_ten_are_summarised_and_keep_every_source(
+    lc: Lifecycle, tenant: Tenant, lc_engine: Engine
+) -> None:
+    texts = [f"Max the beagle puppy learned trick number {n} in the garden" for n in range(11)]
+    ids = [_write(lc, tenant, n, s) for n, s in enumerate(texts)]
+    consolidate_owner(lc, tenant_id=tenant.id, user_id=tenant.user, now=NOW + 60)
+    cards = _by_id(lc_engine, tenant)
+    [merged] = _merged(cards)
+    assert "summarised" in merged.tags
+    assert len(merged.summary) <= lc.settings.consolidate.summary_chars
+    assert len(merged.source_message_ids) == 11 and len(merged.content.splitlines()) == 11
+    assert {cards[i].status for i in ids} == {CardStatus.SUPERSEDED}
+    # ten are merged, not summarised
+    other = Tenant(tenant.id, "bob")
+    _owner_user(lc_engine, other)
+    for n, s in enumerate(texts[:10]):
+        _write(lc, other, n, s, user="bob")
+    consolidate_owner(lc, tenant_id=tenant.id, user_id="bob", now=NOW + 60)
+    [ten] = _merged(_by_id(lc_engine, other))
+    assert "summarised" not in ten.tags and len(ten.source_message_ids) == 10
+
+
+def _owner_user(engine: Engine, t: Tenant) -> None:
+    from memstrata.core.authority.admin import create_user
+
+    with engine.begin() as conn:
+        create_user(db=conn, user={"tenant_id": t.id, "id": t.user})
+
+
+def test_near_duplicates_across_sessions_merge_as_a_pair(
+    lc: Lifecycle, tenant: Tenant, lc_engine: Engine
+) -> None:
+    a = _write(lc, tenant, 1, "My sister Anna lives in Lisbon near the old harbour")
+    b = _write(
+        lc, tenant, 2, "My sister Anna lives in Lisbon, near the old harbour!", at=NOW + 86400
+    )
+    consolidate_owner(lc, tenant_id=tenant.id, user_id=tenant.user, now=NOW + 2 * 86400)
+    cards = _by_id(lc_engine, tenant)
+    [merged] = _merged(cards)
+    assert "kind:duplicate" in merged.tags and merged.summary.count("Anna") == 1
+    assert sorted(merged.source_message_ids) == ["msg_1", "msg_2"]
+    assert cards[a].status is cards[b].status is CardStatus.SUPERSEDED
+
+
+def test_a_second_run_changes_nothing(
+    lc: Lifecycle, tenant: Tenant, lc_engine: Engine, kicks: Kicks
+) -> None:
+    for n, s in enumerate(BEAGLE):
+        _write(lc, tenant, n, s)
+    first = consolidate_owner(lc, tenant_id=tenant.id, user_id=tenant.user, now=NOW + 60)
+    before = {i: (c.version, c.status) for i, c in _by_id(lc_engine, tenant).items()}
+    audit = len(lc.audit.find(tenant_id=tenant.id, action=Action.CONSOLIDATE))
+    kicked = len(kicks.ids)
+    again = consolidate_owner(lc, tenant_id=tenant.id, user_id=tenant.user, now=NOW + 3600)
+    assert first.changed and not again.changed
+    assert {i: (c.version, c.status) for i, c in _by_id(lc_engine, tenant).items()} == before
+    assert len(lc.audit.find(tenant_id=tenant.id, action=Action.CONSOLIDATE)) == audit
+    assert len(kicks.ids) == kicked
+
+
+def test_retracting_a_merged_card_brings_its_sources_back_for_good(
+    lc: Lifecycle, tenant: Tenant, lc_engine: Engine, kicks: Kicks
+) -> None:
+    ids = [_write(lc, tenant, n, s) for n, s in enumerate(BEAGLE)]
+    consolidate_owner(lc, tenant_id=tenant.id, user_id=tenant.user, now=NOW + 60)
+    [merged] = _merged(_by_id(lc_engine, tenant))
+    out = retract_card(lc, card_id=merged.memory_id, now=NOW + 120, reason="wrong merge")
+    cards = _by_id(lc_engine, tenant)
+    assert out.changed and cards[merged.memory_id].status is CardStatus.SUPERSEDED
+    assert {cards[i].status for i in ids} == {CardStatus.ACTIVE}
+    assert set(ids) <= set(kicks.ids[-4:])  # re-indexed
+    # and the next run does not merge the same cluster again
+    again = consolidate_owner(lc, tenant_id=tenant.id, user_id=tenant.user, now=NOW + 3600)
+    assert not again.changed
+    assert {_by_id(lc_engine, tenant)[i].status for i in ids} == {CardStatus.ACTIVE}
+
+
+def test_one_owners_cards_are_never_merged_with_anothers(
+    lc: Lifecycle, tenant: Tenant, lc_engine: Engine
+) -> None:
+    # two cards for alice, one each for bob (same tenant) and for alice of another tenant
+    _owner_user(lc_engine, Tenant(tenant.id, "bob"))
+    _write(lc, tenant, 0, BEAGLE[0])
+    _write(lc, tenant, 1, BEAGLE[1])
+    _write(lc, tenant, 2, BEAGLE[2], user="bob")
+    other = Tenant(tenant.id + "x")
+    from memstrata.core.authority.admin import create_tenant
+
+    with lc_engine.begin() as conn:
+        create_tenant(db=conn, tenant={"id": other.id, "name": "Other"})
+    _owner_user(lc_engine, other)
+    _write(lc, other, 3, BEAGLE[2], tenant_id=other.id)
+    assert consolidate(lc, now=NOW + 60, max_s=0.0) == []  # the time bound: no owner started
+    done = consolidate(lc, now=NOW + 60)
+    owners = {(r.tenant_id, r.user_id) for r in done}
+    assert {(tenant.id, "alice"), (tenant.id, "bob"), (other.id, "alice")} <= owners
+    for t, u in ((tenant, "alice"), (tenant, "bob"), (other, "alice")):
+        cards = _by_id(lc_engine, t, u)
+        assert not _merged(cards) and all(c.status is CardStatus.ACTIVE for c in cards.values())
+
+
+def _say(res: Runtime, t: Tenant, session: str, text: str, at: float) -> str:
+    turn = res.transcript.append_turn(
+        user_id=t.user, tenant_id=t.id, session_id=session,
+        messages=[MessageIn(role="user", content=text, name="Caroline")], at=at,
+    )  # fmt: skip
+    res.pipeline.process([(turn.pointer, list(turn.records))])
+    return turn.records[0].message_id
+
+
+def test_a_newer_statement_of_the_same_fact_supersedes_and_keeps_the_older(
+    res: Runtime, lc: Lifecycle, tenant: Tenant, lc_engine: Engine
+) -> None:
+    u, t = tenant.user, tenant.id
+    _say(res, tenant, "s1", "My sister Anna keeps 2 horses on her farm in Alentejo.", NOW)
+    finalise(lc, user_id=u, session_id="s1", now=NOW + 3600, tenant_id=t)
+    [old] = [c for c in user_cards(lc_engine, t, u) if c.memory_type == "episode"]
+    newer = _say(res, tenant, "s2", "My sister Anna keeps 3 horses on her farm in Alentejo.",
+                 NOW + 86400)  # fmt: skip
+    finalise(lc, user_id=u, session_id="s2", now=NOW + 90000, tenant_id=t)
+    cards = _by_id(lc_engine, tenant)
+    current = cards[old.memory_id]
+    assert current.status is CardStatus.ACTIVE and "3 horses" in current.summary
+    assert current.source_message_ids == [newer]
+    [past] = [c for c in cards.values() if c.source_type == "superseded_statement"]
+    assert past.status is CardStatus.SUPERSEDED and "2 horses" in past.summary
+    assert past.source_message_ids == old.source_message_ids
+    [row] = lc.audit.find(tenant_id=t, action=Action.SUPERSEDE)
+    assert row["target"] == old.memory_id and row["inputs"]["previous"] == past.memory_id
