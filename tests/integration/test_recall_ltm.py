@@ -128,6 +128,7 @@ def test_milvus_down_degrades_to_stm_and_pg(
     finally:
         r.close()
         rt.close()
+        rt.engine.dispose()  # its own pool (the generation pointer was read through it)
     # Then recall still answers from STM, and names the layer that failed
     assert "ltm" in out.degraded
     assert "stm" not in out.degraded
