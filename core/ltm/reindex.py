@@ -12,8 +12,9 @@ Search keeps answering from the serving generation throughout (core/ltm/generati
 4. catch up: a live write, delete or erase reaches both generations, but the copy may
    have read the card before it and land its older version after it.  So every card
    whose ledger row changed since step 2 is projected again (a tombstone as a delete),
-   until a pass finds nothing new, and every owner the copy wrote who has no ledger
-   row left (erased meanwhile) is deleted from the new generation again;
+   then those of them that changed again meanwhile, until none did; and every owner
+   written who has no ledger row left (erased meanwhile) is deleted from the new
+   generation again;
 5. swap: the new generation serves, the old one becomes ``retiring`` (still written);
    wait until every process reads the new one;
 6. forget the old one, wait again (a process that cached ``retiring`` still writes to
@@ -42,7 +43,7 @@ from memstrata.core.ltm.ports import LexicalIndex, VectorIndex
 log = logging.getLogger(__name__)
 
 Routed = RoutedLexical | RoutedVector
-CATCH_UP_PASSES = 8  # each pass re-projects what changed during the one before
+CATCH_UP_PASSES = 8  # each pass redoes the cards of the one before that changed meanwhile
 
 
 @dataclass
@@ -188,15 +189,20 @@ def _copy(
 def _catch_up(
     ledger: Ledger, projector: Projector, since: float, total: ProjectReport, batch: int
 ) -> int | None:
-    """Project again every card changed since ``since``, until a pass finds no new
-    version; the number projected, or ``None`` when it did not settle (transient errors,
-    or writes kept coming for :data:`CATCH_UP_PASSES` passes)."""
-    done: dict[str, int] = {}
+    """Project again every card changed since ``since``; the number projected, or
+    ``None`` when it did not settle (transient errors, or the same cards still changing
+    after :data:`CATCH_UP_PASSES` passes).
+
+    The copy has finished, so a live write committed from now on lands after every copy
+    write; only this catch-up's own writes can still overtake one.  So each later pass
+    redoes just the cards of the pass before whose version moved meanwhile.
+    """
+    versions = ledger.changed_since(since)
+    redone: set[str] = set()
     for _ in range(CATCH_UP_PASSES):
-        changed = ledger.changed_since(since)
-        todo = sorted(m for m, v in changed.items() if done.get(m) != v)
+        todo = sorted(versions)
         if not todo:
-            return len(done)
+            return len(redone)
         for start in range(0, len(todo), batch):
             part = projector.project(todo[start : start + batch], force=True, settle=False)
             total.transient += part.transient
@@ -204,9 +210,20 @@ def _catch_up(
             total.owners |= part.owners
             if part.transient:
                 return None
-        done.update((m, changed[m]) for m in todo)
+        redone.update(todo)
+        now = _versions(ledger, todo)
+        versions = {m: v for m, v in now.items() if v != versions[m]}
     log.warning("ltm reindex: cards still changing after %s catch-up passes", CATCH_UP_PASSES)
     return None
+
+
+def _versions(ledger: Ledger, memory_ids: Sequence[str]) -> dict[str, int]:
+    """Newest target version per card (an erased card has none: nothing to redo)."""
+    out: dict[str, int] = {}
+    for start in range(0, len(memory_ids), 1000):
+        for row in ledger.projections(memory_ids[start : start + 1000]):
+            out[row.memory_id] = max(out.get(row.memory_id, 0), row.target_version)
+    return out
 
 
 def _drop_erased_owners(
