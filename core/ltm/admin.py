@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from contextlib import ExitStack
 from typing import Any
 
 from memstrata.core.ltm.history import project_transcripts
@@ -31,10 +32,14 @@ def reindex(
 
     By default into a new generation of each index, swapped in when complete (search
     answers from the old one meanwhile; :mod:`core.ltm.reindex`).  ``drop`` empties
-    them in place first instead (nothing is found until the rebuild is done).
+    them in place first instead (nothing is found until the rebuild is done).  Both
+    take the reindex lock: a second run at the same time is refused (``Conflict``).
     """
     if drop:
-        report = rebuild(ltm.projector, drop=True, on_progress=on_progress)
+        with ExitStack() as stack:  # the same lock as a swapping reindex: one at a time
+            for names in (ltm.lexical.names, ltm.vector.names):
+                stack.enter_context(names.store.exclusive(names.base))
+            report = rebuild(ltm.projector, drop=True, on_progress=on_progress)
         return _counts(report) | {"swapped": 0}
     swap = rebuild_and_swap(
         ledger=ltm.ledger,

@@ -11,7 +11,8 @@ While a reindex runs the row also names a *secondary*: the generation being buil
 Every write (upsert, delete, owner erase) goes to the serving name and the secondary, so
 neither misses a change made during the rebuild; reads go to the serving name only.
 Each process re-reads the row at most every ``refresh_s`` seconds; the reindex waits
-longer than that between steps, so every process has seen one step before the next.
+longer than that between steps (and before it drops a generation), so every process
+has seen one step before the next.
 A write or read refused because a name vanished (dropped by a finished reindex) re-reads
 the row at once and runs again on the new names.
 """
@@ -31,7 +32,7 @@ from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.exc import SQLAlchemyError
 
 from memstrata.core.adapters.pg import pg_errors
-from memstrata.core.errors import Conflict, MemstrataError
+from memstrata.core.errors import Conflict, MemstrataError, StoreUnavailable
 from memstrata.core.ltm.card import LtmCard
 from memstrata.core.ltm.embedding import Vectors
 from memstrata.core.ltm.errors import IndexRejected
@@ -116,7 +117,12 @@ class GenerationStore:
 
 
 class Names:
-    """A process's cached view of one pointer, re-read at most every ``refresh_s``."""
+    """A process's cached view of one pointer, re-read at most every ``refresh_s``.
+
+    Until one read succeeded, an unreadable pointer raises :class:`StoreUnavailable`:
+    after a reindex the base name no longer serves, and writing or creating it would
+    leave an orphan.  After that, a failed re-read keeps the last pointer read.
+    """
 
     def __init__(self, store: GenerationStore, base: str, *, refresh_s: float) -> None:
         self.store = store
@@ -124,6 +130,7 @@ class Names:
         self.refresh_s = refresh_s
         self._pointer = Pointer(serving=base)
         self._read_at = float("-inf")
+        self._known = False  # one read succeeded: later failures keep the last pointer
         self._lock = threading.Lock()
 
     def current(self, *, force: bool = False) -> Pointer:
@@ -134,8 +141,12 @@ class Names:
             if force or now - self._read_at >= self.refresh_s:
                 try:
                     self._pointer = self.store.read(self.base)
-                except (MemstrataError, SQLAlchemyError) as exc:  # PG down, or not migrated:
-                    # keep what we had (the base name before any read)
+                    self._known = True
+                except (MemstrataError, SQLAlchemyError) as exc:  # PG down, or not migrated
+                    if not self._known:  # the base name may not serve: never guess it
+                        raise StoreUnavailable(
+                            f"ltm generation pointer {self.base!r} unreadable: {exc}"
+                        ) from exc
                     log.warning("ltm generation pointer %s unreadable: %s", self.base, exc)
                 self._read_at = time.monotonic()
         return self._pointer

@@ -35,6 +35,15 @@ class ProjectReport:
     transient: list[str] = field(default_factory=list)
     permanent: list[str] = field(default_factory=list)
     missing: list[str] = field(default_factory=list)
+    owners: set[tuple[str, str]] = field(default_factory=set)  # (tenant, user) of cards read
+
+    def add(self, part: ProjectReport) -> None:
+        self.indexed += part.indexed
+        self.deleted += part.deleted
+        self.transient += part.transient
+        self.permanent += part.permanent
+        self.missing += part.missing
+        self.owners |= part.owners
 
     @property
     def retry(self) -> bool:
@@ -121,25 +130,31 @@ class Projector:
     def close(self) -> None:
         self._pool.shutdown(wait=True)
 
-    def project(self, memory_ids: Sequence[str], *, force: bool = False) -> ProjectReport:
+    def project(
+        self, memory_ids: Sequence[str], *, force: bool = False, settle: bool = True
+    ) -> ProjectReport:
         """Bring both indexes up to the ledger for ``memory_ids``; see module docstring.
 
         The lexical write runs in a helper thread while this one embeds and writes the
         vectors (embedding is CPU in C, the index writes wait on the network), and all
-        outcomes are recorded in one ledger transaction.
+        outcomes are recorded in one ledger transaction, unless ``settle`` is false: a
+        reindex writes a generation that does not serve yet, so the ledger (which speaks
+        of the serving one) must not hear of it.
         """
         cards, rows = self.ledger.work(memory_ids)
         todo = _work_per_index(cards, rows, force=force)
         lexical = self._pool.submit(self._apply, "lexical", todo["lexical"])
         outcome = self._apply("vector", todo["vector"])
         outcome.merge(lexical.result())
-        self.ledger.settle(
-            indexed=outcome.done,
-            transient=outcome.transient,
-            permanent=outcome.permanent,
-            now=time.time(),
-        )
+        if settle:
+            self.ledger.settle(
+                indexed=outcome.done,
+                transient=outcome.transient,
+                permanent=outcome.permanent,
+                now=time.time(),
+            )
         report = outcome.report(missing=[m for m in memory_ids if m not in cards])
+        report.owners = {(c.tenant_id, c.user_id) for c in cards.values()}
         if report.transient or report.permanent:
             log.warning(
                 "ltm projection incomplete cards=%s transient=%s permanent=%s",

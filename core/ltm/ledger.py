@@ -17,7 +17,18 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Connection, Engine, and_, bindparam, func, or_, select, text, update
+from sqlalchemy import (
+    Connection,
+    Engine,
+    and_,
+    bindparam,
+    func,
+    or_,
+    select,
+    text,
+    tuple_,
+    update,
+)
 from sqlalchemy.dialects.postgresql import insert
 
 from memstrata.core.adapters.pg import pg_errors
@@ -323,6 +334,32 @@ def _state_counts(conn: Connection) -> dict[str, dict[str, int]]:
     return out
 
 
+def _changed_since(conn: Connection, since: float) -> dict[str, int]:
+    """Card id -> newest target version of the projections changed at or after ``since``
+    (a write, a status change or a settle: every change of a card bumps one)."""
+    rows = conn.execute(
+        select(projections.c.memory_id, func.max(projections.c.target_version).label("v"))
+        .where(projections.c.changed_at >= since)
+        .group_by(projections.c.memory_id)
+    )
+    return {r.memory_id: int(r.v) for r in rows}
+
+
+def _owners_present(conn: Connection, owners: Sequence[tuple[str, str]]) -> set[tuple[str, str]]:
+    """Which of ``owners`` (tenant, user) still hold at least one card."""
+    found: set[tuple[str, str]] = set()
+    pairs = sorted(set(owners))
+    for start in range(0, len(pairs), 500):
+        page = pairs[start : start + 500]
+        rows = conn.execute(
+            select(cards.c.tenant_id, cards.c.user_id)
+            .where(tuple_(cards.c.tenant_id, cards.c.user_id).in_(page))
+            .distinct()
+        )
+        found.update((r.tenant_id, r.user_id) for r in rows)
+    return found
+
+
 def _all_card_ids(conn: Connection, *, after: str = "", limit: int = 1000) -> list[str]:
     """Card ids in id order, for paging through a rebuild."""
     rows = conn.execute(
@@ -469,6 +506,17 @@ class Ledger:
     def ids(self, *, after: str = "", limit: int = 1000) -> list[str]:
         with self._read("page card ids") as c:
             return _all_card_ids(c, after=after, limit=limit)
+
+    def changed_since(self, since: float) -> dict[str, int]:
+        """Cards whose projections changed at or after ``since`` (epoch s), newest version."""
+        with self._read("select changed") as c:
+            return _changed_since(c, since)
+
+    def owners_present(self, owners: Sequence[tuple[str, str]]) -> set[tuple[str, str]]:
+        """The (tenant, user) pairs of ``owners`` that still own a card (an erase removes
+        an owner's rows)."""
+        with self._read("select owners") as c:
+            return _owners_present(c, owners)
 
     def counts(self) -> dict[str, dict[str, int]]:
         with self._read("count states") as c:

@@ -14,14 +14,18 @@ import subprocess
 import sys
 import termios
 import threading
+import time
 
 import pytest
+from sqlalchemy import delete
 
 from memstrata.core.errors import Conflict
 from memstrata.core.ltm import admin
 from memstrata.core.ltm.filters import CardFilter
+from memstrata.core.ltm.reindex import rebuild_and_swap
 from memstrata.core.ltm.runtime import LtmRuntime
 from memstrata.core.ltm.search import SearchMode
+from memstrata.core.ltm.tables import cards
 from memstrata.core.settings import load_settings
 from tests.integration import ltm_env
 from tests.integration.conftest import REPO_ROOT, process_env
@@ -96,12 +100,20 @@ def test_a_reindex_that_dies_midway_leaves_the_old_serving_and_a_rerun_finishes(
     def die(d: int, t: int) -> None:
         raise KeyboardInterrupt  # the operator's Ctrl-C, or a killed process, mid-copy
 
+    # written to the ledger, not yet projected: only the serving generation counts
+    pending = ltm.ledger.write(ltm_env.card_draft(tenant, "case.pending", "t", "s")).memory_id
     with pytest.raises(KeyboardInterrupt):
         admin.reindex(ltm, on_progress=die)
     assert ltm.vector.collection == old
-    assert ltm.milvus.client.has_collection(old + "_g1")  # half built, still recorded
+    # the half-built generation is gone and no process is told to write to it any more
+    assert not ltm.milvus.client.has_collection(old + "_g1")
+    assert ltm.vector.names.current(force=True).secondary is None
+    assert ltm.lexical.names.current(force=True).secondary is None
+    # the copy wrote the pending card into the dropped generation only: still pending
+    assert {p.state.value for p in ltm.ledger.projections([pending])} == {"pending"}
     hits = ltm.search.search(QUERY, flt, mode=SearchMode.HYBRID)
     assert hits and hits[0].memory_id == ids["case.ora00942"]
+    ltm.ledger.delete(pending)
     out = admin.reindex(ltm)
     assert out["swapped"] == 1 and ltm.vector.collection == old + "_g1"
     assert not ltm.milvus.client.has_collection(old)
@@ -173,3 +185,96 @@ def test_a_second_reindex_at_the_same_time_is_refused(ltm: LtmRuntime) -> None:
     with names.store.exclusive(names.base), pytest.raises(Conflict, match="another reindex"):
         admin.reindex(ltm)
     assert ltm.lexical.collection == names.base  # nothing was started
+
+
+def test_a_dropping_reindex_is_refused_while_another_reindex_runs(
+    ltm: LtmRuntime, tenant: str
+) -> None:
+    ltm_env.seed_corpus(ltm, tenant)
+    names = ltm.vector.names
+    with names.store.exclusive(names.base), pytest.raises(Conflict, match="another reindex"):
+        admin.reindex(ltm, drop=True)
+    assert ltm.vector.count() == len(ltm_env.CORPUS)  # nothing was dropped
+
+
+def test_changes_made_while_the_copy_runs_win_over_the_copy_after_the_swap(
+    ltm: LtmRuntime, tenant: str, ltm_pg_url: str
+) -> None:
+    # Given a corpus, and another owner of the tenant who will be erased
+    ids = ltm_env.seed_corpus(ltm, tenant)
+    zebra = "The zebra crossing by the quarry gate."
+    draft = ltm_env.card_draft(tenant, "pref.zebra", "Zebra crossing", zebra, user_id="u_erased")
+    erased = ltm.ledger.write(draft).memory_id
+    assert ltm.projector.project([erased]).indexed == 2
+    updated, forgotten = ids["case.ora00942"], ids["pref.mango"]
+    worker = ltm_env.runtime_for(ltm.settings, ltm_pg_url, ltm.embedder).start()
+    raced: list[bool] = []
+
+    def mid_copy(d: int, t: int) -> None:
+        # When another process updates one card, forgets one and erases an owner while
+        # the copy is under way, and the copy's slower writes of what it read before
+        # land in the new generation after them
+        if raced:
+            return
+        raced.append(True)
+        before = list(worker.ledger.cards([updated, forgotten, erased]).values())
+        fixed = "The nightly_report view was recreated."
+        worker.ledger.write(ltm_env.card_draft(tenant, "case.ora00942", "ORA-00942 fixed", fixed))
+        worker.ledger.delete(forgotten)
+        assert not worker.projector.project([updated, forgotten]).retry
+        with worker.engine.begin() as conn:  # core/erase.py: the ledger rows, then indexes
+            conn.execute(delete(cards).where(cards.c.user_id == "u_erased"))
+        worker.lexical.delete_owner(tenant, "u_erased")
+        worker.vector.delete_owner(tenant, "u_erased")
+        building = (worker.lexical.names.current(force=True).secondary,
+                    worker.vector.names.current(force=True).secondary)  # fmt: skip
+        assert building[0] and building[1]
+        texts = [c.embedding_text(ltm.settings.max_embed_chars) for c in before]
+        worker.lexical.at(building[0]).upsert(before)
+        worker.vector.at(building[1]).upsert(before, ltm.embedder.embed_documents(texts))
+
+    try:
+        out = admin.reindex(ltm, on_progress=mid_copy)
+    finally:
+        worker.close()
+        worker.engine.dispose()
+    # Then the new generation serves the new version, not the forgotten or erased cards
+    assert raced and out["swapped"] == 1, out
+    flt = CardFilter(tenant_id=tenant)
+    hits = ltm.search.search("nightly_report view recreated", flt, mode=SearchMode.LEXICAL)
+    assert hits and hits[0].memory_id == updated
+    found = {h.memory_id for h in ltm.search.search("mango ice cream zebra quarry", flt,
+                                                     mode=SearchMode.HYBRID)}  # fmt: skip
+    assert forgotten not in found and erased not in found
+    assert ltm.vector.count() == len(ltm_env.CORPUS) - 1
+    assert ltm.lexical.count_owner(tenant, "u_erased") == 0
+    assert ltm.vector.count_owner(tenant, "u_erased") == 0
+
+
+def test_the_replaced_generation_is_dropped_only_after_every_process_left_it(
+    ltm: LtmRuntime, tenant: str
+) -> None:
+    ltm_env.seed_corpus(ltm, tenant)
+    old = ltm.lexical.collection
+    seen: list[tuple[str | None, bool]] = []
+
+    def sleep(seconds: float) -> None:  # what each wait of the run saw
+        pointer = ltm.lexical.names.store.read(ltm.lexical.names.base)
+        seen.append((pointer.phase, ltm.milvus.client.has_collection(old)))
+        time.sleep(seconds)
+
+    swap = rebuild_and_swap(
+        ledger=ltm.ledger,
+        lexical=ltm.lexical,
+        vector=ltm.vector,
+        embedder=ltm.embedder,
+        max_embed_chars=ltm.settings.max_embed_chars,
+        settle_s=2 * ltm.settings.generation_refresh_s,
+        sleep=sleep,
+    )
+    assert swap.swapped and old in swap.dropped
+    # a process that cached ``retiring`` still writes to the old one for up to refresh_s
+    # (Elasticsearch re-creates a deleted index on such a write): one wait with the
+    # final pointer written, before the drop
+    assert seen == [("building", True), ("retiring", True), (None, True)]
+    assert not ltm.milvus.client.has_collection(old)

@@ -22,6 +22,7 @@ from memstrata.core.authority.facts import grant_role, set_profile
 from memstrata.core.breaker import Breakers, BreakerState
 from memstrata.core.ltm.config import LtmSettings
 from memstrata.core.ltm.embedding import CachedEmbedder
+from memstrata.core.ltm.milvus import MilvusConnection
 from memstrata.core.ltm.milvus_server import MilvusServer, free_port
 from memstrata.core.models.transcript import MessageIn
 from memstrata.core.recall.pool import SourceType, Verdict
@@ -403,6 +404,44 @@ def test_a_failed_ltm_warm_up_opens_the_breakers_so_recall_does_not_build_again(
                                             query=SIMILAR))  # fmt: skip
         assert open_since(out, LTM) and open_since(out, HISTORY), out.degraded
         assert not rt.ltm_started
+    finally:
+        recaller.close()
+        _purge(rt.redis, ns)
+        rt.close()
+
+
+def test_an_unreadable_generation_pointer_degrades_ltm_and_creates_no_collection(
+    milvus_server: MilvusServer, embedder: CachedEmbedder, tmp_path: Path
+) -> None:
+    # Given Milvus up, but PostgreSQL (which names the serving generation) on a closed port
+    ns = f"t{uuid.uuid4().hex[:10]}"
+    closed = f"postgresql+psycopg://postgres@127.0.0.1:{free_port()}/nowhere"
+    rt = Runtime(
+        load_settings(
+            redis_url=REDIS_URL, key_namespace=ns, transcript_dir=tmp_path / "l0",
+            postgres_url=closed,
+            ltm=LtmSettings(milvus_uri=milvus_server.uri, collection_prefix=ns,
+                            milvus_timeout_s=3.0, history_enabled=False),
+        ),
+        embedder=embedder,
+    )  # fmt: skip
+    with_clock(rt)
+    recaller = rt.recaller(settings=BUDGET)
+    try:
+        # When LTM is warmed up and recalled from
+        why = rt.warm_ltm()
+        out = recaller.recall(RecallRequest(tenant_id="default", user_id="alice",
+                                            session_id="s1", query=SIMILAR))  # fmt: skip
+        # Then the warm-up says why, recall reports LTM degraded, and the base names (which
+        # may no longer serve after a reindex) were not created empty in Milvus
+        assert why is not None and "StoreUnavailable" in why and "pointer" in why, why
+        assert LTM in out.degraded, out.degraded
+        assert not rt.ltm_started
+        milvus = MilvusConnection(milvus_server.uri, timeout_s=3.0)
+        try:
+            assert not [c for c in milvus.client.list_collections() if c.startswith(ns)]
+        finally:
+            milvus.close()
     finally:
         recaller.close()
         _purge(rt.redis, ns)

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import pytest
+
+from memstrata.core.errors import StoreUnavailable
 from memstrata.core.ltm.generations import Names, Pointer, RoutedLexical, generation_name
 
 
@@ -55,3 +58,34 @@ def test_while_a_reindex_copies_a_new_card_is_upserted_into_both_generations() -
     routed, calls = _routed(Pointer("lex", 0, "lex_g1", "building"))
     routed.insert([])
     assert calls == [("upsert", "lex"), ("upsert", "lex_g1")]
+
+
+class _FlakyRow:
+    """A pointer row that is unreadable while ``down`` (PostgreSQL not answering)."""
+
+    def __init__(self, pointer: Pointer) -> None:
+        self.pointer, self.down = pointer, False
+
+    def read(self, base: str) -> Pointer:
+        if self.down:
+            raise StoreUnavailable("postgres did not answer")
+        return self.pointer
+
+
+def test_an_unreadable_pointer_on_the_first_read_raises_instead_of_guessing_the_base() -> None:
+    # after a reindex the base name no longer serves: guessing it would create an orphan
+    row = _FlakyRow(Pointer("lex_g1", 1))
+    row.down = True
+    names = Names(row, "lex", refresh_s=0.0)  # type: ignore[arg-type]
+    with pytest.raises(StoreUnavailable, match="lex"):
+        names.current()
+    row.down = False
+    assert names.current().serving == "lex_g1"
+
+
+def test_an_unreadable_pointer_after_one_good_read_keeps_the_last_one() -> None:
+    row = _FlakyRow(Pointer("lex_g1", 1))
+    names = Names(row, "lex", refresh_s=0.0)  # type: ignore[arg-type]
+    assert names.current().serving == "lex_g1"
+    row.down = True
+    assert names.current(force=True).serving == "lex_g1"
