@@ -1,0 +1,37 @@
+"""Extraction and write-policy output stay the same while the write path gets faster.
+
+The expected output was produced by the implementation before the hot-path work of
+issue 17 (``tests/unit/extract_oracle.py`` made ``tests/data/extract_golden.json``);
+an intentional change of output regenerates it and says so in its commit.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from memstrata.ops.replay.formats import DEFAULT_ROOT
+from tests.unit import extract_oracle as oracle
+
+GOLDEN: dict[str, Any] = json.loads(
+    (Path(__file__).parents[1] / "data" / oracle.GOLDEN).read_text(encoding="utf-8")
+)
+
+
+def test_bench_turns_extract_and_judge_as_before() -> None:
+    outcomes = oracle.bench_outcomes()
+    assert outcomes[: oracle.BENCH_SHOWN] == GOLDEN["bench_shown"]
+    turns, sha = oracle.digest(outcomes)
+    assert {"turns": turns, "sha256": sha} == GOLDEN["bench"]
+    assert sum(len(o["candidates"]) for o in outcomes) > 5 * turns  # the mix proposes
+
+
+@pytest.mark.parametrize("source", oracle.SESSION_SOURCES)
+def test_real_agent_sessions_extract_and_judge_as_before(source: str) -> None:
+    if not (DEFAULT_ROOT / source).is_dir():
+        pytest.skip(f"shared bench data {DEFAULT_ROOT / source} not present")
+    turns, sha = oracle.session_digest(source)
+    assert {"turns": turns, "sha256": sha} == GOLDEN["sessions"][source]
