@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
+from itertools import chain
 
 from memstrata.core.extract.lexicon import Lexicon
 
@@ -54,7 +55,11 @@ def _dictionary_hits(
 ) -> list[tuple[int, int, str]]:
     folded = text.casefold()
     hits: list[tuple[int, int, str]] = []
-    for surface, canonical in list(lexicon.aliases.items()) + [(e.casefold(), e) for e in extra]:
+    extra_pairs = [(e.casefold(), e) for e in extra]
+    pairs = chain(lexicon.aliases.items(), extra_pairs) if extra_pairs else lexicon.aliases.items()
+    for surface, canonical in pairs:
+        if surface not in folded:  # most aliases are absent: one C-level test each
+            continue
         start = 0
         while True:
             pos = folded.find(surface, start)

@@ -35,3 +35,23 @@ def test_real_agent_sessions_extract_and_judge_as_before(source: str) -> None:
         pytest.skip(f"shared bench data {DEFAULT_ROOT / source} not present")
     turns, sha = oracle.session_digest(source)
     assert {"turns": turns, "sha256": sha} == GOLDEN["sessions"][source]
+
+
+def test_lexicon_prefilter_answers_as_every_pattern_would() -> None:
+    """The literal pre-filter of ``Lexicon.matches`` only skips searches that find nothing,
+    including for characters ``re.IGNORECASE`` folds differently from ``str.lower``."""
+    from memstrata.core.extract.lexicon import default_lexicon
+    from memstrata.core.extract.rules import split_clauses
+    from memstrata.ops.bench.common.fixtures import turn_messages
+
+    lx = default_lexicon()
+    assert sum(v is not None for v in lx.literals.values()) >= len(lx.rules) - 2
+    texts = [c for n in range(40) for m in turn_messages(n) for c in split_clauses(m["content"])]
+    texts += ["The API İS ſLOW again", "It keeps timing out", "KEEP IN MIND: prod", "不要重启", ""]
+    hits = 0
+    for rule, patterns in lx.rules.items():
+        for text in texts:
+            expected = any(p.search(text) for p in patterns)
+            assert lx.matches(rule, text) is expected, (rule, text)
+            hits += expected
+    assert hits > len(texts)
