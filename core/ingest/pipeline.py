@@ -160,9 +160,14 @@ class IngestPipeline:
     ) -> list[_Planned]:
         overlay: dict[tuple[str, str], Existing] = {}  # (scope, canon or fp) → written in batch
         planned = []
+        scopes: dict[tuple[str, str | None], str] = {}  # owner → scope, built once a batch
+        threshold = self.policy.threshold
         for n, (i, cand, fp) in enumerate(cands):
             ptr = turns[i][0]
-            scope = self.store.keys(ptr.user_id, ptr.tenant_id).scope
+            owner = (ptr.user_id, ptr.tenant_id)
+            scope = scopes.get(owner)
+            if scope is None:
+                scope = scopes[owner] = self.store.keys(ptr.user_id, ptr.tenant_id).scope
             in_batch = overlay.get((scope, "c:" + cand.canonical_fact_key)) or overlay.get(
                 (scope, "f:" + fp)
             )
@@ -194,7 +199,7 @@ class IngestPipeline:
                 verdict=j.verdict,
                 reason=j.reason[:DECISION_REASON_CHARS],
                 score=j.score,
-                threshold=self.policy.threshold,
+                threshold=threshold,
                 breakdown=j.breakdown,
                 profile=j.profile,
                 importance=j.importance,
@@ -263,7 +268,8 @@ class IngestPipeline:
         notes: list[list[BudgetNote]],
     ) -> None:
         to_write = [p for p in planned if p.item is not None]
-        results = self.store.upsert_many([p.item for p in to_write if p.item is not None])
+        # one script call per owner of the batch, not one per item (issue 17)
+        results = self.store.upsert_batch([p.item for p in to_write if p.item is not None])
         by_plan = {id(p): r for p, r in zip(to_write, results, strict=True)}
         rows: list[DecisionRow] = []
         refusals: Counter[tuple[int, str]] = Counter()
