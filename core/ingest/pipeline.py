@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
 from memstrata.core.extract.rules import BudgetNote, ExtractionContext, Extractor, clip
+from memstrata.core.extract.trusted import trusted
 from memstrata.core.keys import user_scope
 from memstrata.core.metrics import count_decisions
 from memstrata.core.models.candidate import Candidate, Verdict, WriteDecision, WriteProfile
@@ -194,7 +195,8 @@ class IngestPipeline:
                 seen = Existing(memory_id, fp, msgs, mentions)
                 overlay[(scope, "c:" + cand.canonical_fact_key)] = seen
                 overlay[(scope, "f:" + fp)] = seen
-            decision = WriteDecision(
+            # every part is valid already (pointer, candidate, judgement): no re-validation
+            decision = trusted(WriteDecision, dict(
                 decision_id=f"{ptr.turn_id}:{self._ordinal[n]:03d}:{cand.rule}",
                 verdict=j.verdict,
                 reason=j.reason[:DECISION_REASON_CHARS],
@@ -213,7 +215,8 @@ class IngestPipeline:
                 message_ids=list(cand.source.message_ids[:DECISION_MESSAGE_IDS]),
                 session_id=ptr.session_id,
                 at=ptr.at,
-            )
+                omitted={},
+            ))  # fmt: skip
             planned.append(_Planned(i, cand, fp, decision, item))
         return planned
 
@@ -227,7 +230,7 @@ class IngestPipeline:
         ttl_s: int,
     ) -> MemoryItem:
         # every part was validated already (pointer, candidate): construct, don't re-validate
-        return MemoryItem.model_construct(
+        return trusted(MemoryItem, dict(
             id=memory_id,
             user_id=ptr.user_id,
             tenant_id=ptr.tenant_id,
@@ -258,7 +261,7 @@ class IngestPipeline:
             agent_id=None,
             owner_agent=None,
             shared_scope=None,
-        )
+        ))  # fmt: skip
 
     def _write(
         self,
@@ -283,8 +286,7 @@ class IngestPipeline:
                 update: dict[str, object] = {"memory_id": res.memory_id}
                 if res.op == "stale":
                     update["reason"] = "older than the stored version; kept as history"
-
-                decision = decision.model_copy(update=update)
+                decision = trusted(WriteDecision, {**decision.__dict__, **update})
             out.decisions.append(decision)
             if decision.verdict is Verdict.REFUSED:
                 where = (p.turn, decision.message_ids[0] if decision.message_ids else "")

@@ -53,11 +53,18 @@ def _turns() -> list[tuple[TurnPointer, list[TranscriptRecord]]]:
         turn_id, at = f"t{n:04d}", 1_700_000_000.0 + n
         records = [
             TranscriptRecord(
-                message_id=f"{turn_id}.{i}", turn_id=turn_id, user_id=user, session_id=session,
-                task_id=task, role=m["role"], content=m["content"],
-                tool_call_id=m.get("tool_call_id"), tool_calls=m.get("tool_calls") or [],
-                name=m.get("name"), at=at,
-            )  # fmt: skip
+                message_id=f"{turn_id}.{i}",
+                turn_id=turn_id,
+                user_id=user,
+                session_id=session,
+                task_id=task,
+                role=m["role"],
+                content=m["content"],
+                tool_call_id=m.get("tool_call_id"),
+                tool_calls=m.get("tool_calls") or [],
+                name=m.get("name"),
+                at=at,
+            )
             for i, m in enumerate(turn_messages(n % 40))  # turns repeat: merges, new versions
         ]
         ptr = TurnPointer(user_id=user, session_id=session, task_id=task, turn_id=turn_id,
@@ -71,7 +78,7 @@ def _run(client: redis.Redis, batched: bool) -> tuple[str, list[TurnOutcome]]:
     client.made.append(ns)  # type: ignore[attr-defined]
     store = StmStore(client, namespace=ns, session_cap=20, user_cap=45)
     if not batched:
-        store.upsert_batch = store.upsert_many  # type: ignore[method-assign]
+        store.upsert_batch = store.upsert_many  # type: ignore[method-assign,assignment]
     pipe = IngestPipeline(store=store, extractor=RuleExtractor(), policy=WritePolicy())
     turns = _turns()
     outcomes = []
