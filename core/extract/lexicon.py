@@ -54,6 +54,8 @@ def _required(items: Sequence[tuple[object, object]], fold: bool) -> set[str] | 
         flush()
         if op is sre_parse.SUBPATTERN and isinstance(av, tuple) and not av[1] and not av[2]:
             best = _best(best, _required(av[3], fold))
+        elif op is sre_parse.ASSERT and isinstance(av, tuple):  # (?=…) (?<=…): in the text too
+            best = _best(best, _required(av[1], fold))
         elif op is sre_parse.BRANCH and isinstance(av, tuple):
             alts = [_required(b, fold) for b in av[1]]
             if all(a is not None for a in alts):
@@ -90,7 +92,8 @@ _fold_clause = lru_cache(maxsize=1024)(_fold)  # every clause is tested against 
 CACHED_FOLD_CHARS = 512  # a clause is at most 300; whole messages are folded uncached
 
 
-def _folded(text: str) -> str | None:
+def folded_text(text: str) -> str | None:
+    """``text`` lower-cased for a literal pre-filter (``None``: do not pre-filter it)."""
     return _fold_clause(text) if len(text) <= CACHED_FOLD_CHARS else _fold(text)
 
 
@@ -129,7 +132,7 @@ class Lexicon:
         run; the answer is the same as running them all (issue 17 profile)."""
         lits = self.literals.get(rule)
         if lits is not None:
-            folded = _folded(text)
+            folded = folded_text(text)
             if folded is not None and not any(lit in folded for lit in lits):
                 return False
         for pattern in self.rules.get(rule, ()):  # noqa: SIM110 (cheaper than any(genexpr))

@@ -55,3 +55,21 @@ def test_lexicon_prefilter_answers_as_every_pattern_would() -> None:
             assert lx.matches(rule, text) is expected, (rule, text)
             hits += expected
     assert hits > len(texts)
+
+
+def test_entity_prefilter_finds_what_every_pattern_finds(monkeypatch: pytest.MonkeyPatch) -> None:
+    from memstrata.core.extract import entities
+    from memstrata.core.extract.lexicon import default_lexicon
+    from memstrata.core.extract.rules import split_clauses
+    from memstrata.ops.bench.common.fixtures import turn_messages
+
+    lx = default_lexicon()
+    texts = [c for n in range(40) for m in turn_messages(n) for c in split_clauses(m["content"])]
+    texts += [
+        "PRODUCTION-eu is down", "call foo_bar(1) on /api/v1/x", "ORA-01555 and HTTP 504",
+        "NullPointerException in payment-service", "İSTANBUL prod-ſ", "ſtaging-eu",
+    ]  # fmt: skip
+    filtered = [entities.extract_entities(t, lx) for t in texts]
+    monkeypatch.setattr(entities, "_LITERALS", tuple((None, False) for _ in entities._PATTERNS))
+    assert filtered == [entities.extract_entities(t, lx) for t in texts]
+    assert sum(map(len, filtered)) > len(texts)
