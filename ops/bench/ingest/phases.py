@@ -335,7 +335,7 @@ def run_phases(env: dict[str, str], client: redis.Redis, logs: Path, quick: bool
     took: dict[str, float] = {}
     phases = os.environ.get("MEMSTRATA_BENCH_PHASES", "steady,backlog,ladder").split(",")
     steady_s = 4.0 if quick else 20.0
-    backlog_turns = 400 if quick else 10_000
+    backlog_turns = int(os.environ.get("MEMSTRATA_BENCH_BACKLOG_TURNS", 400 if quick else 10_000))
     # (a) + (b): steady 200 turns/s with 1 and 2 worker processes
     rate = float(os.environ.get("MEMSTRATA_BENCH_RATE", TARGET_RATE))
     for n in ((2,) if quick else (1, 2)) if "steady" in phases else ():
