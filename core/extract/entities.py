@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
+from itertools import chain
 
-from memstrata.core.extract.lexicon import Lexicon
+from memstrata.core.extract.lexicon import Lexicon, folded_text, required_literals
 
 _PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
     (
@@ -48,13 +49,21 @@ _PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
     ),
 )
 
+# the literals one of which every match of each pattern contains (None: no pre-filter),
+# so that a clause is scanned only by the patterns that can match it (issue 17)
+_LITERALS = tuple((required_literals(p), bool(p.flags & re.IGNORECASE)) for _kind, p in _PATTERNS)
+
 
 def _dictionary_hits(
     text: str, lexicon: Lexicon, extra: Iterable[str]
 ) -> list[tuple[int, int, str]]:
     folded = text.casefold()
     hits: list[tuple[int, int, str]] = []
-    for surface, canonical in list(lexicon.aliases.items()) + [(e.casefold(), e) for e in extra]:
+    extra_pairs = [(e.casefold(), e) for e in extra]
+    pairs = chain(lexicon.aliases.items(), extra_pairs) if extra_pairs else lexicon.aliases.items()
+    for surface, canonical in pairs:
+        if surface not in folded:  # most aliases are absent: one C-level test each
+            continue
         start = 0
         while True:
             pos = folded.find(surface, start)
@@ -77,7 +86,12 @@ def extract_entities(
 ) -> list[str]:
     """Entities in order of first appearance, de-duplicated case-insensitively."""
     found: list[tuple[int, int, str]] = []
-    for _kind, pattern in _PATTERNS:
+    folded = folded_text(text)
+    for (_kind, pattern), (lits, fold) in zip(_PATTERNS, _LITERALS, strict=True):
+        if lits is not None:
+            hay = folded if fold else text
+            if hay is not None and not any(lit in hay for lit in lits):
+                continue
         for m in pattern.finditer(text):
             found.append((m.start(), m.end(), m.group(0).replace("HTTP ", "HTTP")))
     found.extend(_dictionary_hits(text, lexicon, extra))

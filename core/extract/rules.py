@@ -29,6 +29,7 @@ from typing import Protocol
 
 from memstrata.core.extract.entities import extract_entities, topic_of
 from memstrata.core.extract.lexicon import Lexicon, default_lexicon
+from memstrata.core.extract.trusted import trusted
 from memstrata.core.extract.windows import Reading, read_windows
 from memstrata.core.models.candidate import Candidate, CandidateSignals
 from memstrata.core.models.memory import MemorySource, MemoryType
@@ -683,7 +684,16 @@ class RuleExtractor:
         detail: dict[str, object] | None = None,
     ) -> Candidate:
         tool_ids = [rec.tool_call_id] if rec.tool_call_id else []
-        return Candidate(
+        # every part is valid already (the L0 record, the rule's constants): the hot path
+        # sets the fields instead of re-validating them (core.extract.trusted); a tool call
+        # id is still checked (L0 may hold one the provenance refuses)
+        src = dict(
+            kind="tool" if rec.role is Role.TOOL else "conversation",
+            message_ids=[rec.message_id],
+            tool_call_ids=tool_ids,
+        )
+        source = MemorySource(**src) if tool_ids else trusted(MemorySource, src)
+        return trusted(Candidate, dict(
             memory_type=rule.memory_type,
             subtype=rule.subtype,
             summary=summary,
@@ -691,13 +701,9 @@ class RuleExtractor:
             entities=entities,
             tags=[rule.subtype],
             canonical_fact_key=key[:256],
-            source=MemorySource(
-                kind="tool" if rec.role is Role.TOOL else "conversation",
-                message_ids=[rec.message_id],
-                tool_call_ids=tool_ids,
-            ),
+            source=source,
             confidence=rule.confidence,
             signals=signals,
             rule=rule.name,
             turn_count=max(1, ctx.turn_index),
-        )
+        ))  # fmt: skip

@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
 from memstrata.core.extract.rules import BudgetNote, ExtractionContext, Extractor, clip
+from memstrata.core.extract.trusted import trusted
 from memstrata.core.keys import user_scope
 from memstrata.core.metrics import count_decisions
 from memstrata.core.models.candidate import Candidate, Verdict, WriteDecision, WriteProfile
@@ -160,9 +161,14 @@ class IngestPipeline:
     ) -> list[_Planned]:
         overlay: dict[tuple[str, str], Existing] = {}  # (scope, canon or fp) → written in batch
         planned = []
+        scopes: dict[tuple[str, str | None], str] = {}  # owner → scope, built once a batch
+        threshold = self.policy.threshold
         for n, (i, cand, fp) in enumerate(cands):
             ptr = turns[i][0]
-            scope = self.store.keys(ptr.user_id, ptr.tenant_id).scope
+            owner = (ptr.user_id, ptr.tenant_id)
+            scope = scopes.get(owner)
+            if scope is None:
+                scope = scopes[owner] = self.store.keys(ptr.user_id, ptr.tenant_id).scope
             in_batch = overlay.get((scope, "c:" + cand.canonical_fact_key)) or overlay.get(
                 (scope, "f:" + fp)
             )
@@ -189,12 +195,13 @@ class IngestPipeline:
                 seen = Existing(memory_id, fp, msgs, mentions)
                 overlay[(scope, "c:" + cand.canonical_fact_key)] = seen
                 overlay[(scope, "f:" + fp)] = seen
-            decision = WriteDecision(
+            # every part is valid already (pointer, candidate, judgement): no re-validation
+            decision = trusted(WriteDecision, dict(
                 decision_id=f"{ptr.turn_id}:{self._ordinal[n]:03d}:{cand.rule}",
                 verdict=j.verdict,
                 reason=j.reason[:DECISION_REASON_CHARS],
                 score=j.score,
-                threshold=self.policy.threshold,
+                threshold=threshold,
                 breakdown=j.breakdown,
                 profile=j.profile,
                 importance=j.importance,
@@ -208,7 +215,8 @@ class IngestPipeline:
                 message_ids=list(cand.source.message_ids[:DECISION_MESSAGE_IDS]),
                 session_id=ptr.session_id,
                 at=ptr.at,
-            )
+                omitted={},
+            ))  # fmt: skip
             planned.append(_Planned(i, cand, fp, decision, item))
         return planned
 
@@ -222,7 +230,7 @@ class IngestPipeline:
         ttl_s: int,
     ) -> MemoryItem:
         # every part was validated already (pointer, candidate): construct, don't re-validate
-        return MemoryItem.model_construct(
+        return trusted(MemoryItem, dict(
             id=memory_id,
             user_id=ptr.user_id,
             tenant_id=ptr.tenant_id,
@@ -253,7 +261,7 @@ class IngestPipeline:
             agent_id=None,
             owner_agent=None,
             shared_scope=None,
-        )
+        ))  # fmt: skip
 
     def _write(
         self,
@@ -263,7 +271,8 @@ class IngestPipeline:
         notes: list[list[BudgetNote]],
     ) -> None:
         to_write = [p for p in planned if p.item is not None]
-        results = self.store.upsert_many([p.item for p in to_write if p.item is not None])
+        # one script call per owner of the batch, not one per item (issue 17)
+        results = self.store.upsert_batch([p.item for p in to_write if p.item is not None])
         by_plan = {id(p): r for p, r in zip(to_write, results, strict=True)}
         rows: list[DecisionRow] = []
         refusals: Counter[tuple[int, str]] = Counter()
@@ -277,8 +286,7 @@ class IngestPipeline:
                 update: dict[str, object] = {"memory_id": res.memory_id}
                 if res.op == "stale":
                     update["reason"] = "older than the stored version; kept as history"
-
-                decision = decision.model_copy(update=update)
+                decision = trusted(WriteDecision, {**decision.__dict__, **update})
             out.decisions.append(decision)
             if decision.verdict is Verdict.REFUSED:
                 where = (p.turn, decision.message_ids[0] if decision.message_ids else "")

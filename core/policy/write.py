@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from memstrata.core.extract.trusted import trusted
 from memstrata.core.models.candidate import Candidate, Verdict, WriteProfile
 from memstrata.core.models.memory import MemoryType
 
@@ -85,7 +86,8 @@ def build_write_profile(
     cand: Candidate, *, novelty_value: float, ttl_s: int, policy: WritePolicy
 ) -> WriteProfile:
     s = cand.signals
-    return WriteProfile(
+    # built from validated parts for every candidate: set, not re-validated (issue 17)
+    return trusted(WriteProfile, dict(
         is_verified=s.is_verified,
         is_stable_for_current_task=s.is_stable_for_current_task,
         is_user_constraint=s.is_user_constraint,
@@ -97,7 +99,7 @@ def build_write_profile(
         duplicate=novelty_value == 0.0,
         transient=s.transient or s.chit_chat or s.off_task,
         raw_unstructured_blob=s.raw_unstructured_blob,
-    )
+    ))  # fmt: skip
 
 
 def write_score(profile: WriteProfile, policy: WritePolicy) -> tuple[float, dict[str, float]]:

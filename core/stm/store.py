@@ -150,6 +150,10 @@ class StmStore:
         self._durable = json.dumps(sorted(durable_subtypes))
         common = lua("common.lua")
         self._upsert: Script = client.register_script(common + lua("upsert.lua"))
+        self._upsert_batch: Script = client.register_script(
+            common + "local function upsert_one(ARGV)\n" + lua("upsert.lua") + "\nend\n"
+            + lua("upsert_batch.lua")
+        )  # fmt: skip
         self._delete: Script = client.register_script(common + lua("delete.lua"))
         self._sweep: Script = client.register_script(common + lua("sweep.lua"))
         self._evict: Script = client.register_script(common + lua("evict.lua"))
@@ -224,6 +228,55 @@ class StmStore:
             owners = [(item.tenant_id, item.user_id) for item in items]
             self._account({o: r.owner_items for o, r in zip(owners, out, strict=True)})
         return out
+
+    def upsert_batch(
+        self, items: Sequence[MemoryItem], *, per_call: int = 64
+    ) -> list[UpsertResult]:
+        """:meth:`upsert_many` with one script call per owner (at most ``per_call`` items
+        each) and one sweep-index update per owner, in one round trip (issue 17).
+
+        Each owner's items are upserted in their order, each as :meth:`upsert` would:
+        the same replies, the same state; only the number of commands changes.
+        """
+        if not items:
+            return []
+        by_owner: dict[tuple[str, str | None], list[int]] = {}
+        for n, item in enumerate(items):
+            by_owner.setdefault((item.user_id, item.tenant_id), []).append(n)
+        calls: list[tuple[UserKeys, list[int], list[str]]] = []
+        for (user_id, tenant_id), idxs in by_owner.items():
+            k = self.keys(user_id, tenant_id)
+            for i in range(0, len(idxs), per_call):
+                part = idxs[i : i + per_call]
+                calls.append((k, part, [self._encode(items[n]) for n in part]))
+
+        def send() -> list[Any]:
+            pipe = self._r.pipeline(transaction=False)
+            for k, _part, payloads in calls:
+                pipe.evalsha(self._upsert_batch.sha, 1, k.prefix, self.session_cap,
+                             self.history_cap, self.user_cap, self._durable, *payloads)  # fmt: skip
+            for (user_id, tenant_id), idxs in by_owner.items():  # ZADD LT: the earliest counts
+                soonest = min(items[n].expires_at for n in idxs)
+                pipe.zadd(self.gkeys.sweep_users, {self.keys(user_id, tenant_id).scope: soonest},
+                          lt=True)  # fmt: skip
+            return pipe.execute()
+
+        with redis_errors():
+            try:
+                raw = send()
+            except redis.exceptions.NoScriptError:  # a restarted or flushed Redis
+                self._r.script_load(self._upsert_batch.script)
+                raw = send()
+        out: list[UpsertResult | None] = [None] * len(items)
+        for (_k, part, _payloads), replies in zip(calls, raw[: len(calls)], strict=True):
+            for n, res in zip(part, replies, strict=True):
+                op, memory_id, version, owner_items, *evicted = res
+                out[n] = UpsertResult(op, memory_id, int(version), tuple(evicted), int(owner_items))
+        results = [r for r in out if r is not None]
+        if self.tenant_cap > 0:
+            owners = [(item.tenant_id, item.user_id) for item in items]
+            self._account({o: r.owner_items for o, r in zip(owners, results, strict=True)})
+        return results
 
     def delete(
         self, user_id: str, memory_ids: Sequence[str], *, tenant_id: str | None = None

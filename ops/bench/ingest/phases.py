@@ -33,6 +33,14 @@ TARGET_E2E_P95_MS = 50.0
 TARGET_RATE = 200.0
 LOW_RATE = 50.0
 TARGET_SUSTAINED = 1000.0
+TARGET_DRAIN_W2 = 1500.0  # backlog drain with 2 worker processes (issue 17)
+TARGET_CPU_MS = 1.0  # workers + Redis CPU per drained turn (issue 17)
+TARGET_RECORD_TURN_P50_MS = 0.5
+DEFAULT_BATCH = 200
+# Scaling of the backlog drain: worker processes at the default batch, then batch sizes
+# at 2 worker processes (issue 17 asks for both).
+SCALE_WORKERS = (1, 2, 4)
+SCALE_BATCHES = (50, 500)
 # Capacity phase: 30 turns a session, so the cap's eviction path (the most expensive
 # branch of the upsert script) is part of the cost.
 TURNS_PER_SESSION_BACKLOG = 30
@@ -162,10 +170,14 @@ def task_overhead(
 
 def backlog_drain(
     env: dict[str, str], client: redis.Redis, tag: str, turns: int, workers: int, pool: str,
-    concurrency: int, log_dir: Path, first_turn: int,
+    concurrency: int, log_dir: Path, first_turn: int, batch: int | None = None,
 ) -> dict[str, Any]:  # fmt: skip
-    """(c) capacity: queue ``turns`` with no worker running, then time the workers' drain."""
+    """(c) capacity: queue ``turns`` with no worker running, then time the workers' drain
+    (with ``batch`` pointers read at a time, else the configured ``MEMSTRATA_INGEST_BATCH``)."""
     from memstrata.tasks.client import connect
+
+    batch = batch or int(env.get("MEMSTRATA_INGEST_BATCH", DEFAULT_BATCH))
+    env = {**env, "MEMSTRATA_INGEST_BATCH": str(batch)}  # the workers' setting only
 
     ns, shards = env["MEMSTRATA_KEY_NAMESPACE"], int(env.get("MEMSTRATA_INGEST_SHARDS", "4"))
     mc = connect()
@@ -208,6 +220,7 @@ def backlog_drain(
         "workers": workers,
         "pool": pool,
         "concurrency": concurrency,
+        "batch": batch,
         "fill_turns_per_s": round(turns / fill_s),
         "drain_turns_per_s": round(rate),
         "drain_total_s": r3(samples[-1][0] - samples[0][0]) if samples else math.nan,
@@ -322,7 +335,7 @@ def run_phases(env: dict[str, str], client: redis.Redis, logs: Path, quick: bool
     took: dict[str, float] = {}
     phases = os.environ.get("MEMSTRATA_BENCH_PHASES", "steady,backlog,ladder").split(",")
     steady_s = 4.0 if quick else 20.0
-    backlog_turns = 400 if quick else 10_000
+    backlog_turns = int(os.environ.get("MEMSTRATA_BENCH_BACKLOG_TURNS", 400 if quick else 10_000))
     # (a) + (b): steady 200 turns/s with 1 and 2 worker processes
     rate = float(os.environ.get("MEMSTRATA_BENCH_RATE", TARGET_RATE))
     for n in ((2,) if quick else (1, 2)) if "steady" in phases else ():
@@ -342,15 +355,20 @@ def run_phases(env: dict[str, str], client: redis.Redis, logs: Path, quick: bool
         finally:
             group.stop()
         took[f"steady_w{n}"] = r3(time.perf_counter() - t0)
-    # (c) drain capacity of a backlog, 1 and 2 worker processes (and one prefork -c 2)
-    configs = [(1, "solo", 1), (2, "solo", 1)] + ([] if quick else [(1, "prefork", 2)])
+    # (c) drain capacity of a backlog: 1, 2 and 4 worker processes (and one prefork -c 2),
+    # then other batch sizes with 2 worker processes
+    configs: list[tuple[int, str, int, int | None]] = [(n, "solo", 1, None) for n in SCALE_WORKERS]
+    configs += [] if quick else [(1, "prefork", 2, None)]
+    configs += [(2, "solo", 1, b) for b in SCALE_BATCHES]
     if "backlog" not in phases:
         configs = []
-    for k, (n, pool, conc) in enumerate(configs):
+    for k, (n, pool, conc, batch) in enumerate(configs):
         t0 = time.perf_counter()
-        name = f"backlog_w{n}_{pool}{conc}"
+        name = f"backlog_w{n}_{pool}{conc}" + (f"_b{batch}" if batch else "")
         first = (3 + k) * 10_000_000
-        out[name] = backlog_drain(env, client, f"B{k}", backlog_turns, n, pool, conc, logs, first)
+        out[name] = backlog_drain(
+            env, client, f"B{k}", backlog_turns, n, pool, conc, logs, first, batch
+        )
         took[name] = r3(time.perf_counter() - t0)
     # (c) open-loop offered-rate ladder with producer processes and 2 worker processes
     # (--quick has no ladder: the steady phase's verdict at 200 turns/s stands in for it)

@@ -1,0 +1,87 @@
+"""``core.extract.trusted`` builds what validation would have built (issue 17 hot path)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from pydantic import BaseModel
+
+from memstrata.core.extract.trusted import trusted
+from memstrata.core.models.candidate import (
+    Candidate,
+    CandidateSignals,
+    Verdict,
+    WriteDecision,
+    WriteProfile,
+)
+from memstrata.core.models.memory import MemoryItem, MemorySource, MemoryStatus, MemoryType
+
+SOURCE: dict[str, Any] = {"kind": "conversation", "message_ids": ["t1.0"], "tool_call_ids": []}
+PROFILE = WriteProfile(
+    is_verified=True, is_stable_for_current_task=True, is_user_constraint=False,
+    is_decision=False, is_preference=False, novelty=1.0, confidence=0.9,
+    estimated_ttl_minutes=60, duplicate=False, transient=False, raw_unstructured_blob=False,
+)  # fmt: skip
+CASES: list[tuple[type[BaseModel], dict[str, Any]]] = [
+    (MemorySource, SOURCE),
+    (WriteProfile, PROFILE.model_dump()),
+    (
+        Candidate,
+        dict(
+            memory_type=MemoryType.FACT, subtype="conclusion", summary="db is fine",
+            detail={"role": "assistant"}, entities=["db"], tags=["conclusion"],
+            canonical_fact_key="s:conclusion:db", source=MemorySource(**SOURCE),
+            confidence=0.85, signals=CandidateSignals(is_verified=True), rule="conclusion",
+            turn_count=1,
+        ),
+    ),
+    (
+        WriteDecision,
+        dict(
+            decision_id="t1:000:conclusion", verdict=Verdict.WRITTEN, reason="score 8 ≥ 3",
+            score=8.0, threshold=3.0, breakdown={"is_verified": 3.0}, profile=PROFILE,
+            importance=0.5, importance_breakdown={"seed2": 0.1}, memory_type=MemoryType.FACT,
+            subtype="conclusion", summary="db is fine", canonical_fact_key="k", rule="conclusion",
+            memory_id="m_1", message_ids=["t1.0"], session_id="s", at=1.0, omitted={},
+        ),
+    ),
+    (
+        MemoryItem,
+        dict(
+            id="m_abc", user_id="u", tenant_id=None, session_id="s", task_id="t",
+            memory_type=MemoryType.FACT, subtype="conclusion", summary="db is fine",
+            detail={"role": "assistant"}, entities=["db"], tags=["conclusion"],
+            source=MemorySource(**SOURCE), confidence=0.9, importance=0.5, created_at=1.0,
+            updated_at=1.0, last_access_at=1.0, expires_at=100.0, fingerprint="f" * 24,
+            canonical_fact_key="k", seen_sessions=["s"], version=1, status=MemoryStatus.ACTIVE,
+            mention_count=1, history=[], agent_id=None, owner_agent=None, shared_scope=None,
+        ),
+    ),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("cls", "fields"), CASES, ids=[c.__name__ for c, _ in CASES])
+def test_trusted_equals_the_validated_model(cls: type[BaseModel], fields: dict[str, Any]) -> None:
+    assert set(fields) == set(cls.model_fields)  # every field given, as the hot path does
+    built, validated = trusted(cls, dict(fields)), cls(**fields)
+    assert built == validated
+    assert built.model_dump_json() == validated.model_dump_json()
+    assert built.model_copy(update={}) == validated
+    with pytest.raises(Exception):  # noqa: B017 - frozen models stay frozen
+        if cls.model_config.get("frozen"):
+            built.__setattr__(next(iter(fields)), None)
+        else:
+            raise TypeError
+
+
+def test_hot_path_items_give_every_field() -> None:
+    """The pipeline's item and decision name every field (a new field needs adding there)."""
+    import inspect
+
+    from memstrata.core.ingest import pipeline
+
+    src = inspect.getsource(pipeline.IngestPipeline._item)
+    assert all(f"{name}=" in src for name in MemoryItem.model_fields)
+    src = inspect.getsource(pipeline.IngestPipeline._judge)
+    assert all(f"{name}=" in src for name in WriteDecision.model_fields)
