@@ -460,17 +460,7 @@ class Recaller:
             return _FirstRead(RecallRead(flag=None, hits=[]), entities), unread
         try:
             with tripping(breaker):
-                read = self.stm.read_for_recall(
-                    req.user_id,
-                    tenant_id=req.tenant_id,
-                    session_id=req.session_id,
-                    task_id=req.task_id,
-                    entities=entities,
-                    limit=self.settings.stm_per_index,
-                    now=now,
-                    with_flag=True,
-                    also_get=cache_keys,
-                )
+                read = self._read_stm(req, entities, now, also_get=cache_keys)
         except MemstrataError as exc:
             degraded[STM] = describe(exc)
             log.warning("short-term memory and profile cache not read: %s", describe(exc))
@@ -478,6 +468,26 @@ class Recaller:
             return _FirstRead(empty, entities), unread
         cached = lookup_of(*read.values) if cache_keys else None
         return _FirstRead(read, entities), cached
+
+    def _read_stm(
+        self,
+        req: RecallRequest,
+        entities: Sequence[str],
+        now: float,
+        *,
+        also_get: Sequence[str] = (),
+    ) -> RecallRead:
+        return self.stm.read_for_recall(
+            req.user_id,
+            tenant_id=req.tenant_id,
+            session_id=req.session_id,
+            task_id=req.task_id,
+            entities=entities,
+            limit=self.settings.stm_per_index,
+            now=now,
+            with_flag=True,
+            also_get=also_get,
+        )
 
     def _stm_reread(
         self,
@@ -503,16 +513,7 @@ class Recaller:
             return RecallRead(flag=None, hits=[])
         try:
             with tripping(breaker):
-                return self.stm.read_for_recall(
-                    req.user_id,
-                    tenant_id=req.tenant_id,
-                    session_id=req.session_id,
-                    task_id=req.task_id,
-                    entities=entities,
-                    limit=self.settings.stm_per_index,
-                    now=now,
-                    with_flag=True,
-                )
+                return self._read_stm(req, entities, now)
         except MemstrataError as exc:
             degraded[STM] = describe(exc)
             return RecallRead(flag=None, hits=[])
