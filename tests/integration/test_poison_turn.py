@@ -40,9 +40,12 @@ pytestmark = pytest.mark.integration
 
 CJK = "我们决定回滚支付服务，不要重启生产环境。"
 REVIEW_MESSAGE = (CJK * 3300)[:65_536]  # the reliability review's D2 message
-NEUTRAL = "今天天气很好，"  # classified clause by clause, proposes nothing: pure CPU
+# one short sentence after another, each classified (a "，" no longer ends a clause, so a
+# comma-joined message is one sentence and cheap: ~11 ms, which let the soft limit land
+# in the post-batch hook instead): ~170 ms a message on an idle machine, pure CPU
+NEUTRAL = "今天天气很好。"
 SLOW_MESSAGE = (NEUTRAL * 10_000)[:65_536]
-RAISED_BUDGET = {  # read everything: a 64-message turn of SLOW_MESSAGE costs ~40 s
+RAISED_BUDGET = {  # read everything: a 64-message turn of SLOW_MESSAGE costs ~11 s idle
     "extract_max_message_chars": 16 * 1024 * 1024,
     "extract_max_turn_chars": 64 * 1024 * 1024,
     "extract_max_message_candidates": 100_000,
@@ -241,7 +244,7 @@ class TestTurnThatKillsItsWorker:
             tried = int(res.redis.hget(attempts, poison_id) or 0)
             child = pool_child(celery_worker)
             if pending and tried not in killed and child is not None:
-                time.sleep(0.2)  # inside the turn's extraction (it would take ~40 s)
+                time.sleep(0.2)  # inside the turn's extraction (it would take ~11 s)
                 os.kill(child, signal.SIGKILL)
                 killed.append(tried)
                 wait_until(
