@@ -349,8 +349,20 @@ def consolidate_owner(
                      "rule": pol.model_dump(mode="json")},
                     {"cards": float(len(sources)), "min_similarity": min(c.sims[1:], default=1.0)},
                 ))  # fmt: skip
-        # merged cards no cluster asks for any more: hidden, their sources back
         keep = {s for v in wanted.values() for s in v}
+        # a source that drifted out of a cluster that is still merged (the owner's term
+        # counts moved): back to active, or it would stay hidden with no card holding it
+        for mid in wanted:
+            drifted = [s for s in current.get(mid, []) if s not in keep]
+            if drifted:
+                restored += _restore(lc, conn, drifted, now)
+                touched += drifted
+                events.append(AuditEvent(
+                    Action.CONSOLIDATE, tenant, user_id, mid,
+                    "sources no longer on the topic: restored", now, (),
+                    {"kind": "drifted", "sources": wanted[mid], "restored": drifted},
+                ))  # fmt: skip
+        # merged cards no cluster asks for any more: hidden, their sources back
         for mid, sources in current.items():
             if mid in wanted:
                 continue
@@ -375,12 +387,23 @@ def _card_id(draft: CardDraft) -> str:
 
 
 def _restore(lc: Lifecycle, conn: Connection, ids: Sequence[str], now: float) -> int:
-    """Sources of a merged card back to active (those a merge had superseded)."""
+    """Sources of a merged card back to active (those a merge had superseded), except a
+    source retracted while it was hidden: the user's retraction stands."""
     status = _status(conn, ids)
-    back = [i for i in ids if status.get(i) == CardStatus.SUPERSEDED.value]
+    retracted = _retracted_among(conn, ids)
+    back = [i for i in ids if status.get(i) == CardStatus.SUPERSEDED.value and i not in retracted]
     for i in back:
         lc.ledger.set_status(i, CardStatus.ACTIVE, now=now, conn=conn)
     return len(back)
+
+
+def _retracted_among(conn: Connection, ids: Sequence[str]) -> set[str]:
+    if not ids:
+        return set()
+    stmt = select(audit_table.c.target).where(
+        audit_table.c.action == Action.RETRACT.value, audit_table.c.target.in_(list(ids))
+    )
+    return {str(t) for (t,) in conn.execute(stmt)}
 
 
 def restore_sources(lc: Lifecycle, conn: Connection, merged_id: str, now: float) -> list[str]:

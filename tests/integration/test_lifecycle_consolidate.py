@@ -227,3 +227,52 @@ def test_a_newer_statement_of_the_same_fact_supersedes_and_keeps_the_older(
     assert past.source_message_ids == old.source_message_ids
     [row] = lc.audit.find(tenant_id=t, action=Action.SUPERSEDE)
     assert row["target"] == old.memory_id and row["inputs"]["previous"] == past.memory_id
+
+
+def test_a_source_retracted_while_hidden_stays_retracted_when_its_merge_is_undone(
+    lc: Lifecycle, tenant: Tenant, lc_engine: Engine
+) -> None:
+    ids = [_write(lc, tenant, n, s) for n, s in enumerate(BEAGLE)]
+    consolidate_owner(lc, tenant_id=tenant.id, user_id=tenant.user, now=NOW + 60)
+    [merged] = _merged(_by_id(lc_engine, tenant))
+    # the user retracts one statement the merge had hidden, then the merged card itself
+    retract_card(lc, card_id=ids[0], now=NOW + 90, reason="not true")
+    retract_card(lc, card_id=merged.memory_id, now=NOW + 120, reason="wrong merge")
+    cards = _by_id(lc_engine, tenant)
+    assert cards[ids[0]].status is CardStatus.SUPERSEDED  # the retraction stands
+    assert {cards[i].status for i in ids[1:]} == {CardStatus.ACTIVE}
+
+
+def test_a_source_that_drifts_out_of_a_kept_cluster_comes_back(
+    lc: Lifecycle, tenant: Tenant, lc_engine: Engine
+) -> None:
+    import dataclasses
+
+    from memstrata.core.lifecycle.consolidate import card_terms, jaccard
+
+    drifter = "Max the beagle puppy snored loudly all night long on the sofa"
+    texts = [*BEAGLE, drifter]
+    ids = [_write(lc, tenant, n, s) for n, s in enumerate(texts)]
+    terms = [card_terms(s) for s in texts]
+    sims = [jaccard(terms[0], t) for t in terms[1:]]  # to the cluster's first card
+    assert sims[-1] < min(sims[:-1])  # the drifter is the loosest member
+
+    def with_topic_min(value: float) -> Lifecycle:
+        pol = lc.settings.consolidate.model_copy(update={"topic_min": value, "min_shared": 1})
+        return dataclasses.replace(lc, settings=lc.settings.model_copy(update={"consolidate": pol}))
+
+    # run 1 takes all four in; run 2 (the owner's term statistics moved, here: the rule)
+    # keeps the three and leaves the drifter out
+    consolidate_owner(with_topic_min(sims[-1] - 0.01), tenant_id=tenant.id,
+                      user_id=tenant.user, now=NOW + 60)  # fmt: skip
+    [merged] = _merged(_by_id(lc_engine, tenant))
+    assert _by_id(lc_engine, tenant)[ids[3]].status is CardStatus.SUPERSEDED
+    stricter = with_topic_min((sims[-1] + min(sims[:-1])) / 2)
+    report = consolidate_owner(stricter, tenant_id=tenant.id, user_id=tenant.user, now=NOW + 3600)
+    cards = _by_id(lc_engine, tenant)
+    assert [c.memory_id for c in _merged(cards)] == [merged.memory_id]
+    assert cards[ids[3]].status is CardStatus.ACTIVE and report.restored == 1
+    assert {cards[i].status for i in ids[:3]} == {CardStatus.SUPERSEDED}
+    assert absorbed(lc, tenant_id=tenant.id, user_id=tenant.user) == {
+        i: merged.memory_id for i in ids[:3]
+    }
