@@ -274,8 +274,13 @@ def _status(conn: Connection, ids: Sequence[str]) -> dict[str, str]:
 def absorbed(lc: Lifecycle, *, tenant_id: str, user_id: str) -> dict[str, str]:
     """Source card id → the active merged card that holds it (what a merge hid)."""
     with pg_errors("read consolidation"), lc.engine.connect() as conn:
-        state = _merged_state(conn, tenant_id, user_id)
-        live = _status(conn, list(state))
+        return absorbed_in(conn, tenant_id, user_id)
+
+
+def absorbed_in(conn: Connection, tenant_id: str, user_id: str) -> dict[str, str]:
+    """:func:`absorbed` inside the caller's transaction."""
+    state = _merged_state(conn, tenant_id, user_id)
+    live = _status(conn, list(state))
     return {
         s: merged
         for merged, sources in state.items()

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from memstrata.core.adapters.pg import pg_errors
 from memstrata.core.errors import NotFound
 from memstrata.core.lifecycle.audit import Action, AuditEvent, record
+from memstrata.core.lifecycle.consolidate import absorbed_in
 from memstrata.core.lifecycle.runtime import Lifecycle
 from memstrata.core.ltm.card import CardDraft, CardStatus, LtmCard, card_id
 from memstrata.core.models.identity import EPISODE, card_key
@@ -82,9 +83,11 @@ def episode_draft(
     )
 
 
-def superseded_by(old: LtmCard, new: CardDraft) -> bool:
-    """The live card's statement is replaced by a different one of the same fact."""
-    return old.status is CardStatus.ACTIVE and old.summary != new.summary
+def superseded_by(old: LtmCard, new: CardDraft, *, merged: bool = False) -> bool:
+    """The live card's statement is replaced by a different one of the same fact (a card
+    a merge hid is live too: the merged card holds it)."""
+    live = old.status is CardStatus.ACTIVE or (merged and old.status is CardStatus.SUPERSEDED)
+    return live and old.summary != new.summary
 
 
 def history_draft(old: LtmCard) -> CardDraft:
@@ -135,10 +138,19 @@ def write_episodes(
     with pg_errors("episode cards"), lc.engine.begin() as conn:
         ids = [card_id(d.tenant_id, d.user_id, d.canonical_key) for d in drafts]
         before = lc.ledger.cards(ids, conn=conn)
+        # a statement a merged card holds stays hidden behind it (the next consolidation
+        # run rewrites the merged card from it), or recall would show it twice
+        held = absorbed_in(conn, tenant, user_id)
+        drafts = [
+            d.model_copy(update={"status": CardStatus.SUPERSEDED})
+            if mid in held and mid in before and before[mid].status is CardStatus.SUPERSEDED
+            else d
+            for mid, d in zip(ids, drafts, strict=True)
+        ]
         history = [
             (mid, history_draft(before[mid]))
             for mid, d in zip(ids, drafts, strict=True)
-            if mid in before and superseded_by(before[mid], d)
+            if mid in before and superseded_by(before[mid], d, merged=mid in held)
         ]
         for _mid, h in history:
             lc.ledger.write(h, now=now, conn=conn)

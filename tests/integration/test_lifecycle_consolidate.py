@@ -276,3 +276,33 @@ def test_a_source_that_drifts_out_of_a_kept_cluster_comes_back(
     assert absorbed(lc, tenant_id=tenant.id, user_id=tenant.user) == {
         i: merged.memory_id for i in ids[:3]
     }
+
+
+def test_a_restated_fact_a_merge_holds_stays_behind_the_merge_and_keeps_its_history(
+    res: Runtime, lc: Lifecycle, tenant: Tenant, lc_engine: Engine
+) -> None:
+    u, t = tenant.user, tenant.id
+    horses = [
+        "My sister Anna keeps 2 horses on her farm in Alentejo.",
+        "Anna feeds the horses on her farm in Alentejo every morning.",
+        "Anna rides the horses across her farm in Alentejo on Sundays.",
+    ]
+    for n, text in enumerate(horses):
+        _say(res, tenant, "s1", text, NOW + n)
+    finalise(lc, user_id=u, session_id="s1", now=NOW + 3600, tenant_id=t)
+    consolidate_owner(lc, tenant_id=t, user_id=u, now=NOW + 3700)
+    cards = _by_id(lc_engine, tenant)
+    [merged] = _merged(cards)
+    [first] = [c for c in cards.values() if c.memory_type == "episode" and "2 horses" in c.summary]
+    assert first.status is CardStatus.SUPERSEDED  # hidden behind the merge
+    # When a later session states the first fact anew
+    _say(res, tenant, "s2", "My sister Anna keeps 3 horses on her farm in Alentejo.", NOW + 86400)
+    finalise(lc, user_id=u, session_id="s2", now=NOW + 90000, tenant_id=t)
+    cards = _by_id(lc_engine, tenant)
+    # Then the card takes the new text but stays hidden behind the merged card (not twice
+    # in recall), and the older text is kept as history
+    current = cards[first.memory_id]
+    assert "3 horses" in current.summary and current.status is CardStatus.SUPERSEDED
+    assert cards[merged.memory_id].status is CardStatus.ACTIVE
+    [past] = [c for c in cards.values() if c.source_type == "superseded_statement"]
+    assert "2 horses" in past.summary
