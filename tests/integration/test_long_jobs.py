@@ -6,13 +6,8 @@ nothing; a progress bar is drawn on a terminal only."""
 
 from __future__ import annotations
 
-import fcntl
-import os
-import pty
-import struct
 import subprocess
 import sys
-import termios
 import threading
 import time
 
@@ -29,6 +24,7 @@ from memstrata.core.ltm.tables import cards
 from memstrata.core.settings import load_settings
 from tests.integration import ltm_env
 from tests.integration.conftest import REPO_ROOT, process_env
+from tests.integration.terminal import run_on_pty
 
 pytestmark = pytest.mark.integration
 milvus_server = ltm_env.milvus_server
@@ -150,28 +146,8 @@ def test_progress_shows_on_a_terminal_and_not_in_json(
     env = _cli_env(ltm, ltm_pg_url)
     argv = [sys.executable, "-m", "memstrata.ops.cli", "ltm", "reindex"]
     # a terminal on stderr: the bar (count, rate) is drawn there
-    leader, follower = pty.openpty()
-    fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 100, 0, 0))
-    try:
-        proc = subprocess.run(argv, cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE,
-                              stderr=follower, timeout=180)  # fmt: skip
-        os.close(follower)
-        follower = -1
-        drawn = b""
-        while True:
-            try:
-                chunk = os.read(leader, 65536)
-            except OSError:
-                break
-            if not chunk:
-                break
-            drawn += chunk
-    finally:
-        os.close(leader)
-        if follower >= 0:
-            os.close(follower)
-    assert proc.returncode == 0
-    text = drawn.decode(errors="replace")
+    returncode, _out, text = run_on_pty(argv, env)
+    assert returncode == 0
     assert "reindex" in text and "card" in text and f"{len(ltm_env.CORPUS)}/" in text
     # --json (or no terminal): nothing but the JSON line
     quiet = subprocess.run([*argv, "--json"], cwd=REPO_ROOT, env=env, capture_output=True,

@@ -4,16 +4,11 @@ prints nothing but its output.  (``ltm reindex``: tests/integration/test_long_jo
 
 from __future__ import annotations
 
-import fcntl
 import json
-import os
-import pty
-import struct
 import subprocess
 import sys
-import termios
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -24,6 +19,7 @@ from memstrata.core.settings import load_settings
 from tests.conftest import REDIS_URL
 from tests.integration.authority_db import scratch_database
 from tests.integration.conftest import REPO_ROOT, process_env
+from tests.integration.terminal import run_on_pty
 
 pytestmark = pytest.mark.integration
 
@@ -33,31 +29,6 @@ def migrated_pg() -> Iterator[str]:
     with scratch_database("memstrata_progress_") as url:
         migrations.upgrade(url)
         yield url
-
-
-def run_on_pty(argv: Sequence[str], env: dict[str, str]) -> tuple[int, str, str]:
-    """Run with stderr on a pseudo-terminal; (exit code, stdout, what the terminal got)."""
-    leader, follower = pty.openpty()
-    fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 120, 0, 0))
-    try:
-        proc = subprocess.run(argv, cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE,
-                              stderr=follower, stdin=subprocess.DEVNULL, timeout=180)  # fmt: skip
-        os.close(follower)
-        follower = -1
-        drawn = b""
-        while True:
-            try:
-                chunk = os.read(leader, 65536)
-            except OSError:
-                break
-            if not chunk:
-                break
-            drawn += chunk
-    finally:
-        os.close(leader)
-        if follower >= 0:
-            os.close(follower)
-    return proc.returncode, proc.stdout.decode(), drawn.decode(errors="replace")
 
 
 def test_erase_shows_progress_on_a_terminal_and_is_quiet_otherwise(
