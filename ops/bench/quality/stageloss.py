@@ -6,7 +6,7 @@ on the way from ``record_turn()`` to the injected memory:
     not_recorded     ``record_turn()`` raised on the turn (the run records the error)
     never_proposed   the extractor proposed no candidate from the turn
     refused          candidates were proposed, the write policy refused them all
-                     (the recorded reason is kept: ``read_decisions``)
+                     (the recorded reason is kept: ``read_decision_records``)
     evicted          written, then evicted by the per-session STM cap
     expired          written, then past its TTL at query time (or swept)
     superseded       written, but a newer version of the same fact now holds the item
