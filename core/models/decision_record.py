@@ -42,6 +42,8 @@ REASONS: tuple[str, ...] = (
     "older than the stored version; kept as history",
 )
 _REASON_INDEX = {r: i for i, r in enumerate(REASONS)}
+# one encoder: ``json.dumps`` with options builds a new one per call
+_JSON = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
 
 
 def _templated(code: int, score: float, threshold: float, memory_id: str | None) -> str:
@@ -55,9 +57,10 @@ def _templated(code: int, score: float, threshold: float, memory_id: str | None)
 def _reason_code(reason: str, score: float, threshold: float, memory_id: str | None) -> int | str:
     if (code := _REASON_INDEX.get(reason)) is not None:
         return code
-    for code in (-1, -2, -3):
-        if _templated(code, score, threshold, memory_id) == reason:
-            return code
+    if reason.startswith(("score ", "restated fact merged into ")):
+        for code in (-1, -2, -3):
+            if _templated(code, score, threshold, memory_id) == reason:
+                return code
     return reason
 
 
@@ -155,7 +158,7 @@ class DecisionRecord:
         ]
         if self.omitted:
             row.append(self.omitted)
-        return json.dumps(row, ensure_ascii=False, separators=(",", ":"))
+        return _JSON.encode(row)
 
     @classmethod
     def decode(cls, decision_id: str, raw: str, *, session_id: str) -> DecisionRecord:
