@@ -20,6 +20,10 @@ audit row (``Action.CONSOLIDATE``, ``inputs.sources``) that :func:`explain_card`
 Sources are superseded (hidden from the indexes, kept in the ledger); retracting the
 merged card brings them back (``core.lifecycle.retract``) and the cluster is not merged
 again.  A second run over unchanged cards changes nothing (no write, no audit row).
+
+One owner's run holds the owner's lock (:mod:`core.lifecycle.owner_lock`) for its whole
+transaction, so a retraction or a session's end for the same owner never interleaves
+with it; the Beat run skips a busy owner (``OwnerReport.skipped``) and takes it later.
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ from memstrata.core.errors import NotFound
 from memstrata.core.ids import validate_id
 from memstrata.core.lifecycle.audit import Action, AuditEvent, audit_table, record
 from memstrata.core.lifecycle.config import ConsolidatePolicy
+from memstrata.core.lifecycle.owner_lock import OwnerBusy, owner_lock
 from memstrata.core.lifecycle.runtime import Lifecycle
 from memstrata.core.ltm.card import CONSOLIDATED, CardDraft, CardStatus, card_id, member_line
 from memstrata.core.ltm.tables import cards
@@ -297,6 +302,7 @@ class OwnerReport:
     merged: tuple[str, ...]
     hidden: int
     restored: int
+    skipped: bool = False  # another lifecycle job held the owner: nothing read or written
 
     @property
     def changed(self) -> bool:
@@ -304,17 +310,21 @@ class OwnerReport:
 
 
 def consolidate_owner(
-    lc: Lifecycle, *, tenant_id: str | None, user_id: str, now: float
+    lc: Lifecycle, *, tenant_id: str | None, user_id: str, now: float,
+    wait_s: float | None = None,
 ) -> OwnerReport:
-    """One owner's consolidation in one transaction; the changed card ids go to
-    ``lc.on_cards`` (the indexer projects the merged cards and removes the hidden)."""
+    """One owner's consolidation in one transaction that holds the owner's lock; the
+    changed card ids go to ``lc.on_cards`` (the indexer projects the merged cards and
+    removes the hidden).  The lock is waited for ``wait_s`` seconds (default
+    ``owner_lock_wait_s``; 0: tried once), then :class:`OwnerBusy`."""
     tenant = lc.tenant(tenant_id)
     validate_id(user_id, kind="user_id")
     pol = lc.settings.consolidate
+    wait = lc.settings.owner_lock_wait_s if wait_s is None else wait_s
     touched: list[str] = []
     made: list[str] = []
     hidden = restored = 0
-    with pg_errors("consolidate"), lc.engine.begin() as conn:
+    with owner_lock(lc.engine, tenant, user_id, wait_s=wait) as conn, pg_errors("consolidate"):
         state = _merged_state(conn, tenant, user_id)
         live = _status(conn, list(state))
         current = {m: s for m, s in state.items() if live.get(m) == CardStatus.ACTIVE.value}
@@ -450,7 +460,9 @@ def consolidate(
 ) -> list[OwnerReport]:
     """The Beat job: every owner with a card changed since ``since`` (default: two
     intervals ago), at most ``limit`` owners (``max_owners``), newest change first, and
-    no new owner after ``max_s`` seconds (the rest are still "changed" next run)."""
+    no new owner after ``max_s`` seconds (the rest are still "changed" next run).  An
+    owner another lifecycle job holds is skipped (a ``skipped`` report), not waited for:
+    it is still "changed" at the next run."""
     pol = lc.settings.consolidate
     start = now - 2 * pol.interval_s if since is None else since
     owners = changed_owners(lc, since=start, limit=limit or pol.max_owners)
@@ -459,7 +471,10 @@ def consolidate(
     for t, u in owners:
         if time.monotonic() > deadline:
             break
-        out.append(consolidate_owner(lc, tenant_id=t, user_id=u, now=now))
+        try:
+            out.append(consolidate_owner(lc, tenant_id=t, user_id=u, now=now, wait_s=0))
+        except OwnerBusy:
+            out.append(OwnerReport(t, u, 0, (), 0, 0, skipped=True))
     return out
 
 
