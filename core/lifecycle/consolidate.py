@@ -1,7 +1,9 @@
 """Consolidation of an owner's LTM cards (issue 13.3; seed 2 "同主题 ≥ 3 合并, > 10 摘要化").
 
 Rule-based and measurable, per owner (tenant + user; cards of two owners are never read
-together):
+together) and within the owner per project: a cluster, and the term statistics it is
+judged by, hold cards of one (tenant, user, project) scope only (cards without a project
+are a scope of their own), and its merged card carries that ``project_id``:
 
 * **topic**: cards are clustered by the Jaccard similarity of their *topical* terms (the
   stemmed terms of title and summary, minus the terms that occur on more than
@@ -69,6 +71,7 @@ class Member:
     confidence: float
     created_at: float
     terms: frozenset[str] = frozenset()
+    project_id: str | None = None
 
 
 def card_terms(text: str) -> frozenset[str]:
@@ -128,6 +131,18 @@ def cluster(members: Sequence[Member], pol: ConsolidatePolicy) -> list[Cluster]:
         else:
             best.members.append(m)
             best.sims.append(best_sim)
+    return out
+
+
+def scoped_clusters(members: Sequence[Member], pol: ConsolidatePolicy) -> list[Cluster]:
+    """The clusters of each project scope apart (no project is a scope too): a project's
+    cards are judged by that project's term statistics and never merged with another's."""
+    scopes: dict[str | None, list[Member]] = {}
+    for m in members:
+        scopes.setdefault(m.project_id, []).append(m)
+    out: list[Cluster] = []
+    for _project, group in sorted(scopes.items(), key=lambda kv: (kv[0] is not None, kv[0])):
+        out += cluster(topical(group, pol), pol)
     return out
 
 
@@ -194,6 +209,7 @@ def merged_draft(
     return CardDraft(
         tenant_id=tenant,
         user_id=user,
+        project_id=c.leader.project_id,  # every member's: clusters never cross projects
         canonical_key=merged_key(c.leader.memory_id),
         memory_type=CONSOLIDATED,
         title=f"{topic or c.leader.title}: {len(c.members)} memories"[:256],
@@ -225,7 +241,7 @@ def _members(conn: Connection, tenant: str, user: str, ids: Iterable[str] | None
     stmt = select(
         cards.c.memory_id, cards.c.title, cards.c.summary, cards.c.entities,
         cards.c.source_message_ids, cards.c.importance, cards.c.confidence, cards.c.created_at,
-        cards.c.memory_type, cards.c.source_type, cards.c.status,
+        cards.c.memory_type, cards.c.source_type, cards.c.status, cards.c.project_id,
     ).where(cards.c.tenant_id == tenant, cards.c.user_id == user)  # fmt: skip
     if ids is None:
         stmt = stmt.where(cards.c.status == CardStatus.ACTIVE.value)
@@ -240,7 +256,7 @@ def _members(conn: Connection, tenant: str, user: str, ids: Iterable[str] | None
         out.append(Member(
             r.memory_id, r.title, r.summary, tuple(r.entities or ()),
             tuple(r.source_message_ids or ()), float(r.importance), float(r.confidence),
-            float(r.created_at), card_terms(f"{r.title} {r.summary}"),
+            float(r.created_at), card_terms(f"{r.title} {r.summary}"), r.project_id,
         ))  # fmt: skip
     return out
 
@@ -333,11 +349,10 @@ def consolidate_owner(
         known = {m.memory_id for m in active}
         blocked = _retracted(conn, tenant, user_id)
         universe = active + _members(conn, tenant, user_id, sorted(held - known - blocked))
-        members = topical(universe, pol)
-        status = _status(conn, [m.memory_id for m in members])
+        status = _status(conn, [m.memory_id for m in universe])
         wanted: dict[str, list[str]] = {}
         events: list[AuditEvent] = []
-        for c in cluster(members, pol):
+        for c in scoped_clusters(universe, pol):
             if not mergeable(c, pol):
                 continue
             draft = merged_draft(
