@@ -7,7 +7,7 @@ are a scope of their own), and its merged card carries that ``project_id``:
 
 * **topic**: cards are clustered by the Jaccard similarity of their *topical* terms (the
   stemmed terms of title and summary, minus the terms that occur on more than
-  ``max_df`` of the owner's cards - a speaker's name, "I", "really" - so what is left says
+  ``max_df`` of the scope's cards - a speaker's name, "I", "really" - so what is left says
   what a card is about).  Clustering is leader-based in creation order: a card joins the
   cluster whose first card it resembles most, if at least ``topic_min`` with
   ``min_shared`` terms in common; a cluster's first card names it, so a cluster that grows
@@ -81,9 +81,9 @@ def card_terms(text: str) -> frozenset[str]:
 
 def topical(members: Sequence[Member], pol: ConsolidatePolicy) -> list[Member]:
     """Each member with only its topical terms: a term on more than ``max_df`` of the
-    owner's cards says nothing about what one card is about (a speaker's name, "the"),
-    unless it is on no more cards than one summarised topic holds (``summarise_over`` + 1),
-    so a small owner's topic keeps its words."""
+    scope's cards (``members``: one owner's project) says nothing about what one card is
+    about (a speaker's name, "the"), unless it is on no more cards than one summarised
+    topic holds (``summarise_over`` + 1), so a small scope's topic keeps its words."""
     df = Counter(t for m in members for t in m.terms)
     cap = max(pol.summarise_over + 1, int(pol.max_df * len(members)))
     return [
