@@ -65,15 +65,16 @@ def owner_key(tenant_id: str, user_id: str) -> int:
 def lock_owner(conn: Connection, tenant_id: str, user_id: str, *, wait_s: float) -> None:
     """Take the owner's lock in ``conn``'s transaction (held until it ends).
 
-    ``wait_s <= 0`` tries once; otherwise waits at most ``wait_s`` seconds (a local
-    ``lock_timeout``, and a ``statement_timeout`` no shorter, both restored after).
+    ``wait_s <= 0`` tries once; otherwise, when the first try finds it held, waits at most
+    ``wait_s`` seconds (a local ``lock_timeout``, and a ``statement_timeout`` no shorter,
+    both restored after).
     Raises :class:`OwnerBusy` when the lock stays held."""
     key = owner_key(tenant_id, user_id)
-    if wait_s <= 0:
-        got = conn.execute(text("SELECT pg_try_advisory_xact_lock(:k)"), {"k": key}).scalar()
-        if not got:
-            raise OwnerBusy(tenant_id, user_id, wait_s)
+    got = conn.execute(text("SELECT pg_try_advisory_xact_lock(:k)"), {"k": key}).scalar()
+    if got:  # the common case, one round trip, whether or not the caller would wait
         return
+    if wait_s <= 0:
+        raise OwnerBusy(tenant_id, user_id, wait_s)
     ms = str(max(1, int(wait_s * 1000)))
     old = conn.execute(
         text("SELECT current_setting('lock_timeout'), current_setting('statement_timeout')")
