@@ -20,7 +20,7 @@ from memstrata.core.ltm.embedding import CachedEmbedder
 from memstrata.core.ltm.filters import CardFilter
 from memstrata.core.ltm.policy import Fusion, SearchMode, SearchPolicy
 from memstrata.core.ltm.ports import Hit, LexicalIndex, VectorIndex
-from memstrata.core.ltm.text import exact_terms, normalise
+from memstrata.core.ltm.text import exact_terms, normalise, query_length
 
 __all__ = ["Fusion", "LtmSearch", "Ranked", "SearchMode", "SearchPolicy", "fuse", "rerank"]
 
@@ -85,7 +85,7 @@ def weights_for(query: str, policy: SearchPolicy) -> SearchPolicy:
     questions: lexical 1.6 / vector 0.8, RRF k=60; docs/QUALITY.md)."""
     if exact_terms(query):
         return policy.model_copy(update={"lexical_weight": policy.exact_lexical_weight})
-    if len(normalise(query).split()) <= policy.short_query_terms:
+    if query_length(query) <= policy.short_query_terms:
         return policy.model_copy(
             update={"lexical_weight": policy.short_lexical_weight, "rrf_k": policy.short_rrf_k}
         )

@@ -1,9 +1,10 @@
 """One candidate pool for STM and LTM results (seed 十 and 十五).
 
-Merge → dedup by canonical_fact_key, then fingerprint (source priority Redis STM > LTM >
-raw history; on a tie the newer wins) → drop what the authority layer overrides →
-rescore (similarity, importance, recency, entity overlap, source priority) → top-K →
-fit a token budget.  Every candidate leaves with a verdict and a reason (explain mode).
+Merge → the long-term layers' votes fused by source message (:func:`corroborate`) →
+dedup by canonical_fact_key, then fingerprint (source priority Redis STM > LTM > raw
+history; on a tie the newer wins) → drop what the authority layer overrides → rescore
+(similarity, importance, recency, entity overlap, source priority) → top-K → fit a
+token budget.  Every candidate leaves with a verdict and a reason (explain mode).
 """
 
 from __future__ import annotations
@@ -45,6 +46,9 @@ class PoolCandidate(BaseModel):
     entities: tuple[str, ...] = ()
     message_ids: tuple[str, ...] = ()
     task_id: str | None = None
+    # 0-based place in its layer's relevance order (LTM cards, raw history): the pool fuses
+    # the layers' orders by source message (:func:`corroborate`); None: similarity as given
+    layer_rank: int | None = Field(None, ge=0)
     tenant_id: str | None = None  # LTM cards carry their scope; STM keys already are scoped
     project_id: str | None = None
 
@@ -56,7 +60,9 @@ class PoolCandidate(BaseModel):
 class RescoreWeights(BaseModel):
     model_config = ConfigDict(frozen=True)
 
-    similarity: float = 0.45
+    # relevance first, the priors below break near-ties: with 0.45 they outweighed the
+    # layers' own order and moved the right message down (docs/QUALITY.md, third wave)
+    similarity: float = 0.7
     importance: float = 0.2
     recency: float = 0.15
     entity_overlap: float = 0.1
@@ -66,6 +72,8 @@ class RescoreWeights(BaseModel):
     # earlier one whatever the question asked.
     recency_half_life_s: float = Field(24 * 3600.0, gt=0)
     long_term_half_life_s: float = Field(30 * 24 * 3600.0, gt=0)
+    # reciprocal-rank constant of :func:`corroborate` (the LTM search's for long queries)
+    rank_fusion_k: int = Field(10, ge=1)
 
 
 class PoolPolicy(BaseModel):
@@ -107,6 +115,45 @@ def estimate_tokens(text: str) -> int:
     Cached: recall budgets the same STM summaries on every call of a session."""
     cjk = len(_CJK.findall(text))
     return cjk + max(1, (len(text) - cjk) // 4) + 2
+
+
+def corroborate(candidates: Sequence[PoolCandidate], k: int) -> list[PoolCandidate]:
+    """The long-term candidates' similarity from every layer's vote for their messages.
+
+    LTM cards and raw-history messages come as two ranked lists over mostly the same
+    source messages.  Each layer votes ``1 / (k + rank + 1)`` for the messages of its
+    ``rank``-th result (its best rank per message); a candidate's relevance is the best
+    summed vote among its messages, or its own vote if larger (a card without provenance),
+    scaled so the pool's best is 1.  A message both layers found high beats one that only
+    one did: reciprocal rank fusion (Cormack et al., 2009) by message instead of by id,
+    so a card and the raw message it came from support each other instead of competing.
+    Candidates without a ``layer_rank`` (STM) keep their similarity."""
+    ranked = [c for c in candidates if c.layer_rank is not None]
+    if not ranked:
+        return list(candidates)
+    best: dict[tuple[SourceType, str], int] = {}
+    for c in ranked:
+        rank = c.layer_rank or 0
+        for m in c.message_ids:
+            key = (c.source_type, m)
+            if rank < best.get(key, rank + 1):
+                best[key] = rank
+    layers = {layer for layer, _ in best}
+    relevance: dict[str, float] = {}
+    for c in ranked:
+        score = 1.0 / (k + (c.layer_rank or 0) + 1)
+        for m in c.message_ids:
+            votes = sum(1.0 / (k + best[(layer, m)] + 1) for layer in layers if (layer, m) in best)
+            score = max(score, votes)
+        relevance[c.memory_id] = max(score, relevance.get(c.memory_id, 0.0))
+    top = max(relevance.values())
+    out = []
+    for c in candidates:
+        rel = relevance.get(c.memory_id) if c.layer_rank is not None else None
+        if rel is not None:  # a copy with the fused similarity, already-valid fields
+            c = trusted(PoolCandidate, {**c.__dict__, "similarity": rel / top})
+        out.append(c)
+    return out
 
 
 def _better(a: PoolCandidate, b: PoolCandidate) -> bool:
@@ -258,7 +305,7 @@ def build_pool(
     query: str = "",
 ) -> list[Scored]:
     """Rank the pool; the result lists every candidate, kept ones first in rank order."""
-    unique, dups = dedup(candidates)
+    unique, dups = dedup(corroborate(list(candidates), policy.weights.rank_fusion_k))
     score_of = _Rescorer(query_entities, now, policy.weights, query)
     out: list[Scored] = []
     live: list[tuple[float, dict[str, float], PoolCandidate]] = []

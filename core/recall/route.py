@@ -115,6 +115,21 @@ def decide_route(
     )
 
 
+def with_pg_fallback(route: Route, p: QueryProfile, pg_hits: int) -> Route:
+    """A question routed to PostgreSQL alone that no authoritative fact answers asks
+    long-term memory too (and with it the raw-history floor, seed 十五.4).
+
+    "What is my favourite style of dance?" is a preference question, but a preference
+    said in passing lives in the conversation, not in PG until it is promoted: with no
+    fact of PG matching the question (``pg_hits``), routing to PG alone returned nothing
+    at all (7 of 100 BEAM dev questions, docs/QUALITY.md, third wave)."""
+    if route.need_ltm or route.need_redis or not route.need_pg or pg_hits > 0:
+        return route
+    reasons = {k: list(v) for k, v in route.reasons.items()}
+    reasons["ltm"].append("pg_result_insufficient (no authoritative fact matches)")
+    return route.model_copy(update={"need_ltm": True, "ltm_mode": ltm_mode(p), "reasons": reasons})
+
+
 def with_ltm_fallback(route: Route, p: QueryProfile, stm_hits: int, policy: RoutingPolicy) -> Route:
     """After the STM pass: too few hits makes the LTM pass necessary (seed 九.3)."""
     if route.need_ltm or stm_hits >= policy.min_redis_results:

@@ -61,6 +61,7 @@ from memstrata.core.errors import InvalidInput, MemstrataError, TransientError
 from memstrata.core.extract.entities import extract_entities
 from memstrata.core.extract.lexicon import default_lexicon
 from memstrata.core.ids import DEFAULT_TENANT, SafeId
+from memstrata.core.ltm.text import ENGLISH_STOP_WORDS
 from memstrata.core.metrics import metrics, route_label
 from memstrata.core.models.inputs import EventTime, InputModel, StrictBool, StrictInt, Text
 from memstrata.core.recall.access import AccessLog
@@ -73,7 +74,7 @@ from memstrata.core.recall.pool import (
     build_pool,
     trusted,
 )
-from memstrata.core.recall.profile import RuntimeState, build_query_profile
+from memstrata.core.recall.profile import QueryProfile, RuntimeState, build_query_profile
 from memstrata.core.recall.render import RenderedMemory, language_for, render
 from memstrata.core.recall.result import Explain, RecallResult
 from memstrata.core.recall.route import (
@@ -82,6 +83,7 @@ from memstrata.core.recall.route import (
     RoutingPolicy,
     decide_route,
     with_ltm_fallback,
+    with_pg_fallback,
 )
 from memstrata.core.recall.text import coverage, terms
 from memstrata.core.stm.store import RecallMark, RecallRead, StmHit, StmStore
@@ -178,9 +180,32 @@ def _stm_candidate(hit: StmHit, q_terms: set[str]) -> PoolCandidate:
         "entities": hit.entities,
         "message_ids": hit.message_ids,
         "task_id": hit.task_id,
+        "layer_rank": None,
         "tenant_id": None,
         "project_id": None,
     })  # fmt: skip
+
+
+def facts_matching(snapshot: AuthoritySnapshot, query: str) -> int:
+    """How many of the snapshot's facts share a content word (key or value) with the
+    query: zero means PG holds nothing that answers it."""
+    wanted = {t for t in terms(query) if len(t) > 2 and t not in ENGLISH_STOP_WORDS}
+    if not wanted:
+        return len(snapshot.facts)  # nothing to match on: PG's blocks are the answer
+    return sum(
+        1
+        for key, fact in snapshot.facts.items()
+        if wanted & terms(f"{key.replace('_', ' ')} {fact.value}")  # dance_style: 2 words
+    )
+
+
+def _pg_fallback(
+    route: Route, profile: QueryProfile, snapshot: AuthoritySnapshot, query: str
+) -> Route:
+    """:func:`with_pg_fallback` for a PG-only route (the facts are matched only then)."""
+    if route.need_pg and not (route.need_ltm or route.need_redis):
+        return with_pg_fallback(route, profile, facts_matching(snapshot, query))
+    return route
 
 
 @lru_cache(maxsize=16_384)
@@ -291,6 +316,7 @@ class Recaller:
         route = decide_route(profile, self.settings.routing, ltm_available=self.ltm is not None)
         if verified and route.need_pg and profile.needs_exact_metadata:
             snapshot = self._exact_snapshot(req, snapshot, degraded)
+        route = _pg_fallback(route, profile, snapshot, req.query)
         # LTM runs on a worker thread, concurrently with STM ranking and the PG blocks
         ltm_future = self._start_ltm(req, route, filters, degraded) if route.need_ltm else None
         q_terms = terms(req.query)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from memstrata.core.ltm.text import exact_terms, normalise
+from memstrata.core.ltm.text import ENGLISH_STOP_WORDS, exact_terms, normalise, query_length
 
 
 @pytest.mark.parametrize(
@@ -59,3 +59,23 @@ def test_inflections_meet_at_their_stem_in_card_and_query() -> None:
     card = set(normalise("Melanie: I painted that lake sunrise last year").split())
     assert set(normalise("When did Melanie paint a sunrise?").split()) >= {"paint", "sunris"}
     assert {"paint", "sunris", "melani"} <= card
+
+
+def test_english_stop_words_are_not_indexed_nor_searched() -> None:
+    # a long query (a whole dialogue) would otherwise match every message on "the", "and"
+    assert normalise("The trip to the lake is on Friday and it was planned") == (
+        "trip lake friday plan"
+    )
+    assert normalise("IT is THE plan") == "plan"  # matched on the lower-cased word
+    assert normalise("the") == ""
+    assert not set(normalise(" ".join(sorted(ENGLISH_STOP_WORDS))).split())
+
+
+def test_a_stop_word_inside_an_identifier_or_code_is_kept() -> None:
+    assert normalise("is_active") == "is activ is_active"
+    assert normalise("IT-1234 broke") == "it-1234 broke"
+
+
+def test_query_length_counts_stop_words_as_the_short_query_rule_was_tuned() -> None:
+    assert query_length("what is the plan for the trip") == 7
+    assert len(normalise("what is the plan for the trip").split()) == 3

@@ -108,7 +108,8 @@ def test_a_trusted_candidate_equals_a_validated_one() -> None:
         "memory_id": "m_1", "source_type": SourceType.REDIS_STM, "summary": "s",
         "canonical_fact_key": "k", "fingerprint": "f", "memory_type": "fact",
         "similarity": 0.5, "importance": 0.25, "updated_at": NOW, "entities": ("a",),
-        "message_ids": ("t1",), "task_id": None, "tenant_id": None, "project_id": None,
+        "message_ids": ("t1",), "task_id": None, "layer_rank": None, "tenant_id": None,
+        "project_id": None,
     }  # fmt: skip
     fast = trusted(PoolCandidate, dict(fields))
     slow = PoolCandidate(**fields)

@@ -336,3 +336,59 @@ def test_long_term_candidates_age_over_a_month_and_stm_over_a_day() -> None:
     assert part["m1"] == pytest.approx(w.recency / 2)  # one STM half-life
     assert part["l1"] > 0.97 * w.recency  # a day is nothing to long-term memory
     assert part["r1"] == pytest.approx(w.recency / 2)  # its half-life is a month
+
+
+def test_a_message_both_long_term_layers_found_outranks_one_found_by_one_layer() -> None:
+    from memstrata.core.recall.pool import corroborate
+
+    # Given the card layer's first result (message d1) and the raw index's first (d2), and
+    # d2's card second in the card layer: d2 is the message both layers found high
+    c1 = cand("ltm_1", SourceType.LTM, "k1", "f1", layer_rank=0, message_ids=("d1",))
+    c2 = cand("ltm_2", SourceType.LTM, "k2", "f2", layer_rank=1, message_ids=("d2",))
+    r2 = cand("raw_2", SourceType.RAW_HISTORY, "raw:d2", "f3", layer_rank=0, message_ids=("d2",))
+    r1 = cand("raw_1", SourceType.RAW_HISTORY, "raw:d1", "f4", layer_rank=7, message_ids=("d1",))
+    sim = {c.memory_id: c.similarity for c in corroborate([c1, c2, r2, r1], k=10)}
+    # Then d2's card and raw copy carry the pool's best relevance, d1's the votes it had
+    assert sim["ltm_2"] == sim["raw_2"] == 1.0
+    assert sim["ltm_1"] == sim["raw_1"] == pytest.approx((1 / 11 + 1 / 18) / (1 / 12 + 1 / 11))
+    # and in the pool d2's card comes first, its raw copy is a duplicate of it
+    pool = build_pool([c1, c2, r2, r1], query_entities=[], now=NOW,
+                      policy=PoolPolicy(top_k=5, token_budget=1000))  # fmt: skip
+    kept = [s.candidate.memory_id for s in pool if s.verdict is Verdict.KEPT]
+    assert kept == ["ltm_2", "ltm_1"]
+
+
+def test_unranked_candidates_keep_their_similarity_a_card_without_sources_its_own_vote() -> None:
+    from memstrata.core.recall.pool import corroborate
+
+    stm = cand("m1", SourceType.REDIS_STM, "k1", "f1", similarity=0.42, message_ids=("d1",))
+    assert corroborate([stm], k=10) == [stm]  # no long-term layer: nothing to fuse
+    summary = cand("ltm_s", SourceType.LTM, "k2", "f2", layer_rank=0)  # no provenance
+    raw = cand("raw_1", SourceType.RAW_HISTORY, "raw:d1", "f3", layer_rank=3, message_ids=("d1",))
+    sim = {c.memory_id: c.similarity for c in corroborate([stm, summary, raw], k=10)}
+    assert sim == {"m1": 0.42, "ltm_s": 1.0, "raw_1": pytest.approx(11 / 14)}
+
+
+def test_a_pg_only_question_that_no_fact_answers_also_asks_long_term_memory() -> None:
+    from memstrata.core.recall.route import with_pg_fallback
+    from memstrata.core.recall.service import facts_matching
+
+    from .authority_snapshots import snapshot
+
+    # Given a preference question, routed to PostgreSQL alone
+    profile = build_query_profile("What is my favorite style of dance?", NEW_SESSION)
+    route = decide_route(profile)
+    assert route.need_pg and not (route.need_ltm or route.need_redis)
+    # When PG holds no fact about it, long-term memory (and the raw-history floor) is asked
+    nothing = snapshot(profile__language="en-GB")
+    assert facts_matching(nothing, "What is my favorite style of dance?") == 0
+    after = with_pg_fallback(route, profile, 0)
+    assert after.need_ltm and after.need_pg and after.ltm_mode is not None
+    assert "pg_result_insufficient" in after.reasons["ltm"][-1]
+    # And a fact that matches a content word of the question keeps the route as it was
+    dancer = snapshot(preference__dance_style="salsa")
+    assert facts_matching(dancer, "What is my favorite style of dance?") == 1
+    assert with_pg_fallback(route, profile, 1) == route
+    # A route that already reads STM or LTM is never changed
+    stm_route = route.model_copy(update={"need_redis": True})
+    assert with_pg_fallback(stm_route, profile, 0) == stm_route
