@@ -183,7 +183,7 @@ class Embedded:
     ) -> list[WriteDecision]:
         from memstrata.core.ingest.pipeline import read_decisions
 
-        rows = read_decisions(self.rt.stm, user_key(user_id), session_id, tenant_id=tenant)
+        rows = read_decisions(self.rt, user_key(user_id), session_id, tenant_id=tenant)
         if verdict is not None:
             rows = [d for d in rows if d.verdict.value == verdict]
         return rows

@@ -174,7 +174,7 @@ def session_report(res: Runtime, fed: FeedResult, *, verbose: bool = False) -> s
     items = res.stm.by_session(
         s.user_id, s.session_id, limit=res.settings.stm_session_cap, tenant_id=DEMO_TENANT
     )
-    decisions = read_decisions(res.stm, s.user_id, s.session_id, tenant_id=DEMO_TENANT)
+    decisions = read_decisions(res, s.user_id, s.session_id, tenant_id=DEMO_TENANT)
     refused = [d for d in decisions if d.verdict is Verdict.REFUSED]
     updates = [
         d

@@ -44,8 +44,10 @@ class DrainInput(TaskInput):
 
 
 def after_batch(turns: Sequence[tuple[TurnPointer, Sequence[TranscriptRecord]]]) -> None:
-    """What follows an acknowledged batch: the compression trigger and the raw-history index
-    (on the ``ltm`` queue: embedding is that queue's work, never the ingest worker's)."""
+    """What follows a processed batch, just before its acknowledgement: the compression
+    trigger and the raw-history index (on the ``ltm`` queue: embedding is that queue's
+    work, never the ingest worker's).  Both are idempotent by message: a soft time limit
+    landing here leaves the batch pending and the next drain runs this again."""
     track_turns(turns)
     if turns:  # who the batch was for: one line per batch, the first 50 turns named
         named = [{"tenant_id": p.tenant_id, "user_id": p.user_id, "session_id": p.session_id,

@@ -146,7 +146,9 @@ def idle_sessions() -> dict[str, int]:
 
     def work() -> dict[str, int]:
         done = finalise_idle(lc, now=time.time(), limit=cfg.idle_batch, max_s=cfg.max_run_s)
-        return {"finalised": len(done), "cards": sum(1 for f in done if f.card_id)}
+        return {"finalised": sum(1 for f in done if not f.skipped),
+                "cards": sum(1 for f in done if f.card_id),
+                "skipped": sum(1 for f in done if f.skipped)}  # fmt: skip
 
     out = _locked(lc, "idle", cfg.idle_check_s, work)
     return out or {"skipped": 1}
@@ -178,9 +180,11 @@ def ltm_consolidate() -> dict[str, int]:
         if not pol.enabled:
             return {"disabled": 1}
         done = consolidate(lc, now=time.time(), max_s=lc.settings.max_run_s)
-        return {"owners": len(done), "merged": sum(len(r.merged) for r in done),
+        return {"owners": sum(1 for r in done if not r.skipped),
+                "merged": sum(len(r.merged) for r in done),
                 "hidden": sum(r.hidden for r in done),
-                "restored": sum(r.restored for r in done)}  # fmt: skip
+                "restored": sum(r.restored for r in done),
+                "skipped": sum(1 for r in done if r.skipped)}  # fmt: skip
 
     out = _locked(lc, "consolidate", pol.interval_s, work)
     log.info("lifecycle consolidate %s", out)

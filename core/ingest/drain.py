@@ -16,6 +16,13 @@ rest of the shard goes on.  ``abort_on`` names exceptions that end the drain at 
 (the task's soft time limit): the turn being processed alone has that recorded as its
 error, and the exception propagates.
 
+**The post-batch hook runs before the acknowledgement.**  ``on_batch`` (the compression
+trigger counting each session's context tokens, the raw-history hand-over) is idempotent
+by message, so it runs first and the batch is acknowledged after it: a soft time limit
+landing in the hook leaves the batch pending, and the next drain re-runs its turns alone
+and the hook with them, counting nothing twice.  Acknowledged first, the batch's tracking
+was lost for good (its entries were never read again).
+
 The drain stops after ``max_run_s`` and reports ``continued`` so the caller can enqueue a
 continuation while it still holds the shard's kick flag, which it refreshes after every
 chunk.  Before releasing the flag it waits ``linger_ms`` for more turns (``XREADGROUP
@@ -39,7 +46,8 @@ from memstrata.core.transcript.store import TranscriptStore
 
 log = logging.getLogger(__name__)
 
-# Called with the turns of each acknowledged batch (the compression trigger counts tokens).
+# Called with the turns of each processed batch just before it is acknowledged (the
+# compression trigger counts tokens): it must be idempotent, a batch may be re-run.
 OnBatch = Callable[[list[tuple[TurnPointer, list[TranscriptRecord]]]], object]
 Turn = tuple[Entry, TurnPointer, list[TranscriptRecord]]
 
@@ -166,7 +174,16 @@ class _Drain:
             log.exception("turn %s failed on shard %s", pointer.turn_id, self.shard)
             self.failed(entry, tried, f"{type(exc).__name__}: {exc}")
             return  # left pending: the next drain tries it again, until max_attempts
-        self.done([turn], outcomes, alone=True)
+        try:
+            self.done([turn], outcomes, alone=True)
+        except TransientError:
+            if self.attempts is not None:
+                self.attempts.give_back(self.shard, entry.entry_id)
+            raise
+        except self.abort_on as exc:  # in the post-batch hook: the turn stays pending
+            error = f"{type(exc).__name__}: the drain's time ran out after this turn"
+            self.failed(entry, tried, error)
+            raise
 
     def failed(self, entry: Entry, tried: int, error: str) -> None:
         if self.attempts is None:
@@ -186,11 +203,11 @@ class _Drain:
     # ------------------------------------------------------------------ endings
     def done(self, turns: list[Turn], outcomes: list[TurnOutcome], *, alone: bool = False) -> None:
         ids = [e.entry_id for e, _p, _r in turns]
+        if self.on_batch is not None:  # before the ack: interrupted, the batch is re-run
+            self.on_batch([(p, recs) for _e, p, recs in turns])
         self.queue.ack(self.shard, ids)
         if alone and self.attempts is not None:
             self.attempts.forget(self.shard, ids)
-        if self.on_batch is not None:  # e.g. count context tokens for the compression trigger
-            self.on_batch([(p, recs) for _e, p, recs in turns])
         report = self.report
         report.batches += 1
         report.turns += len(outcomes)

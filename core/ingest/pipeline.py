@@ -1,9 +1,9 @@
 """Turn recorded turns into STM writes and recorded decisions (seed 十七.2).
 
 One batch costs three Redis round trips whatever its size: a pipelined dedup lookup,
-a pipeline of Lua upserts, a pipeline of decision records.  Candidates of one batch that
-share a canonical key see each other (an in-batch overlay), so the recorded verdicts are
-the same as if the turns had been processed one by one.
+a pipeline of Lua upserts, a pipeline of decision records (one script call per session).
+Candidates of one batch that share a canonical key see each other (an in-batch overlay),
+so the recorded verdicts are the same as if the turns had been processed one by one.
 
 **Bounded decisions.**  Every written candidate's decision is recorded; of the refused
 ones, at most ``max_refusals_per_message`` per message.  A message that the extraction
@@ -11,31 +11,52 @@ budget cut, or whose refusals were not all recorded, gets one summary record (ru
 ``extraction_budget``) counting what was left out.  Each record's text is clipped
 (summary 160, reason 200 characters, 8 message ids), so one message's records stay under
 ``(message_candidates + 1) × DECISION_MAX_BYTES`` whatever its length.
+
+**Compact records.**  What is stored is a :class:`DecisionRecord` (about 120 bytes): the
+verdict, reason, score, threshold and the two facts of the moment (novelty, mentions).
+:func:`read_decisions` gives back the full :class:`WriteDecision` by re-running the
+extractor on the turn in L0 and the policy's profile, score terms and importance on the
+candidate (:meth:`IngestPipeline.expand`).
 """
 
 from __future__ import annotations
 
 import hashlib
+import logging
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
+from typing import Protocol
 
+from memstrata.core.errors import NotFound
 from memstrata.core.extract.rules import BudgetNote, ExtractionContext, Extractor, clip
 from memstrata.core.extract.trusted import trusted
 from memstrata.core.keys import user_scope
 from memstrata.core.metrics import count_decisions
 from memstrata.core.models.candidate import Candidate, Verdict, WriteDecision, WriteProfile
+from memstrata.core.models.decision_record import BUDGET_RULE, DecisionRecord, check_of
 from memstrata.core.models.identity import fingerprint
 from memstrata.core.models.memory import MemoryItem, MemoryStatus, MemoryType
 from memstrata.core.models.transcript import TranscriptRecord, TurnPointer
-from memstrata.core.policy.write import Existing, WritePolicy, judge
+from memstrata.core.policy.write import (
+    Existing,
+    WritePolicy,
+    build_write_profile,
+    importance,
+    judge,
+    ttl_seconds,
+    write_score,
+)
 from memstrata.core.stm.store import DecisionRow, StmStore, UpsertResult
+from memstrata.core.transcript.store import TranscriptStore
+
+log = logging.getLogger(__name__)
 
 DECISION_PREVIEW_CHARS = 160
 DECISION_REASON_CHARS = 200
 DECISION_MESSAGE_IDS = 8
 DECISION_MAX_BYTES = 2048  # one record's JSON at most (tests/integration/test_poison_turn.py)
-BUDGET_RULE = "extraction_budget"
+UNRECOVERABLE = "(details not recoverable: the turn is not in L0 as it was extracted)"
 _NO_PROFILE = WriteProfile(
     is_verified=False,
     is_stable_for_current_task=False,
@@ -86,6 +107,7 @@ class _Planned:
     fp: str
     decision: WriteDecision
     item: MemoryItem | None
+    mentions: int
 
 
 class IngestPipeline:
@@ -217,7 +239,7 @@ class IngestPipeline:
                 at=ptr.at,
                 omitted={},
             ))  # fmt: skip
-            planned.append(_Planned(i, cand, fp, decision, item))
+            planned.append(_Planned(i, cand, fp, decision, item, j.mentions))
         return planned
 
     def _item(
@@ -294,14 +316,136 @@ class IngestPipeline:
                 if refusals[where] > self.max_refusals_per_message:
                     unrecorded.setdefault(where, Counter())[f"refused:{decision.rule}"] += 1
                     continue
-            rows.append((out.user_id, out.tenant_id, out.session_id, decision))
+            record = DecisionRecord.of(decision, mentions=p.mentions)
+            rows.append((out.user_id, out.tenant_id, out.session_id, record))
         for i, (ptr, records) in enumerate(turns):
             for summary in _summaries(ptr, records, notes[i], unrecorded, i, self.policy.threshold):
                 outcomes[i].summaries.append(summary)
-                rows.append((ptr.user_id, ptr.tenant_id, ptr.session_id, summary))
+                record = DecisionRecord.of(summary, mentions=1)
+                rows.append((ptr.user_id, ptr.tenant_id, ptr.session_id, record))
         # write-once: a redelivery must not rewrite why the turn was (not) stored
         self.store.record_decisions(rows, ttl_s=self.decision_ttl_s)
         count_decisions(d for out in outcomes for d in (*out.decisions, *out.summaries))
+
+    # ------------------------------------------------------------------ explain
+    def expand(
+        self,
+        records: Sequence[DecisionRecord],
+        transcript: TranscriptStore,
+        *,
+        user_id: str,
+        session_id: str,
+        tenant_id: str | None = None,
+    ) -> list[WriteDecision]:
+        """The full decisions behind compact records, re-derived from the turns in L0.
+
+        The extractor is deterministic on a turn's records, so re-running it gives the
+        candidate each record was made for (found by ordinal and checked by its CRC);
+        the write_profile, score terms and importance follow from the candidate and the
+        recorded novelty and mentions.  Verdict, reason, score and threshold are the
+        recorded ones.  Records of the old format come back as they were stored."""
+        wanted = {r.turn_id for r in records if r.full is None and not r.is_budget}
+        extracted = self._re_extract(transcript, wanted, user_id, session_id, tenant_id)
+        out = []
+        for r in records:
+            if r.full is not None:
+                out.append(r.full)
+            elif r.is_budget:
+                out.append(_budget_decision(r))
+            else:
+                cands = extracted.get(r.turn_id, [])
+                cand = cands[r.ordinal] if r.ordinal < len(cands) else None
+                if cand is not None and (
+                    cand.rule != r.rule
+                    or r.check != check_of(cand.canonical_fact_key,
+                                           cand.summary[:DECISION_PREVIEW_CHARS])
+                ):  # fmt: skip
+                    cand = None
+                if cand is None:
+                    log.warning("decision %s: candidate not re-derived from L0", r.decision_id)
+                out.append(self._full_decision(r, cand))
+        return out
+
+    def _re_extract(
+        self,
+        transcript: TranscriptStore,
+        turn_ids: set[str],
+        user_id: str,
+        session_id: str,
+        tenant_id: str | None,
+    ) -> dict[str, list[Candidate]]:
+        if not turn_ids:
+            return {}
+        turns: dict[str, list[TranscriptRecord]] = {}
+        seen: set[str] = set()
+        try:
+            for rec in transcript.read_session(
+                user_id=user_id, session_id=session_id, tenant_id=tenant_id
+            ):
+                # a later copy of a turn (a retry past the dedup window) is not extracted twice
+                if rec.turn_id in turn_ids and rec.message_id not in seen:
+                    seen.add(rec.message_id)
+                    turns.setdefault(rec.turn_id, []).append(rec)
+        except NotFound:
+            return {}
+        out = {}
+        for turn_id, recs in turns.items():
+            first = recs[0]
+            # the context the pipeline gave it (``process``)
+            ctx = ExtractionContext(
+                user_id=first.user_id, session_id=first.session_id, task_id=first.task_id
+            )
+            out[turn_id] = self.extractor.extract_turn(recs, ctx).candidates
+        return out
+
+    def _full_decision(self, r: DecisionRecord, cand: Candidate | None) -> WriteDecision:
+        if cand is None:
+            return WriteDecision(
+                decision_id=r.decision_id, verdict=r.verdict, reason=r.reason, score=r.score,
+                threshold=r.threshold, breakdown={}, profile=_NO_PROFILE, importance=0.0,
+                importance_breakdown={}, memory_type=r.memory_type, subtype="",
+                summary=UNRECOVERABLE, canonical_fact_key="", rule=r.rule,
+                memory_id=r.memory_id, message_ids=list(r.message_ids),
+                session_id=r.session_id, at=r.at,
+            )  # fmt: skip
+        ttl = ttl_seconds(cand, self.policy)
+        profile = build_write_profile(cand, novelty_value=r.novelty, ttl_s=ttl, policy=self.policy)
+        _, breakdown = write_score(profile, self.policy)
+        imp, imp_breakdown = importance(cand, mentions=r.mentions)
+        return trusted(WriteDecision, dict(
+            decision_id=r.decision_id,
+            verdict=r.verdict,
+            reason=r.reason,
+            score=r.score,
+            threshold=r.threshold,
+            breakdown=breakdown,
+            profile=profile,
+            importance=imp,
+            importance_breakdown=imp_breakdown,
+            memory_type=r.memory_type,
+            subtype=cand.subtype,
+            summary=cand.summary[:DECISION_PREVIEW_CHARS],
+            canonical_fact_key=cand.canonical_fact_key,
+            rule=r.rule,
+            memory_id=r.memory_id,
+            message_ids=list(r.message_ids),
+            session_id=r.session_id,
+            at=r.at,
+            omitted={},
+        ))  # fmt: skip
+
+
+def _budget_decision(r: DecisionRecord) -> WriteDecision:
+    """A budget summary's record holds all it says (``_summaries`` built it from these)."""
+    message_id = r.message_ids[0] if r.message_ids else ""
+    return WriteDecision(
+        decision_id=r.decision_id, verdict=r.verdict, reason=r.reason, score=r.score,
+        threshold=r.threshold, breakdown={}, profile=_NO_PROFILE, importance=0.0,
+        importance_breakdown={}, memory_type=r.memory_type, subtype="budget",
+        summary=f"message {message_id}"[:DECISION_PREVIEW_CHARS],
+        canonical_fact_key=f"budget:{message_id}", rule=BUDGET_RULE, memory_id=r.memory_id,
+        message_ids=list(r.message_ids), session_id=r.session_id, at=r.at, omitted=r.omitted,
+    )  # fmt: skip
 
 
 def _summaries(
@@ -362,8 +506,29 @@ def _summaries(
     return out
 
 
+class DecisionSource(Protocol):
+    """What reading decisions back needs: the records, L0 and the extractor and policy
+    that made them (the runtime is one)."""
+
+    stm: StmStore
+    transcript: TranscriptStore
+    pipeline: IngestPipeline
+
+
 def read_decisions(
-    store: StmStore, user_id: str, session_id: str, *, tenant_id: str | None = None
+    source: DecisionSource, user_id: str, session_id: str, *, tenant_id: str | None = None
 ) -> list[WriteDecision]:
-    """Every recorded write decision of a session, in turn order ("why was X (not) stored?")."""
+    """Every recorded write decision of a session, in turn order ("why was X (not) stored?"),
+    expanded to the full decision from L0 (:meth:`IngestPipeline.expand`)."""
+    records = source.stm.decisions(user_id, session_id, tenant_id=tenant_id)
+    return source.pipeline.expand(
+        records, source.transcript, user_id=user_id, session_id=session_id, tenant_id=tenant_id
+    )
+
+
+def read_decision_records(
+    store: StmStore, user_id: str, session_id: str, *, tenant_id: str | None = None
+) -> list[DecisionRecord]:
+    """The compact records alone (verdict, rule, reason, score, memory and message ids):
+    enough for stage-loss accounting, without touching L0."""
     return store.decisions(user_id, session_id, tenant_id=tenant_id)

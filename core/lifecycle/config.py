@@ -66,6 +66,10 @@ class LifecycleSettings(BaseSettings):
     forget_interval_s: float = Field(24 * 3600.0, gt=0)
     forget_apply: bool = False  # the Beat job only reports unless this is set
     max_run_s: float = Field(50.0, gt=0, le=3600)
+    # how long an explicit command (retract, end a session, consolidate one owner) waits
+    # for the owner's lock held by another lifecycle job (core.lifecycle.owner_lock);
+    # Beat jobs never wait, they skip the owner
+    owner_lock_wait_s: float = Field(10.0, gt=0, le=600)
 
     # LTM maintenance and sessions
     summarise_over: int = Field(10, ge=2, le=10_000)  # seed 2: > 10 cards on one topic

@@ -1,11 +1,13 @@
 """Consolidation of an owner's LTM cards (issue 13.3; seed 2 "同主题 ≥ 3 合并, > 10 摘要化").
 
 Rule-based and measurable, per owner (tenant + user; cards of two owners are never read
-together):
+together) and within the owner per project: a cluster, and the term statistics it is
+judged by, hold cards of one (tenant, user, project) scope only (cards without a project
+are a scope of their own), and its merged card carries that ``project_id``:
 
 * **topic**: cards are clustered by the Jaccard similarity of their *topical* terms (the
   stemmed terms of title and summary, minus the terms that occur on more than
-  ``max_df`` of the owner's cards - a speaker's name, "I", "really" - so what is left says
+  ``max_df`` of the scope's cards - a speaker's name, "I", "really" - so what is left says
   what a card is about).  Clustering is leader-based in creation order: a card joins the
   cluster whose first card it resembles most, if at least ``topic_min`` with
   ``min_shared`` terms in common; a cluster's first card names it, so a cluster that grows
@@ -20,6 +22,10 @@ audit row (``Action.CONSOLIDATE``, ``inputs.sources``) that :func:`explain_card`
 Sources are superseded (hidden from the indexes, kept in the ledger); retracting the
 merged card brings them back (``core.lifecycle.retract``) and the cluster is not merged
 again.  A second run over unchanged cards changes nothing (no write, no audit row).
+
+One owner's run holds the owner's lock (:mod:`core.lifecycle.owner_lock`) for its whole
+transaction, so a retraction or a session's end for the same owner never interleaves
+with it; the Beat run skips a busy owner (``OwnerReport.skipped``) and takes it later.
 """
 
 from __future__ import annotations
@@ -37,6 +43,7 @@ from memstrata.core.errors import NotFound
 from memstrata.core.ids import validate_id
 from memstrata.core.lifecycle.audit import Action, AuditEvent, audit_table, record
 from memstrata.core.lifecycle.config import ConsolidatePolicy
+from memstrata.core.lifecycle.owner_lock import OwnerBusy, owner_lock
 from memstrata.core.lifecycle.runtime import Lifecycle
 from memstrata.core.ltm.card import CONSOLIDATED, CardDraft, CardStatus, card_id, member_line
 from memstrata.core.ltm.tables import cards
@@ -64,6 +71,7 @@ class Member:
     confidence: float
     created_at: float
     terms: frozenset[str] = frozenset()
+    project_id: str | None = None
 
 
 def card_terms(text: str) -> frozenset[str]:
@@ -73,9 +81,9 @@ def card_terms(text: str) -> frozenset[str]:
 
 def topical(members: Sequence[Member], pol: ConsolidatePolicy) -> list[Member]:
     """Each member with only its topical terms: a term on more than ``max_df`` of the
-    owner's cards says nothing about what one card is about (a speaker's name, "the"),
-    unless it is on no more cards than one summarised topic holds (``summarise_over`` + 1),
-    so a small owner's topic keeps its words."""
+    scope's cards (``members``: one owner's project) says nothing about what one card is
+    about (a speaker's name, "the"), unless it is on no more cards than one summarised
+    topic holds (``summarise_over`` + 1), so a small scope's topic keeps its words."""
     df = Counter(t for m in members for t in m.terms)
     cap = max(pol.summarise_over + 1, int(pol.max_df * len(members)))
     return [
@@ -123,6 +131,18 @@ def cluster(members: Sequence[Member], pol: ConsolidatePolicy) -> list[Cluster]:
         else:
             best.members.append(m)
             best.sims.append(best_sim)
+    return out
+
+
+def scoped_clusters(members: Sequence[Member], pol: ConsolidatePolicy) -> list[Cluster]:
+    """The clusters of each project scope apart (no project is a scope too): a project's
+    cards are judged by that project's term statistics and never merged with another's."""
+    scopes: dict[str | None, list[Member]] = {}
+    for m in members:
+        scopes.setdefault(m.project_id, []).append(m)
+    out: list[Cluster] = []
+    for _project, group in sorted(scopes.items(), key=lambda kv: (kv[0] is not None, kv[0])):
+        out += cluster(topical(group, pol), pol)
     return out
 
 
@@ -189,6 +209,7 @@ def merged_draft(
     return CardDraft(
         tenant_id=tenant,
         user_id=user,
+        project_id=c.leader.project_id,  # every member's: clusters never cross projects
         canonical_key=merged_key(c.leader.memory_id),
         memory_type=CONSOLIDATED,
         title=f"{topic or c.leader.title}: {len(c.members)} memories"[:256],
@@ -220,7 +241,7 @@ def _members(conn: Connection, tenant: str, user: str, ids: Iterable[str] | None
     stmt = select(
         cards.c.memory_id, cards.c.title, cards.c.summary, cards.c.entities,
         cards.c.source_message_ids, cards.c.importance, cards.c.confidence, cards.c.created_at,
-        cards.c.memory_type, cards.c.source_type, cards.c.status,
+        cards.c.memory_type, cards.c.source_type, cards.c.status, cards.c.project_id,
     ).where(cards.c.tenant_id == tenant, cards.c.user_id == user)  # fmt: skip
     if ids is None:
         stmt = stmt.where(cards.c.status == CardStatus.ACTIVE.value)
@@ -235,7 +256,7 @@ def _members(conn: Connection, tenant: str, user: str, ids: Iterable[str] | None
         out.append(Member(
             r.memory_id, r.title, r.summary, tuple(r.entities or ()),
             tuple(r.source_message_ids or ()), float(r.importance), float(r.confidence),
-            float(r.created_at), card_terms(f"{r.title} {r.summary}"),
+            float(r.created_at), card_terms(f"{r.title} {r.summary}"), r.project_id,
         ))  # fmt: skip
     return out
 
@@ -297,6 +318,7 @@ class OwnerReport:
     merged: tuple[str, ...]
     hidden: int
     restored: int
+    skipped: bool = False  # another lifecycle job held the owner: nothing read or written
 
     @property
     def changed(self) -> bool:
@@ -304,17 +326,21 @@ class OwnerReport:
 
 
 def consolidate_owner(
-    lc: Lifecycle, *, tenant_id: str | None, user_id: str, now: float
+    lc: Lifecycle, *, tenant_id: str | None, user_id: str, now: float,
+    wait_s: float | None = None,
 ) -> OwnerReport:
-    """One owner's consolidation in one transaction; the changed card ids go to
-    ``lc.on_cards`` (the indexer projects the merged cards and removes the hidden)."""
+    """One owner's consolidation in one transaction that holds the owner's lock; the
+    changed card ids go to ``lc.on_cards`` (the indexer projects the merged cards and
+    removes the hidden).  The lock is waited for ``wait_s`` seconds (default
+    ``owner_lock_wait_s``; 0: tried once), then :class:`OwnerBusy`."""
     tenant = lc.tenant(tenant_id)
     validate_id(user_id, kind="user_id")
     pol = lc.settings.consolidate
+    wait = lc.settings.owner_lock_wait_s if wait_s is None else wait_s
     touched: list[str] = []
     made: list[str] = []
     hidden = restored = 0
-    with pg_errors("consolidate"), lc.engine.begin() as conn:
+    with owner_lock(lc.engine, tenant, user_id, wait_s=wait) as conn, pg_errors("consolidate"):
         state = _merged_state(conn, tenant, user_id)
         live = _status(conn, list(state))
         current = {m: s for m, s in state.items() if live.get(m) == CardStatus.ACTIVE.value}
@@ -323,11 +349,10 @@ def consolidate_owner(
         known = {m.memory_id for m in active}
         blocked = _retracted(conn, tenant, user_id)
         universe = active + _members(conn, tenant, user_id, sorted(held - known - blocked))
-        members = topical(universe, pol)
-        status = _status(conn, [m.memory_id for m in members])
+        status = _status(conn, [m.memory_id for m in universe])
         wanted: dict[str, list[str]] = {}
         events: list[AuditEvent] = []
-        for c in cluster(members, pol):
+        for c in scoped_clusters(universe, pol):
             if not mergeable(c, pol):
                 continue
             draft = merged_draft(
@@ -450,7 +475,9 @@ def consolidate(
 ) -> list[OwnerReport]:
     """The Beat job: every owner with a card changed since ``since`` (default: two
     intervals ago), at most ``limit`` owners (``max_owners``), newest change first, and
-    no new owner after ``max_s`` seconds (the rest are still "changed" next run)."""
+    no new owner after ``max_s`` seconds (the rest are still "changed" next run).  An
+    owner another lifecycle job holds is skipped (a ``skipped`` report), not waited for:
+    it is still "changed" at the next run."""
     pol = lc.settings.consolidate
     start = now - 2 * pol.interval_s if since is None else since
     owners = changed_owners(lc, since=start, limit=limit or pol.max_owners)
@@ -459,7 +486,10 @@ def consolidate(
     for t, u in owners:
         if time.monotonic() > deadline:
             break
-        out.append(consolidate_owner(lc, tenant_id=t, user_id=u, now=now))
+        try:
+            out.append(consolidate_owner(lc, tenant_id=t, user_id=u, now=now, wait_s=0))
+        except OwnerBusy:
+            out.append(OwnerReport(t, u, 0, (), 0, 0, skipped=True))
     return out
 
 

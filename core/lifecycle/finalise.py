@@ -7,6 +7,12 @@ wording of the moment, per seed 1 十四), its episodic statements become episod
 (:mod:`core.lifecycle.episodes`), and the session's STM is cleaned: its index and the
 items that belonged to it alone.  User-level items (preferences, items seen in other
 sessions) stay until their own TTL.
+
+A finalise holds the owner's lock (:mod:`core.lifecycle.owner_lock`) from its promotion
+pass to the session's mark, so a consolidation or a retraction of the same owner never
+runs between the cards it reads and the cards it writes.  Ending a session explicitly
+waits for the lock (``owner_lock_wait_s``, then :class:`OwnerBusy`); the idle-session Beat
+job skips a busy owner's session, which stays idle and is taken by a later run.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ from memstrata.core.keys import parse_user_scope
 from memstrata.core.lifecycle.audit import Action, AuditEvent, record
 from memstrata.core.lifecycle.episodes import write_episodes
 from memstrata.core.lifecycle.generality import assess
+from memstrata.core.lifecycle.owner_lock import OwnerBusy, owner_lock
 from memstrata.core.lifecycle.policy import PromotionPolicy
 from memstrata.core.lifecycle.runtime import Lifecycle
 from memstrata.core.lifecycle.scan import scan_user
@@ -38,6 +45,7 @@ class Finalised:
     items: int
     deleted: int
     episodes: tuple[str, ...] = ()
+    skipped: bool = False  # the owner was busy (idle job only): the session is still open
 
 
 def finalise(
@@ -48,9 +56,20 @@ def finalise(
     now: float,
     tenant_id: str | None = None,
     reason: str = "ended",
+    wait_s: float | None = None,
 ) -> Finalised:
     """End a session (idempotent): a last promotion pass, its episode cards, a summary card,
-    then its STM cleaned and the session marked finalised as of its last activity."""
+    then its STM cleaned and the session marked finalised as of its last activity; all
+    under the owner's lock, waited for ``wait_s`` (default ``owner_lock_wait_s``; 0: tried
+    once), then :class:`OwnerBusy`."""
+    wait = lc.settings.owner_lock_wait_s if wait_s is None else wait_s
+    with owner_lock(lc.engine, lc.tenant(tenant_id), user_id, wait_s=wait):
+        return _finalise(lc, user_id, session_id, now, tenant_id, reason)
+
+
+def _finalise(
+    lc: Lifecycle, user_id: str, session_id: str, now: float, tenant_id: str | None, reason: str
+) -> Finalised:
     scan_user(lc, user_id, tenant_id=tenant_id, now=now)
     ids = lc.stm.session_members(user_id, session_id, tenant_id=tenant_id)
     last_at = _activity(lc).last_activity(user_id, session_id, tenant_id=tenant_id)
@@ -234,16 +253,18 @@ def idle_sessions(
 
 
 def finalise_idle(lc: Lifecycle, *, now: float, limit: int, max_s: float) -> list[Finalised]:
-    """Finalise idle sessions, at most ``limit`` and for about ``max_s`` seconds."""
+    """Finalise idle sessions, at most ``limit`` and for about ``max_s`` seconds; a
+    session whose owner another lifecycle job holds is skipped (``skipped``), not waited
+    for: it is not marked finalised, so the next run finds it idle again."""
     t0 = time.monotonic()
     out = []
     idle = idle_sessions(lc, now=now, idle_s=lc.settings.session_idle_s, limit=limit)
     for user_id, tenant_id, sid in idle:
-        out.append(
-            finalise(
-                lc, user_id=user_id, session_id=sid, now=now, tenant_id=tenant_id, reason="idle"
-            )
-        )
+        try:
+            out.append(finalise(lc, user_id=user_id, session_id=sid, now=now,
+                                tenant_id=tenant_id, reason="idle", wait_s=0))  # fmt: skip
+        except OwnerBusy:
+            out.append(Finalised(sid, None, 0, 0, skipped=True))
         if time.monotonic() - t0 >= max_s:
             break
     return out

@@ -3,6 +3,13 @@ a card is superseded in the ledger (both index projections are then removed by t
 indexer); a merged card (``core.lifecycle.consolidate``) gives its source cards back.
 The STM items it came from are marked ``retracted`` for their fingerprint, so the next
 scan does not promote the same thing again.
+
+A retraction is an explicit command: it holds the owner's lock
+(:mod:`core.lifecycle.owner_lock`) from its first read to its last STM mark, waiting at
+most ``wait_s`` (``owner_lock_wait_s``) for a consolidation or a session's end of the same
+owner, then raises :class:`OwnerBusy`.  Under the lock no consolidation can hide the
+sources it restores, and no promotion scan of a finalise can promote again what it is
+about to mark retracted.
 """
 
 from __future__ import annotations
@@ -17,6 +24,7 @@ from memstrata.core.errors import NotFound
 from memstrata.core.ids import validate_id
 from memstrata.core.lifecycle.audit import Action, AuditEvent, audit_table, record
 from memstrata.core.lifecycle.consolidate import restore_sources
+from memstrata.core.lifecycle.owner_lock import owner_lock
 from memstrata.core.lifecycle.runtime import Lifecycle
 from memstrata.core.lifecycle.states import Event, Record, State, next_state
 from memstrata.core.ltm.card import CONSOLIDATED, CardStatus
@@ -58,9 +66,18 @@ def _mark_retracted(
 
 
 def retract_pg_fact(
-    lc: Lifecycle, *, tenant_id: str, user_id: str, fact_key: str, now: float, reason: str
+    lc: Lifecycle, *, tenant_id: str, user_id: str, fact_key: str, now: float, reason: str,
+    wait_s: float | None = None,
 ) -> Retraction:
     """End the current value of ``fact_key``; the history row stays (who, when, why)."""
+    wait = lc.settings.owner_lock_wait_s if wait_s is None else wait_s
+    with owner_lock(lc.engine, lc.tenant(tenant_id), user_id, wait_s=wait):
+        return _retract_pg_fact(lc, tenant_id, user_id, fact_key, now, reason)
+
+
+def _retract_pg_fact(
+    lc: Lifecycle, tenant_id: str, user_id: str, fact_key: str, now: float, reason: str
+) -> Retraction:
     ids = _sources(lc, fact_key)
     with pg_errors("retract fact"), lc.engine.begin() as conn:
         version = retract_fact(db=conn, tenant_id=tenant_id, user_id=user_id,
@@ -73,9 +90,20 @@ def retract_pg_fact(
     return Retraction(fact_key, version is not None, tuple(sorted(ids)))
 
 
-def retract_card(lc: Lifecycle, *, card_id: str, now: float, reason: str) -> Retraction:
+def retract_card(
+    lc: Lifecycle, *, card_id: str, now: float, reason: str, wait_s: float | None = None
+) -> Retraction:
     """Supersede a card (its projections are removed by the next index run)."""
     validate_id(card_id, kind="memory_id")
+    owner = lc.ledger.cards([card_id]).get(card_id)  # whose lock to take (ids never move)
+    if owner is None:
+        raise NotFound(f"no LTM card {card_id}")
+    wait = lc.settings.owner_lock_wait_s if wait_s is None else wait_s
+    with owner_lock(lc.engine, owner.tenant_id, owner.user_id, wait_s=wait):
+        return _retract_card(lc, card_id, now, reason)
+
+
+def _retract_card(lc: Lifecycle, card_id: str, now: float, reason: str) -> Retraction:
     ids = _sources(lc, card_id)
     with pg_errors("retract card"), lc.engine.begin() as conn:
         card = lc.ledger.cards([card_id], conn=conn).get(card_id)

@@ -193,6 +193,7 @@ class Judgement:
     importance: float
     importance_breakdown: dict[str, float]
     ttl_s: int
+    mentions: int = 1  # what importance was computed with (kept in the decision record)
 
 
 def judge(cand: Candidate, *, existing: Existing | None, fp: str, policy: WritePolicy) -> Judgement:
@@ -213,4 +214,6 @@ def judge(cand: Candidate, *, existing: Existing | None, fp: str, policy: WriteP
         verdict = Verdict.WRITTEN
     else:
         verdict, reason = Verdict.REFUSED, refusal_reason(cand, profile, score, policy)
-    return Judgement(verdict, reason, score, breakdown, profile, imp, imp_breakdown, ttl)
+    return Judgement(
+        verdict, reason, score, breakdown, profile, imp, imp_breakdown, ttl, mentions
+    )

@@ -22,7 +22,7 @@ from memstrata.core.adapters.redis import redis_errors
 from memstrata.core.errors import InvalidInput, PayloadTooLarge
 from memstrata.core.ids import owner_tenant, validate_id
 from memstrata.core.keys import GlobalKeys, TenantKeys, UserKeys, index_suffixes, parse_user_scope
-from memstrata.core.models.candidate import WriteDecision
+from memstrata.core.models.decision_record import DecisionRecord
 from memstrata.core.models.memory import MemoryItem, MemoryStatus
 
 
@@ -112,7 +112,7 @@ class RecallMark:
 
 
 # (user_id, tenant_id, session_id, decision): one recorded write decision
-DecisionRow = tuple[str, str | None, str, WriteDecision]
+DecisionRow = tuple[str, str | None, str, DecisionRecord]
 
 
 class StmStore:
@@ -159,6 +159,7 @@ class StmStore:
         self._evict: Script = client.register_script(common + lua("evict.lua"))
         self._tenant_count: Script = client.register_script(lua("tenant_count.lua"))
         self._recall_read: Script = client.register_script(common + lua("recall_read.lua"))
+        self._decisions: Script = client.register_script(lua("decisions.lua"))
         self.gkeys = GlobalKeys(self.namespace)
 
     def keys(self, user_id: str, tenant_id: str | None = None) -> UserKeys:
@@ -375,32 +376,34 @@ class StmStore:
 
     # ------------------------------------------------------------------ write decisions
     def record_decisions(self, rows: Sequence[DecisionRow], *, ttl_s: int) -> None:
-        """Record write decisions, one pipelined round trip; each session's hash expires
-        ``ttl_s`` seconds after its last write.
+        """Record write decisions in their compact form: one script call per session hash,
+        all in one pipelined round trip; each hash expires ``ttl_s`` seconds after its last
+        write.
 
         Write-once (``HSETNX``): a redelivered turn must not rewrite why it was (not) stored.
         """
         if not rows:
             return
+        by_key: dict[str, list[str]] = {}
+        for user_id, tenant_id, session_id, record in rows:
+            key = self.keys(user_id, tenant_id).decisions(session_id)
+            by_key.setdefault(key, [str(ttl_s)]).extend((record.decision_id, record.encode()))
         with redis_errors():
             pipe = self._r.pipeline(transaction=False)
-            touched: dict[str, None] = {}
-            for user_id, tenant_id, session_id, decision in rows:
-                key = self.keys(user_id, tenant_id).decisions(session_id)
-                pipe.hsetnx(key, decision.decision_id, decision.model_dump_json())
-                touched[key] = None
-            for key in touched:
-                pipe.expire(key, ttl_s)
+            for key, args in by_key.items():
+                self._decisions(keys=[key], args=args, client=pipe)
             pipe.execute()
 
     def decisions(
         self, user_id: str, session_id: str, *, tenant_id: str | None = None
-    ) -> list[WriteDecision]:
-        """Every recorded write decision of a session, in turn order."""
+    ) -> list[DecisionRecord]:
+        """Every recorded write decision of a session, in turn order, as stored (either
+        format); ``core.ingest.pipeline.read_decisions`` expands them from L0."""
         validate_id(session_id, kind="session_id")
         with redis_errors():
             raw = self._r.hgetall(self.keys(user_id, tenant_id).decisions(session_id))
-        out = [WriteDecision.model_validate(json.loads(v)) for v in raw.values()]
+        out = [DecisionRecord.decode(str(k), str(v), session_id=session_id)
+               for k, v in raw.items()]  # fmt: skip
         out.sort(key=lambda d: (d.at, d.decision_id))
         return out
 

@@ -100,6 +100,9 @@ def _consolidate(args: argparse.Namespace) -> int:
     else:  # every owner with a card changed in the window (--all: ever)
         done = consolidate(lc, now=now, since=0.0 if args.all else None, limit=args.limit)
     for r in done:
+        if r.skipped:  # another lifecycle job holds the owner (the Beat run retries it)
+            print(f"{r.tenant_id}/{r.user_id}: skipped, another lifecycle job holds it")
+            continue
         print(f"{r.tenant_id}/{r.user_id}: {r.cards} cards, {len(r.merged)} merged card(s) "
               f"written, {r.hidden} hidden, {r.restored} restored")  # fmt: skip
     return 0

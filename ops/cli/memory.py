@@ -60,7 +60,7 @@ def _explain(args: argparse.Namespace) -> int:
     if not (args.user and args.session):
         raise CliError("explain needs --user and --session (or --card ID)")
     tenant, user = _owner(args, res)
-    decisions = read_decisions(res.stm, user, args.session, tenant_id=tenant)
+    decisions = read_decisions(res, user, args.session, tenant_id=tenant)
     if args.refused:
         decisions = [d for d in decisions if d.verdict is Verdict.REFUSED]
     if args.written:

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from memstrata.core.api import Kicker, MemoryClient
 from memstrata.core.errors import MemstrataError
 from memstrata.core.ingest.drain import drain_shard
-from memstrata.core.ingest.pipeline import read_decisions
+from memstrata.core.ingest.pipeline import read_decision_records
 from memstrata.core.models.candidate import Verdict
 from memstrata.core.runtime import Runtime
 from memstrata.ops.replay.formats import Session
@@ -163,7 +163,7 @@ class Replayer:
                 time.sleep(0.05)
 
     def _collect(self, rep: SessionReport) -> None:
-        for d in read_decisions(self.res.stm, rep.user_id, rep.stm_session_id):
+        for d in read_decision_records(self.res.stm, rep.user_id, rep.stm_session_id):
             rep.decisions += 1
             if d.verdict is Verdict.WRITTEN:
                 rep.written += 1

@@ -149,7 +149,7 @@ def _check_session_report(res: Runtime, session: DemoSession, text: str) -> None
     user, sid = session.user_id, session.session_id
     assert text.startswith(f"{session.name}: user {user}, session {sid} ===\n")
     assert f"\n{len(session.turns)} turns recorded; " in text
-    decisions = read_decisions(res.stm, user, sid, tenant_id=DEMO_TENANT)
+    decisions = read_decisions(res, user, sid, tenant_id=DEMO_TENANT)
     refused = [d for d in decisions if d.verdict is Verdict.REFUSED]
     items = res.stm.by_session(user, sid, limit=res.settings.stm_session_cap, tenant_id=DEMO_TENANT)
     assert refused and items

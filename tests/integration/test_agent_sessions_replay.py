@@ -83,7 +83,7 @@ def _check_session(res: Runtime, session: Session, rep: SessionReport) -> None:
     assert [r.role.value for r in l0] == [m["role"] for m in replayed]
     assert len({r.turn_id for r in l0}) == rep.turns
     # every candidate got a recorded decision; every STM item came from a written one
-    decisions = read_decisions(res.stm, rep.user_id, rep.stm_session_id)
+    decisions = read_decisions(res, rep.user_id, rep.stm_session_id)
     assert len(decisions) == rep.decisions == rep.written + rep.refused
     written_ids = {d.memory_id for d in decisions if d.verdict is Verdict.WRITTEN}
     items = res.stm.by_session(rep.user_id, rep.stm_session_id, limit=1000)

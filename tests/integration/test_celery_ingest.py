@@ -132,7 +132,7 @@ SCRIPTS = {
 
 def decisions_of(res: Runtime, user_id: str, session_id: str) -> list[tuple[str, str, str]]:
     return [
-        (d.verdict.value, d.rule, d.summary) for d in read_decisions(res.stm, user_id, session_id)
+        (d.verdict.value, d.rule, d.summary) for d in read_decisions(res, user_id, session_id)
     ]
 
 
@@ -332,7 +332,7 @@ def test_turns_read_by_a_crashed_drain_are_reclaimed(
     # Then it takes the entries over and nothing is lost
     wait_drained(res, shard, celery_worker)
     assert items_of(res, "u_crash", "s_1") == CRASH_ITEMS
-    turns = {d.decision_id.split(":")[0] for d in read_decisions(res.stm, "u_crash", "s_1")}
+    turns = {d.decision_id.split(":")[0] for d in read_decisions(res, "u_crash", "s_1")}
     assert {p.turn_id for p in pointers} <= turns
     assert dead_letters(res) == []
 
@@ -387,7 +387,7 @@ class TestWorkerKilledMidDrain:
                 producer.send_task(RECLAIM)
             time.sleep(0.2)
         wait_drained(res, shard, celery_worker)
-        decisions = read_decisions(res.stm, "u_kill", "s_1")
+        decisions = read_decisions(res, "u_kill", "s_1")
         assert len({d.decision_id.split(":")[0] for d in decisions}) == self.TURNS
         # ... and although the reclaimed turns were processed last, the newest fact is current
         newest = f"Don't restart service-{self.TURNS - 1}."

@@ -355,7 +355,7 @@ def test_stored_items_carry_provenance_ttl_entities_and_every_index(res: Runtime
 
 
 def t1_decisions(res: Runtime) -> list[WriteDecision]:
-    return [d for d in read_decisions(res.stm, USER, "s_en") if d.decision_id.startswith("t1:")]
+    return [d for d in read_decisions(res, USER, "s_en") if d.decision_id.startswith("t1:")]
 
 
 # ---------------------------------------------------------------- Chinese session
@@ -514,12 +514,12 @@ def test_reprocessing_a_turn_keeps_its_decision_records_identical(res: Runtime) 
     turns = [append(res, n, msgs) for n, msgs in enumerate(EN_SESSION, start=1)]
     for turn in turns:
         process(res, turn)
-    recorded = read_decisions(res.stm, USER, "s_en")
+    recorded = read_decisions(res, USER, "s_en")
     # When every turn is redelivered (including t4, which merged and updated items)
     for turn in turns:
         process(res, turn)
     # Then "why was this stored?" still has the original answers
-    assert read_decisions(res.stm, USER, "s_en") == recorded
+    assert read_decisions(res, USER, "s_en") == recorded
 
 
 def test_a_batch_of_turns_gives_the_same_result_as_one_turn_at_a_time(res: Runtime) -> None:
@@ -582,7 +582,7 @@ def test_a_turn_processed_late_does_not_overwrite_a_newer_version(res: Runtime) 
 def test_read_decisions_explains_every_verdict_in_turn_order(res: Runtime) -> None:
     for n, msgs in enumerate(EN_SESSION[:2], start=1):
         process(res, append(res, n, msgs))
-    decisions = read_decisions(res.stm, USER, "s_en")
+    decisions = read_decisions(res, USER, "s_en")
     assert [d.decision_id for d in decisions] == [
         "t1:000:user_symptom",
         "t1:001:user_preference",
@@ -622,7 +622,7 @@ def test_read_decisions_explains_every_verdict_in_turn_order(res: Runtime) -> No
     # the record is kept for the configured time, then expires by itself
     key = res.stm.keys(USER).decisions("s_en")
     assert 0 < res.redis.ttl(key) <= res.settings.decision_ttl_s
-    assert read_decisions(res.stm, USER, "s_other") == []
+    assert read_decisions(res, USER, "s_other") == []
 
 
 # ---------------------------------------------------------------- policy and edge cases

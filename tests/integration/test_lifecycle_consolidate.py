@@ -43,9 +43,11 @@ POTTERY = ["Our pottery class made clay bowls", "The pottery class glazed clay b
 
 
 def _write(lc: Lifecycle, t: Tenant, n: int, text: str, *, user: str | None = None,
-           tenant_id: str | None = None, at: float = NOW) -> str:  # fmt: skip
+           tenant_id: str | None = None, at: float = NOW,
+           project: str | None = None) -> str:  # fmt: skip
     draft = CardDraft(
-        tenant_id=tenant_id or t.id, user_id=user or t.user, canonical_key=f"episode:k{n}",
+        tenant_id=tenant_id or t.id, user_id=user or t.user, project_id=project,
+        canonical_key=f"episode:k{n}",
         memory_type="episode", title=text[:80], summary=text, content=f"context of {n}",
         source_type="session_episode", source_message_ids=[f"msg_{n}"],
     )  # fmt: skip
@@ -197,6 +199,28 @@ def test_one_owners_cards_are_never_merged_with_anothers(
     for t, u in ((tenant, "alice"), (tenant, "bob"), (other, "alice")):
         cards = _by_id(lc_engine, t, u)
         assert not _merged(cards) and all(c.status is CardStatus.ACTIVE for c in cards.values())
+
+
+def test_cards_of_two_projects_are_never_merged_one_projects_still_are(
+    lc: Lifecycle, tenant: Tenant, lc_engine: Engine
+) -> None:
+    from memstrata.core.authority.admin import create_project
+
+    with lc_engine.begin() as conn:
+        create_project(db=conn, project={"tenant_id": tenant.id, "id": "garden", "name": "G"})
+    shop = [_write(lc, tenant, n, s, project=tenant.project) for n, s in enumerate(BEAGLE)]
+    # the same topic in another project, and a near-duplicate of a shop card there
+    garden = [_write(lc, tenant, 10, BEAGLE[1], project="garden"),
+              _write(lc, tenant, 11, BEAGLE[2] + "!", project="garden")]  # fmt: skip
+    loose = _write(lc, tenant, 20, BEAGLE[0])  # no project: a scope of its own
+    report = consolidate_owner(lc, tenant_id=tenant.id, user_id=tenant.user, now=NOW + 60)
+    cards = _by_id(lc_engine, tenant)
+    [merged] = _merged(cards)
+    assert {cards[i].status for i in [*garden, loose]} == {CardStatus.ACTIVE}
+    assert sorted(merged.source_message_ids) == ["msg_0", "msg_1", "msg_2"]
+    assert {cards[i].status for i in shop} == {CardStatus.SUPERSEDED}
+    assert report.merged == (merged.memory_id,) and merged.project_id == tenant.project
+    assert {s["memory_id"] for s in explain_card(lc, merged.memory_id).sources} == set(shop)
 
 
 def _say(res: Runtime, t: Tenant, session: str, text: str, at: float) -> str:

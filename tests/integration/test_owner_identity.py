@@ -172,7 +172,7 @@ def stm_texts(w: World, reader: Who) -> str:
     rt = w.runtime
     items = rt.stm.by_session(reader.user, SESSION, tenant_id=reader.tenant, now=NOW + 60)
     items += rt.stm.recent(reader.user, tenant_id=reader.tenant, now=NOW + 60)
-    decisions = read_decisions(rt.stm, reader.user, SESSION, tenant_id=reader.tenant)
+    decisions = read_decisions(rt, reader.user, SESSION, tenant_id=reader.tenant)
     view = compress_session(
         transcript=rt.transcript, stm=rt.stm, user_id=reader.user, session_id=SESSION,
         budget_tokens=4000, tenant_id=reader.tenant, now=NOW + 60,

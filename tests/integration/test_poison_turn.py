@@ -21,9 +21,10 @@ import pytest
 from celery import Celery
 
 from memstrata.core.api import MemoryClient
-from memstrata.core.ingest.pipeline import BUDGET_RULE, DECISION_MAX_BYTES, read_decisions
+from memstrata.core.ingest.pipeline import DECISION_MAX_BYTES, read_decisions
 from memstrata.core.ingest.queue import GROUP, shard_for
 from memstrata.core.models.candidate import Verdict
+from memstrata.core.models.decision_record import BUDGET_RULE
 from memstrata.core.runtime import Runtime
 from memstrata.core.settings import Settings
 from memstrata.core.textcut import CUT_MARKER_RE
@@ -119,7 +120,7 @@ def test_the_review_turn_is_processed_and_its_shard_goes_on(
     assert dead_letters(res) == []
     for user in ["u_p", *others]:
         assert markers_in_stm(res, user) == {f"mk{tag(i)}" for i in range(MARKERS)}
-    decisions = read_decisions(res.stm, "u_p", "s_poison")
+    decisions = read_decisions(res, "u_p", "s_poison")
     summaries = [d for d in decisions if d.rule == BUDGET_RULE]
     assert len(summaries) == 64  # every message was cut by the turn budget, and says so
     assert all(d.omitted["chars_not_read"] > 0 for d in summaries)
@@ -157,7 +158,7 @@ def test_a_turn_with_a_400k_character_message_is_accepted_and_its_other_facts_st
         "Don't restart the prod database.",
         f"My neighbour keeps a parrot named mk{tag(7)} in the shed",
     } <= summaries
-    budget = [d for d in read_decisions(res.stm, "u_long", "s_1") if d.rule == BUDGET_RULE]
+    budget = [d for d in read_decisions(res, "u_long", "s_1") if d.rule == BUDGET_RULE]
     assert [d.message_ids for d in budget] == [[receipt.message_ids[1]]]
     assert dead_letters(res) == []
 
@@ -203,7 +204,7 @@ def test_refusals_beyond_the_cap_are_counted_not_recorded(res: Runtime) -> None:
     )  # guesses are task state: only a task has them
     (outcome,) = res.pipeline.process([(appended.pointer, list(appended.records))])
     assert len(outcome.refused) == 40
-    recorded = read_decisions(res.stm, "u_ref", "s_1")
+    recorded = read_decisions(res, "u_ref", "s_1")
     refused = [d for d in recorded if d.verdict is Verdict.REFUSED and d.rule != BUDGET_RULE]
     assert len(refused) == res.settings.decision_max_refusals_per_message == 16
     (summary,) = [d for d in recorded if d.rule == BUDGET_RULE]

@@ -130,7 +130,7 @@ def markers_in_stm(res: Runtime, user: str, session: str) -> dict[str, int]:
 
 
 def decided_turns(res: Runtime, user: str, session: str) -> list[str]:
-    return sorted(d.decision_id.split(":")[0] for d in read_decisions(res.stm, user, session))
+    return sorted(d.decision_id.split(":")[0] for d in read_decisions(res, user, session))
 
 
 def run_reconcile(res: Runtime, kicks: Kicks | None = None, **kw: Any) -> ReconcileReport:

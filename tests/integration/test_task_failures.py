@@ -122,8 +122,8 @@ def test_bad_input_fails_once_with_a_typed_error_and_is_not_retried(
 def test_a_postgres_programming_error_fails_once_and_is_not_retried(
     producer: Celery, celery_worker: CeleryProcess
 ) -> None:
-    # Given a database without the lifecycle schema (``lifecycle_audit`` is missing)
-    # When a retraction has to read the audit trail
+    # Given a database without the lifecycle schema (no ``ltm_cards``, no ``lifecycle_audit``)
+    # When a retraction has to read the card (whose owner's lock to take) and its audit
     task_id = producer.send_task(LIFECYCLE_RETRACT, kwargs={"kind": "card", "target": "c1"}).id
     wait_until(
         lambda: outcome(celery_worker, LIFECYCLE_RETRACT, task_id) is not None,
@@ -133,7 +133,7 @@ def test_a_postgres_programming_error_fails_once_and_is_not_retried(
     # Then it fails permanently, naming the SQL error, and is not retried
     line = outcome(celery_worker, LIFECYCLE_RETRACT, task_id)
     assert line is not None and line.startswith("raised unexpected: StoreRejected("), line
-    assert 'relation "lifecycle_audit" does not exist' in line
+    assert 'relation "ltm_cards" does not exist' in line
     assert "Retry in" not in celery_worker.log()
 
 

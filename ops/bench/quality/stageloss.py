@@ -6,7 +6,7 @@ on the way from ``record_turn()`` to the injected memory:
     not_recorded     ``record_turn()`` raised on the turn (the run records the error)
     never_proposed   the extractor proposed no candidate from the turn
     refused          candidates were proposed, the write policy refused them all
-                     (the recorded reason is kept: ``read_decisions``)
+                     (the recorded reason is kept: ``read_decision_records``)
     evicted          written, then evicted by the per-session STM cap
     expired          written, then past its TTL at query time (or swept)
     superseded       written, but a newer version of the same fact now holds the item
@@ -25,7 +25,8 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from memstrata.core.models.candidate import Verdict, WriteDecision
+from memstrata.core.models.candidate import Verdict
+from memstrata.core.models.decision_record import DecisionRecord
 from memstrata.core.models.memory import MemoryItem
 from memstrata.ops.bench.quality.datasets import Question
 from memstrata.ops.bench.quality.metrics import turn_budget
@@ -67,7 +68,7 @@ class TurnFate:
 class SpaceLedger:
     """What the write path did with every message of one space."""
 
-    decisions: dict[str, list[WriteDecision]]  # message id → its decisions
+    decisions: dict[str, list[DecisionRecord]]  # message id → its decisions
     items: dict[str, MemoryItem]  # memory id → item as stored now (expired included)
     evicted: set[str]
     now: float
@@ -77,7 +78,7 @@ class SpaceLedger:
 
 def build_ledger(system: MemstrataSystem, space_id: str) -> SpaceLedger:
     st: SpaceState = system.spaces[space_id]
-    by_msg: dict[str, list[WriteDecision]] = {}
+    by_msg: dict[str, list[DecisionRecord]] = {}
     for d in system.decisions(space_id):
         for m in d.message_ids:
             by_msg.setdefault(m, []).append(d)

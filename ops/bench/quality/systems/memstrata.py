@@ -44,7 +44,7 @@ from memstrata.core.errors import InvalidInput
 from memstrata.core.extract.rules import Extractor
 from memstrata.core.ingest.drain import drain_shard
 from memstrata.core.ingest.pipeline import TurnOutcome
-from memstrata.core.models.candidate import WriteDecision
+from memstrata.core.models.decision_record import DecisionRecord
 from memstrata.core.models.memory import MemoryItem
 from memstrata.core.models.transcript import TranscriptRecord
 from memstrata.core.policy.write import TtlPolicy
@@ -425,13 +425,14 @@ class MemstrataSystem:
         return [(key, f"{key}: {json.dumps(f.value, ensure_ascii=False)}", f.source_memory_ids)
                 for key, f in snap.facts.items()]  # fmt: skip
 
-    def decisions(self, space_id: str) -> list[WriteDecision]:
-        from memstrata.core.ingest.pipeline import read_decisions
+    def decisions(self, space_id: str) -> list[DecisionRecord]:
+        """The compact records: stage-loss accounting reads no detail that needs L0."""
+        from memstrata.core.ingest.pipeline import read_decision_records
 
         st = self.spaces[space_id]
-        out: list[WriteDecision] = []
+        out: list[DecisionRecord] = []
         for s in st.sessions:
-            out.extend(read_decisions(self.res.stm, st.user_id, s, tenant_id=TENANT))
+            out.extend(read_decision_records(self.res.stm, st.user_id, s, tenant_id=TENANT))
         return out
 
     # ------------------------------------------------------------------ read path
