@@ -204,7 +204,18 @@ class _Drain:
     def done(self, turns: list[Turn], outcomes: list[TurnOutcome], *, alone: bool = False) -> None:
         ids = [e.entry_id for e, _p, _r in turns]
         if self.on_batch is not None:  # before the ack: interrupted, the batch is re-run
-            self.on_batch([(p, recs) for _e, p, recs in turns])
+            try:
+                self.on_batch([(p, recs) for _e, p, recs in turns])
+            except TransientError:
+                raise  # a store down: the batch is re-run later, the hook with it
+            except self.abort_on:
+                raise
+            except Exception:  # a bug in the hook must not dead-letter written turns
+                log.exception(
+                    "post-batch hook failed on shard %s; %d turns acknowledged anyway "
+                    "(their memories are written; the hook's work is best effort)",
+                    self.shard, len(ids),
+                )  # fmt: skip
         self.queue.ack(self.shard, ids)
         if alone and self.attempts is not None:
             self.attempts.forget(self.shard, ids)

@@ -110,6 +110,8 @@ class DecisionRecord:
 
     @property
     def is_budget(self) -> bool:
+        if self.full is not None:  # an old record: its own fields, not the id's layout
+            return self.full.rule == BUDGET_RULE
         return self.decision_id.rsplit(":", 2)[1].startswith("~")
 
     @property
@@ -119,6 +121,8 @@ class DecisionRecord:
 
     @property
     def rule(self) -> str:
+        if self.full is not None:
+            return self.full.rule
         return BUDGET_RULE if self.is_budget else self.decision_id.rsplit(":", 1)[1]
 
     @classmethod

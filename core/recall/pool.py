@@ -122,12 +122,14 @@ def corroborate(candidates: Sequence[PoolCandidate], k: int) -> list[PoolCandida
 
     LTM cards and raw-history messages come as two ranked lists over mostly the same
     source messages.  Each layer votes ``1 / (k + rank + 1)`` for the messages of its
-    ``rank``-th result (its best rank per message); a candidate's relevance is the best
-    summed vote among its messages, or its own vote if larger (a card without provenance),
-    scaled so the pool's best is 1.  A message both layers found high beats one that only
-    one did: reciprocal rank fusion (Cormack et al., 2009) by message instead of by id,
-    so a card and the raw message it came from support each other instead of competing.
-    Candidates without a ``layer_rank`` (STM) keep their similarity."""
+    ``rank``-th result (its best rank per message).  A candidate's relevance is its own
+    vote plus, for the best of its messages, the other layers' votes for that message;
+    scaled so the pool's best is 1.  A message both layers found high beats one that
+    only one did: reciprocal rank fusion (Cormack et al., 2009) by message instead of by
+    id, so a card and the raw message it came from support each other instead of
+    competing.  A card never borrows the vote of a better card of its own layer that
+    shares a message (a session summary holding the top card's message stays where its
+    layer put it).  Candidates without a ``layer_rank`` (STM) keep their similarity."""
     ranked = [c for c in candidates if c.layer_rank is not None]
     if not ranked:
         return list(candidates)
@@ -141,11 +143,13 @@ def corroborate(candidates: Sequence[PoolCandidate], k: int) -> list[PoolCandida
     layers = {layer for layer, _ in best}
     relevance: dict[str, float] = {}
     for c in ranked:
-        score = 1.0 / (k + (c.layer_rank or 0) + 1)
+        own = 1.0 / (k + (c.layer_rank or 0) + 1)
+        others = [layer for layer in layers if layer is not c.source_type]
+        support = 0.0
         for m in c.message_ids:
-            votes = sum(1.0 / (k + best[(layer, m)] + 1) for layer in layers if (layer, m) in best)
-            score = max(score, votes)
-        relevance[c.memory_id] = max(score, relevance.get(c.memory_id, 0.0))
+            votes = sum(1.0 / (k + best[(o, m)] + 1) for o in others if (o, m) in best)
+            support = max(support, votes)
+        relevance[c.memory_id] = max(own + support, relevance.get(c.memory_id, 0.0))
     top = max(relevance.values())
     out = []
     for c in candidates:

@@ -30,6 +30,7 @@ Permanent errors (an unknown user, a scope the user does not hold) still raise.
 from __future__ import annotations
 
 import logging
+import re
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -186,10 +187,27 @@ def _stm_candidate(hit: StmHit, q_terms: set[str]) -> PoolCandidate:
     })  # fmt: skip
 
 
+_QUESTION_WORDS = frozenset({
+    "what", "when", "where", "which", "who", "whom", "whose", "why", "how", "have", "has",
+    "had", "did", "does", "do", "can", "could", "would", "should", "my", "mine", "me",
+    "your", "yours", "you",
+    # the kind of question, not its subject: "what is my favorite dance?" asks about dance
+    "favorite", "favourite", "prefer", "preferred",
+})  # fmt: skip
+_CJK_CHAR = re.compile(r"[\u4e00-\u9fff]")
+
+
 def facts_matching(snapshot: AuthoritySnapshot, query: str) -> int:
     """How many of the snapshot's facts share a content word (key or value) with the
-    query: zero means PG holds nothing that answers it."""
-    wanted = {t for t in terms(query) if len(t) > 2 and t not in ENGLISH_STOP_WORDS}
+    query: zero means PG holds nothing that answers it.  Content words: latin words of
+    three letters or more that are neither stop words nor question words, and CJK
+    bigrams (single characters match too much)."""
+    wanted = {
+        t
+        for t in terms(query)
+        if (len(t) == 2 and _CJK_CHAR.match(t))
+        or (len(t) > 2 and t not in ENGLISH_STOP_WORDS and t not in _QUESTION_WORDS)
+    }
     if not wanted:
         return len(snapshot.facts)  # nothing to match on: PG's blocks are the answer
     return sum(
@@ -200,10 +218,23 @@ def facts_matching(snapshot: AuthoritySnapshot, query: str) -> int:
 
 
 def _pg_fallback(
-    route: Route, profile: QueryProfile, snapshot: AuthoritySnapshot, query: str
+    route: Route,
+    profile: QueryProfile,
+    snapshot: AuthoritySnapshot,
+    query: str,
+    *,
+    ltm_available: bool,
 ) -> Route:
-    """:func:`with_pg_fallback` for a PG-only route (the facts are matched only then)."""
-    if route.need_pg and not (route.need_ltm or route.need_redis):
+    """:func:`with_pg_fallback` for a PG-only route (the facts are matched only then).
+
+    Permission and configuration questions are answered by PG's projects, workspaces and
+    agent settings, not by facts: they never fall back."""
+    if (
+        ltm_available
+        and route.need_pg
+        and not (route.need_ltm or route.need_redis)
+        and profile.intent not in ("permission_query", "config_query")
+    ):
         return with_pg_fallback(route, profile, facts_matching(snapshot, query))
     return route
 
@@ -316,7 +347,9 @@ class Recaller:
         route = decide_route(profile, self.settings.routing, ltm_available=self.ltm is not None)
         if verified and route.need_pg and profile.needs_exact_metadata:
             snapshot = self._exact_snapshot(req, snapshot, degraded)
-        route = _pg_fallback(route, profile, snapshot, req.query)
+        route = _pg_fallback(
+            route, profile, snapshot, req.query, ltm_available=self.ltm is not None
+        )
         # LTM runs on a worker thread, concurrently with STM ranking and the PG blocks
         ltm_future = self._start_ltm(req, route, filters, degraded) if route.need_ltm else None
         q_terms = terms(req.query)

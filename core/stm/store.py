@@ -9,6 +9,7 @@ by the sweep (Redis must not evict keys on its own: run it with ``noeviction``).
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
@@ -24,6 +25,8 @@ from memstrata.core.ids import owner_tenant, validate_id
 from memstrata.core.keys import GlobalKeys, TenantKeys, UserKeys, index_suffixes, parse_user_scope
 from memstrata.core.models.decision_record import DecisionRecord
 from memstrata.core.models.memory import MemoryItem, MemoryStatus
+
+log = logging.getLogger(__name__)
 
 
 def lua(name: str) -> str:
@@ -388,11 +391,20 @@ class StmStore:
         for user_id, tenant_id, session_id, record in rows:
             key = self.keys(user_id, tenant_id).decisions(session_id)
             by_key.setdefault(key, [str(ttl_s)]).extend((record.decision_id, record.encode()))
-        with redis_errors():
+
+        def send() -> None:
             pipe = self._r.pipeline(transaction=False)
             for key, args in by_key.items():
-                self._decisions(keys=[key], args=args, client=pipe)
+                # plain EVALSHA: redis-py's Script object adds a SCRIPT EXISTS per pipeline
+                pipe.evalsha(self._decisions.sha, 1, key, *args)
             pipe.execute()
+
+        with redis_errors():
+            try:
+                send()
+            except redis.exceptions.NoScriptError:  # a restarted or flushed Redis
+                self._r.script_load(self._decisions.script)
+                send()  # write-once (HSETNX): records the first attempt wrote stay as they are
 
     def decisions(
         self, user_id: str, session_id: str, *, tenant_id: str | None = None
@@ -402,8 +414,13 @@ class StmStore:
         validate_id(session_id, kind="session_id")
         with redis_errors():
             raw = self._r.hgetall(self.keys(user_id, tenant_id).decisions(session_id))
-        out = [DecisionRecord.decode(str(k), str(v), session_id=session_id)
-               for k, v in raw.items()]  # fmt: skip
+        out = []
+        for k, v in raw.items():
+            try:
+                out.append(DecisionRecord.decode(str(k), str(v), session_id=session_id))
+            except ValueError as exc:  # a format this version does not know (a newer
+                # writer during a rolling upgrade): skipped, the others are still read
+                log.warning("decision %s of session %s not read: %s", k, session_id, exc)
         out.sort(key=lambda d: (d.at, d.decision_id))
         return out
 

@@ -103,6 +103,27 @@ def test_records_in_the_previous_json_format_are_still_read(res: Runtime) -> Non
     assert read_decisions(res, USER, "s_en") == computed([old, new])
 
 
+def test_a_record_of_an_unknown_format_is_skipped_and_the_others_still_read(
+    res: Runtime,
+) -> None:
+    # Given a session with one record a newer writer stored in a format not known here
+    out = process(res, append(res, 1, EN_SESSION[0]))
+    key = res.stm.keys(USER).decisions("s_en")
+    res.redis.hset(key, "t-future:0:conversation_fact", '[99, "from a later version"]')
+    # When it is read back, the known records come back whole and the unknown one is left out
+    assert read_decisions(res, USER, "s_en") == computed([out])
+    assert len(res.stm.decisions(USER, "s_en")) == len(out.decisions)
+
+
+def test_an_old_record_names_its_rule_from_its_own_fields_not_the_id_layout(
+    res: Runtime,
+) -> None:
+    d = process(res, append(res, 1, EN_SESSION[0])).decisions[0]
+    legacy = d.model_copy(update={"decision_id": "legacy-id"})  # no turn:ordinal:rule layout
+    rec = DecisionRecord.decode("legacy-id", legacy.model_dump_json(), session_id="s_en")
+    assert (rec.rule, rec.is_budget) == (d.rule, d.rule == BUDGET_RULE)
+
+
 def test_a_record_whose_turn_is_gone_from_l0_keeps_its_verdict_and_says_so(
     res: Runtime,
 ) -> None:

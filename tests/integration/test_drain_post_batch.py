@@ -61,3 +61,28 @@ def test_a_soft_limit_in_the_post_batch_hook_leaves_the_batch_to_be_tracked_agai
     ctx = activity.get("u1", "s1")
     assert ctx is not None and ctx.tokens == sum(counts.values())  # and each counted once
     assert drain() == 0 and res.redis.xlen(res.queue.keys.dead_letters) == 0
+
+
+def test_a_bug_in_the_post_batch_hook_never_dead_letters_turns_already_written(
+    res: Runtime,
+) -> None:
+    turn = res.transcript.append_turn(
+        user_id="u2", session_id="s2", at=NOW,
+        messages=[MessageIn(role="user", content="Remember that the release freeze starts Monday")],
+    )  # fmt: skip
+    [shard] = {res.queue.enqueue(turn.pointer)[0]}
+
+    def broken(batch: Sequence[tuple[TurnPointer, Sequence[TranscriptRecord]]]) -> None:
+        raise RuntimeError("a bug in the hook")
+
+    def drain() -> int:
+        return drain_shard(
+            shard, queue=res.queue, transcript=res.transcript, pipeline=res.pipeline,
+            consumer="c1", batch=50, max_run_s=60, on_batch=broken, attempts=res.attempts,
+            abort_on=(SoftLimit,),
+        ).turns  # fmt: skip
+
+    assert drain() == 1  # processed and acknowledged despite the hook
+    assert drain() == 0  # nothing left pending to fail again
+    assert res.redis.xlen(res.queue.keys.dead_letters) == 0
+    assert res.stm.session_members("u2", "s2")  # its memory was written

@@ -369,6 +369,21 @@ def test_unranked_candidates_keep_their_similarity_a_card_without_sources_its_ow
     assert sim == {"m1": 0.42, "ltm_s": 1.0, "raw_1": pytest.approx(11 / 14)}
 
 
+def test_a_card_never_borrows_the_vote_of_a_better_card_of_its_own_layer() -> None:
+    from memstrata.core.recall.pool import corroborate
+
+    # Given the top card (d1) and, ninth, a session card holding d1 among 29 messages
+    top = cand("ltm_1", SourceType.LTM, "k1", "f1", layer_rank=0, message_ids=("d1",))
+    wide = cand("ltm_9", SourceType.LTM, "k2", "f2", layer_rank=9,
+                message_ids=tuple(f"d{i}" for i in range(1, 30)))  # fmt: skip
+    raw = cand("raw_1", SourceType.RAW_HISTORY, "raw:d1", "f3", layer_rank=0, message_ids=("d1",))
+    sim = {c.memory_id: c.similarity for c in corroborate([top, wide, raw], k=10)}
+    # Then the top card and its raw copy carry the best relevance, the wide card its own
+    # vote plus the raw layer's vote for d1, not the top card's vote as well
+    assert sim["ltm_1"] == sim["raw_1"] == 1.0
+    assert sim["ltm_9"] == pytest.approx((1 / 20 + 1 / 11) / (2 / 11))
+
+
 def test_a_pg_only_question_that_no_fact_answers_also_asks_long_term_memory() -> None:
     from memstrata.core.recall.route import with_pg_fallback
     from memstrata.core.recall.service import facts_matching
@@ -392,3 +407,18 @@ def test_a_pg_only_question_that_no_fact_answers_also_asks_long_term_memory() ->
     # A route that already reads STM or LTM is never changed
     stm_route = route.model_copy(update={"need_redis": True})
     assert with_pg_fallback(stm_route, profile, 0) == stm_route
+
+
+def test_facts_matching_counts_content_words_in_english_and_chinese() -> None:
+    from memstrata.core.recall.service import facts_matching
+
+    from .authority_snapshots import snapshot
+
+    colours = snapshot(preference__favorite_color="green")
+    # question words and "favorite" alone do not make a colour fact answer a dance question
+    assert facts_matching(colours, "What is my favorite dance?") == 0
+    assert facts_matching(colours, "What is my favorite color?") == 1
+    # Chinese: two-character words match, a shared single character does not
+    tea = snapshot(preference__drink="喜欢喝绿茶")
+    assert facts_matching(tea, "我喜欢喝什么茶？") == 1
+    assert facts_matching(tea, "我最喜爱的舞蹈风格是什么？") == 0
