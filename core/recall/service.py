@@ -263,6 +263,8 @@ class Recaller:
         m.recall_seconds.labels(route=route).observe(elapsed)
         for layer in result.degraded:
             m.layer_errors.labels(layer=layer).inc()
+        if not log.isEnabledFor(logging.INFO):  # the line's fields cost more than the check
+            return result
         log.info(
             "recall tenant=%s user=%s session=%s route=%s lines=%s degraded=%s ms=%.1f",
             req.tenant_id, req.user_id, req.session_id, route, _lines(result.memory),
