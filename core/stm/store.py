@@ -631,11 +631,12 @@ class StmStore:
         commands when one session recalls often (a busy agent; issue 17)."""
         if not marks:
             return
-        flags: dict[tuple[str | None, str, str], str] = {}
-        hits: dict[tuple[str | None, str], dict[str, int]] = {}
+        flags: dict[tuple[str, str, str], str] = {}
+        hits: dict[tuple[str, str], dict[str, int]] = {}
         for m in marks:
-            flags[(m.tenant_id, m.user_id, m.session_id)] = m.flag  # the last one wins
-            counts = hits.setdefault((m.tenant_id, m.user_id), {})
+            tenant = owner_tenant(m.tenant_id)  # no tenant and the default one: one owner
+            flags[(tenant, m.user_id, m.session_id)] = m.flag  # the last one wins
+            counts = hits.setdefault((tenant, m.user_id), {})
             for member in m.members:
                 counts[member] = counts.get(member, 0) + 1
         with redis_errors():

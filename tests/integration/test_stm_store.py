@@ -982,11 +982,19 @@ def test_recall_marks_of_one_batch_leave_the_state_of_one_write_per_mark(res: Ru
         RecallMark(user_id="u_1", tenant_id=None, session_id="s_2", flag="ok", members=()),
         RecallMark(user_id="u_1", tenant_id=None, session_id="s_1", flag="insufficient",
                    members=("redis_stm:a",)),
+        # the default tenant named and no tenant are one owner: the last mark wins
+        RecallMark(user_id="u_1", tenant_id="default", session_id="s_3", flag="ok",
+                   members=()),
+        RecallMark(user_id="u_1", tenant_id=None, session_id="s_3", flag="insufficient",
+                   members=()),
+        RecallMark(user_id="u_1", tenant_id="default", session_id="s_3", flag="ok",
+                   members=()),
     ]  # fmt: skip
     stm.record_recalls(marks, flag_ttl_s=60, access_ttl_s=600)
     r, k1, k2 = res.redis, stm.keys("u_1", None), stm.keys("u_2", None)
     assert r.get(k1.last_recall("s_1")) == "insufficient"
     assert r.get(k1.last_recall("s_2")) == "ok"
+    assert r.get(k1.last_recall("s_3")) == "ok"
     assert r.get(k2.last_recall("s_1")) == "ok"
     assert r.zrange(k1.access, 0, -1, withscores=True) == [("redis_stm:b", 1.0),
                                                            ("redis_stm:a", 2.0)]  # fmt: skip
