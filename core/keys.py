@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import cached_property
 
 from memstrata.core.ids import DEFAULT_TENANT, entity_key_part, owner_tenant, validate_id
 
@@ -61,11 +62,12 @@ class UserKeys:
     user_id: str
     tenant_id: str | None = None
 
-    @property
+    # computed (and the user id validated) once per instance: a recall builds a dozen keys
+    @cached_property
     def scope(self) -> str:
         return user_scope(self.user_id, self.tenant_id)
 
-    @property
+    @cached_property
     def prefix(self) -> str:
         return f"{self.namespace}:user:{{{self.scope}}}:"
 

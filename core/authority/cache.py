@@ -22,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import StrEnum
+from functools import lru_cache
 
 import redis
 from pydantic import ValidationError
@@ -86,13 +87,26 @@ def lookup_of(raw: str | bytes | None, known: str | bytes | None) -> CacheLookup
     they were read: :meth:`ProfileCache.get`, or recall's single STM round trip."""
     if raw is None:
         return CacheLookup(CacheStatus.MISSING)
-    try:
-        snap = AuthoritySnapshot.model_validate_json(raw)
-    except ValidationError:
+    snap = _parsed(raw)
+    if snap is None:
         return CacheLookup(CacheStatus.MISSING)  # unreadable entry: refill from PG
     if known is not None and int(known) > snap.version:
         return CacheLookup(CacheStatus.STALE, snap)
     return CacheLookup(CacheStatus.HIT, snap)
+
+
+@lru_cache(maxsize=512)
+def _parsed(raw: str | bytes) -> AuthoritySnapshot | None:
+    """The snapshot of one cache entry's JSON, None when unreadable.
+
+    Cached by the entry's text: every recall of a user reads the same entry until its
+    next invalidation, and validating it was a tenth of an STM-only recall's Python
+    time (issue 17).  A snapshot is frozen, so one instance serves every reader; a new
+    version is a new text, hence a new key."""
+    try:
+        return AuthoritySnapshot.model_validate_json(raw)
+    except ValidationError:
+        return None
 
 
 class ProfileCache:

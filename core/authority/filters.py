@@ -74,7 +74,33 @@ class RetrievalFilters(BaseModel):
         return " and ".join(parts)
 
 
+_MEMO_SIZE = 1024
+# (id(snapshot), project, workspace) -> (that snapshot, its filters); the entry holds the
+# snapshot, so its id cannot be reused while the entry lives
+_memo: dict[tuple[int, str | None, str | None], tuple[AuthoritySnapshot, RetrievalFilters]] = {}
+
+
 def filters_for(
+    snapshot: AuthoritySnapshot,
+    *,
+    project_id: str | None = None,
+    workspace_id: str | None = None,
+) -> RetrievalFilters:
+    """:func:`build_filters`, remembered per snapshot instance: recall asks it every call,
+    and the profile cache hands out one snapshot per cache entry (issue 17).  Both are
+    frozen; a denied scope raises every time (only answers are remembered)."""
+    key = (id(snapshot), project_id, workspace_id)
+    hit = _memo.get(key)
+    if hit is not None and hit[0] is snapshot:
+        return hit[1]
+    filters = build_filters(snapshot, project_id=project_id, workspace_id=workspace_id)
+    if len(_memo) >= _MEMO_SIZE:
+        _memo.clear()  # one C call, safe beside other threads' lookups
+    _memo[key] = (snapshot, filters)
+    return filters
+
+
+def build_filters(
     snapshot: AuthoritySnapshot,
     *,
     project_id: str | None = None,

@@ -379,6 +379,9 @@ class Ledger:
     def __init__(self, engine: Engine, *, max_content_chars: int = 16_000) -> None:
         self.engine = engine
         self.max_content_chars = max_content_chars
+        # one-statement reads on the recall path: no BEGIN / ROLLBACK round trips around
+        # them (a single SELECT is its own consistent snapshot; issue 17)
+        self._reader = engine.execution_options(isolation_level="AUTOCOMMIT")
 
     @contextmanager
     def _begin(self, what: str, conn: Connection | None = None) -> Iterator[Connection]:
@@ -432,9 +435,12 @@ class Ledger:
     def cards(
         self, memory_ids: Sequence[str], *, conn: Connection | None = None
     ) -> dict[str, LtmCard]:
-        """Cards by id (missing ids are simply absent)."""
-        with self._read("load cards", conn) as c:
-            return _load_cards(c, memory_ids)
+        """Cards by id (missing ids are simply absent); one statement, outside any
+        transaction unless ``conn`` is the caller's."""
+        if conn is not None:
+            return _load_cards(conn, memory_ids)
+        with pg_errors("load cards"), self._reader.connect() as own:
+            return _load_cards(own, memory_ids)
 
     def work(self, memory_ids: Sequence[str]) -> tuple[dict[str, LtmCard], list[Projection]]:
         """Cards and their projections, read in one snapshot."""

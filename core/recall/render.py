@@ -18,7 +18,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict
 
 from memstrata.core.authority.blocks import AuthorityBlocks
-from memstrata.core.recall.pool import PoolCandidate, SourceType
+from memstrata.core.recall.pool import PoolCandidate, SourceType, trusted
 
 Lang = Literal["zh", "en"]
 
@@ -63,22 +63,23 @@ class RenderedMemory(BaseModel):
     def from_candidates(
         cls, kept: Sequence[PoolCandidate], *, task_id: str | None
     ) -> RenderedMemory:
+        # the candidates' fields are typed already: no re-validation (issue 17)
         def line(c: PoolCandidate) -> MemoryLine:
-            return MemoryLine(
-                memory_id=c.memory_id, memory_type=c.memory_type, text=c.summary,
-                source_type=c.source_type, message_ids=c.message_ids,
-                at=c.updated_at if c.source_type is SourceType.RAW_HISTORY else None,
-            )  # fmt: skip
+            return trusted(MemoryLine, {
+                "memory_id": c.memory_id, "memory_type": c.memory_type, "text": c.summary,
+                "source_type": c.source_type, "message_ids": c.message_ids,
+                "at": c.updated_at if c.source_type is SourceType.RAW_HISTORY else None,
+            })  # fmt: skip
 
         def of(source: SourceType) -> tuple[MemoryLine, ...]:
             return tuple(line(c) for c in kept if c.source_type is source)
 
-        return cls(
-            task_id=task_id,
-            short_term=of(SourceType.REDIS_STM),
-            long_term=of(SourceType.LTM),
-            history=of(SourceType.RAW_HISTORY),
-        )
+        return trusted(cls, {
+            "task_id": task_id,
+            "short_term": of(SourceType.REDIS_STM),
+            "long_term": of(SourceType.LTM),
+            "history": of(SourceType.RAW_HISTORY),
+        })  # fmt: skip
 
 
 def language_for(profile_language: str | None, query: str) -> Lang:

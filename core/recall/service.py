@@ -166,16 +166,18 @@ def _doc_terms(summary: str, entities: tuple[str, ...]) -> frozenset[str]:
     return frozenset(terms(summary + " " + " ".join(entities)))
 
 
-def _stm_candidate(hit: StmHit, q_terms: set[str]) -> PoolCandidate:
-    # typed fields straight from the store: no re-validation (trusted)
-    return trusted(PoolCandidate, {
+@lru_cache(maxsize=16_384)
+def _stm_fields(hit: StmHit) -> tuple[frozenset[str], dict[str, object]]:
+    """An STM hit's terms and its candidate's fields but the query's similarity; cached
+    per hit (the store hands out the same hit objects for unchanged items, issue 17)."""
+    return _doc_terms(hit.summary, hit.entities), {
         "memory_id": hit.memory_id,
         "source_type": SourceType.REDIS_STM,
         "summary": hit.summary,
         "canonical_fact_key": hit.canonical_fact_key,
         "fingerprint": hit.fingerprint,
         "memory_type": hit.memory_type,
-        "similarity": coverage(q_terms, _doc_terms(hit.summary, hit.entities)),
+        "similarity": 0.0,  # the query's, set per call
         "importance": hit.importance,
         "updated_at": hit.updated_at,
         "entities": hit.entities,
@@ -184,7 +186,15 @@ def _stm_candidate(hit: StmHit, q_terms: set[str]) -> PoolCandidate:
         "layer_rank": None,
         "tenant_id": None,
         "project_id": None,
-    })  # fmt: skip
+    }  # fmt: skip
+
+
+def _stm_candidate(hit: StmHit, q_terms: set[str]) -> PoolCandidate:
+    # typed fields straight from the store: no re-validation (trusted)
+    doc_terms, fields = _stm_fields(hit)
+    fields = fields.copy()  # each candidate owns its dict
+    fields["similarity"] = coverage(q_terms, doc_terms)
+    return trusted(PoolCandidate, fields)
 
 
 _QUESTION_WORDS = frozenset({
@@ -309,6 +319,8 @@ class Recaller:
         m.recall_seconds.labels(route=route).observe(elapsed)
         for layer in result.degraded:
             m.layer_errors.labels(layer=layer).inc()
+        if not log.isEnabledFor(logging.INFO):  # the line's fields cost more than the check
+            return result
         log.info(
             "recall tenant=%s user=%s session=%s route=%s lines=%s degraded=%s ms=%.1f",
             req.tenant_id, req.user_id, req.session_id, route, _lines(result.memory),
@@ -516,7 +528,7 @@ class Recaller:
         breaker = self.breakers[STM]
         if not breaker.allow():
             degraded[STM] = breaker.status()
-            return _FirstRead(RecallRead(flag=None, hits=[]), entities), unread
+            return _FirstRead(RecallRead(flag=None, hits=[]), entities, known), unread
         try:
             with tripping(breaker):
                 read = self._read_stm(req, entities, now, also_get=cache_keys)
@@ -524,9 +536,9 @@ class Recaller:
             degraded[STM] = describe(exc)
             log.warning("short-term memory and profile cache not read: %s", describe(exc))
             empty = RecallRead(flag=None, hits=[])
-            return _FirstRead(empty, entities), unread
+            return _FirstRead(empty, entities, known), unread
         cached = lookup_of(*read.values) if cache_keys else None
-        return _FirstRead(read, entities), cached
+        return _FirstRead(read, entities, known), cached
 
     def _read_stm(
         self,
@@ -563,7 +575,11 @@ class Recaller:
                 self._known_guess[owner] = known
                 while len(self._known_guess) > _GUESSES:
                     self._known_guess.pop(next(iter(self._known_guess)), None)
-        entities = tuple(extract_entities(req.query, default_lexicon(), extra=known)[:5])
+        entities = (
+            first.entities
+            if known == first.known  # the usual case: no second entity extraction
+            else tuple(extract_entities(req.query, default_lexicon(), extra=known)[:5])
+        )
         if entities == first.entities or STM in degraded:
             return first.read
         breaker = self.breakers[STM]
@@ -706,6 +722,7 @@ class Recaller:
 class _FirstRead:
     read: RecallRead
     entities: tuple[str, ...]  # the query entities it was read with
+    known: tuple[str, ...]  # the project ids those entities were extracted with
 
 
 _GUESSES = 10_000  # owners whose last known project ids recall remembers

@@ -46,6 +46,18 @@ def _message_ids(raw_source: str) -> tuple[str, ...]:
     return tuple((json.loads(raw_source) or {}).get("message_ids") or ())
 
 
+@lru_cache(maxsize=16_384)
+def _stm_hit(
+    mid: str, summary: str, key: str, fp: str, mtype: str, imp: str, upd: str, ents: str,
+    src: str, task: str,
+) -> StmHit:  # fmt: skip
+    """One recall-read item from its stored fields; cached by those fields (any change to
+    the item is a new key), as a session's recalls read the same items again, and the
+    same hit objects let recall's per-item caches hash them cheaply (issue 17)."""
+    return StmHit(mid, summary, key, fp, mtype, float(imp or 0), float(upd or 0),
+                  _json_list(ents or "[]"), _message_ids(src or "{}"), task or None)  # fmt: skip
+
+
 def _compact_json(value: object) -> str:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
@@ -622,23 +634,8 @@ class StmStore:
             )
         flag = raw[0] or None
         first = 1 + len(gets)
-        hits = []
-        for i in range(first, len(raw), 11):
-            mid, summary, key, fp, mtype, imp, upd, ents, src, task, _exp = raw[i : i + 11]
-            hits.append(
-                StmHit(
-                    memory_id=mid,
-                    summary=summary,
-                    canonical_fact_key=key,
-                    fingerprint=fp,
-                    memory_type=mtype,
-                    importance=float(imp or 0),
-                    updated_at=float(upd or 0),
-                    entities=_json_list(ents or "[]"),
-                    message_ids=_message_ids(src or "{}"),
-                    task_id=task or None,
-                )
-            )
+        # each item's 10 ranking fields, then its expiry (checked by the script)
+        hits = [_stm_hit(*raw[i : i + 10]) for i in range(first, len(raw), 11)]
         return RecallRead(flag=flag, hits=hits, values=tuple(raw[1:first]))
 
     def record_recalls(
@@ -646,16 +643,31 @@ class StmStore:
     ) -> None:
         """Recall bookkeeping in one pipelined round trip: each session's last-recall flag
         (expires after ``flag_ttl_s``) and one hit per returned memory in the owner's
-        ``access`` ZSET (expires ``access_ttl_s`` after the last recall)."""
+        ``access`` ZSET (expires ``access_ttl_s`` after the last recall).
+
+        ``marks`` in recall order are coalesced first: a session's flag is written once
+        (its last recall's), a memory's hits as one ``ZINCRBY`` by their count, an owner's
+        expiry once, the same end state as a command per mark at a fraction of the
+        commands when one session recalls often (a busy agent; issue 17)."""
         if not marks:
             return
+        flags: dict[tuple[str, str, str], str] = {}
+        hits: dict[tuple[str, str], dict[str, int]] = {}
+        for m in marks:
+            tenant = owner_tenant(m.tenant_id)  # no tenant and the default one: one owner
+            flags[(tenant, m.user_id, m.session_id)] = m.flag  # the last one wins
+            counts = hits.setdefault((tenant, m.user_id), {})
+            for member in m.members:
+                counts[member] = counts.get(member, 0) + 1
         with redis_errors():
             pipe = self._r.pipeline(transaction=False)
-            for m in marks:
-                k = self.keys(m.user_id, m.tenant_id)
-                pipe.set(k.last_recall(m.session_id), m.flag, ex=flag_ttl_s)
-                for member in m.members:
-                    pipe.zincrby(k.access, 1, member)
+            for (tenant_id, user_id, session_id), flag in flags.items():
+                k = self.keys(user_id, tenant_id)
+                pipe.set(k.last_recall(session_id), flag, ex=flag_ttl_s)
+            for (tenant_id, user_id), counts in hits.items():
+                k = self.keys(user_id, tenant_id)
+                for member, n in counts.items():
+                    pipe.zincrby(k.access, n, member)
                 pipe.expire(k.access, access_ttl_s)
             pipe.execute()
 

@@ -347,7 +347,78 @@ def profile_stm_only(calls: int = 300) -> dict[str, Any]:
     return {"cpu_ms_per_call": r3(cpu_ms), "calls": calls, "profiled_share_pct": share}
 
 
-if __name__ == "__main__":  # python -m memstrata.ops.bench.recall: the profile summary
-    import json
+def profile_hybrid(cards: int = 10_000, queries: int = 200) -> dict[str, Any]:
+    """Where a hybrid recall's wall time goes: each stage's own time per recall (p50 /
+    p95 ms over ``queries`` new texts, then the same texts again with their embeddings
+    cached), timed around the runtime's index, embedder and ledger calls; the text
+    summary in docs/BENCHMARKS.md.  Stages overlap (threads): they do not add up."""
+    from memstrata.ops.bench.ltm import ltm_stack
 
-    print(json.dumps(profile_stm_only(), indent=1, ensure_ascii=False))
+    rng = random.Random(7)
+    ns = new_namespace("profhybrid")
+    spent: dict[str, float] = {}
+
+    def timed(obj: Any, name: str, label: str) -> None:
+        fn = getattr(obj, name)
+
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            t0 = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                spent[label] = spent.get(label, 0.0) + (time.perf_counter() - t0) * 1000
+
+        setattr(obj, name, wrapper)
+
+    out: dict[str, Any] = {"cards": cards, "queries": queries}
+    with (
+        migrated_postgres() as pg_url,
+        ltm_stack(pg_url, redis_url=redis_url(), key_namespace=ns) as res,
+    ):
+        try:
+            _seed_authority(res)
+            now = time.time()
+            items = _items(10_000, now, rng)
+            for i in range(0, len(items), 500):
+                res.stm.upsert_many(items[i : i + 500])
+            _seed_ltm(res.ltm, cards, rng)
+            lt = res.ltm
+            timed(lt.embedder, "embed_query", "query embedding (both searches' waits)")
+            timed(lt.search.vector, "search", "LTM vector search")
+            timed(lt.search.lexical, "search", "LTM lexical search")
+            timed(lt.ledger, "cards", "ledger read of the cards (PostgreSQL)")
+            if lt.history is not None:  # its own index clients (another collection pair)
+                assert lt.history.vector is not lt.search.vector
+                timed(lt.history.vector, "search", "raw-history vector search")
+                timed(lt.history.lexical, "search", "raw-history lexical search")
+            recaller = res.recaller()
+            base = {"tenant_id": TENANT, "user_id": USER, "session_id": "s7",
+                    "task_id": "bug7", "project_id": PROJECT}  # fmt: skip
+            words = ["超时", "线程池", "数据库", "网关", "缓存", "重试", "限流", "发布"]
+            texts = [f"按我的偏好，这个 createOrder {rng.choice(words)}以前有没有类似案例？#{i}"
+                     for i in range(queries)]  # fmt: skip
+            recaller.recall(RecallRequest(query="warm", **base))
+            for run in ("new", "repeat"):
+                per: dict[str, list[float]] = {}
+                for text in texts:
+                    spent.clear()
+                    t0 = time.perf_counter()
+                    recaller.recall(RecallRequest(query=text, **base))
+                    per.setdefault("recall (wall)", []).append((time.perf_counter() - t0) * 1000)
+                    for label, ms in spent.items():
+                        per.setdefault(label, []).append(ms)
+                out[run] = {k: {"p50": r3(median(v)), "p95": r3(percentile(v, 95))}
+                            for k, v in per.items()}  # fmt: skip
+            recaller.close()
+            out["machine"] = machine(res.redis)
+        finally:
+            purge(res.redis, ns)
+    return out
+
+
+if __name__ == "__main__":  # python -m memstrata.ops.bench.recall [--hybrid]: the profiles
+    import json
+    import sys
+
+    found = profile_hybrid() if "--hybrid" in sys.argv else profile_stm_only()
+    print(json.dumps(found, indent=1, ensure_ascii=False))

@@ -965,3 +965,40 @@ def test_a_changed_fact_stated_outside_its_task_keeps_an_exact_index_list(
     # Then deleting it leaves no index entry behind
     assert res.stm.delete("u_1", ["m_1"]) == 1
     assert zsets(res) == {} and assert_no_dangling_references(res) == set()
+
+
+def test_recall_marks_of_one_batch_leave_the_state_of_one_write_per_mark(res: Runtime) -> None:
+    """The batch is coalesced (one flag per session, one ZINCRBY per memory): the flag is
+    the session's last recall's, each memory counts every recall that returned it, and
+    both keys carry their TTLs, as when every mark was written on its own."""
+    from memstrata.core.stm.store import RecallMark
+
+    stm = res.stm
+    marks = [
+        RecallMark(user_id="u_1", tenant_id=None, session_id="s_1", flag="ok",
+                   members=("redis_stm:a", "redis_stm:b")),
+        RecallMark(user_id="u_2", tenant_id=None, session_id="s_1", flag="ok",
+                   members=("redis_stm:a",)),
+        RecallMark(user_id="u_1", tenant_id=None, session_id="s_2", flag="ok", members=()),
+        RecallMark(user_id="u_1", tenant_id=None, session_id="s_1", flag="insufficient",
+                   members=("redis_stm:a",)),
+        # the default tenant named and no tenant are one owner: the last mark wins
+        RecallMark(user_id="u_1", tenant_id="default", session_id="s_3", flag="ok",
+                   members=()),
+        RecallMark(user_id="u_1", tenant_id=None, session_id="s_3", flag="insufficient",
+                   members=()),
+        RecallMark(user_id="u_1", tenant_id="default", session_id="s_3", flag="ok",
+                   members=()),
+    ]  # fmt: skip
+    stm.record_recalls(marks, flag_ttl_s=60, access_ttl_s=600)
+    r, k1, k2 = res.redis, stm.keys("u_1", None), stm.keys("u_2", None)
+    assert r.get(k1.last_recall("s_1")) == "insufficient"
+    assert r.get(k1.last_recall("s_2")) == "ok"
+    assert r.get(k1.last_recall("s_3")) == "ok"
+    assert r.get(k2.last_recall("s_1")) == "ok"
+    assert r.zrange(k1.access, 0, -1, withscores=True) == [("redis_stm:b", 1.0),
+                                                           ("redis_stm:a", 2.0)]  # fmt: skip
+    assert r.zrange(k2.access, 0, -1, withscores=True) == [("redis_stm:a", 1.0)]
+    assert 0 < r.ttl(k1.last_recall("s_1")) <= 60
+    assert 500 < r.ttl(k1.access) <= 600
+    assert 500 < r.ttl(k2.access) <= 600

@@ -422,3 +422,44 @@ def test_facts_matching_counts_content_words_in_english_and_chinese() -> None:
     tea = snapshot(preference__drink="喜欢喝绿茶")
     assert facts_matching(tea, "我喜欢喝什么茶？") == 1
     assert facts_matching(tea, "我最喜爱的舞蹈风格是什么？") == 0
+
+
+_LEXICON_TEXTS = st.text(
+    alphabet=st.sampled_from(
+        "那个接口还是超时以前有没有类似案例权限配置默认环境继续验证上次一样 abcEXPORTerror?"
+    ),
+    max_size=40,
+)
+
+
+@given(_LEXICON_TEXTS)
+def test_a_query_lexicon_name_matches_as_one_alternation_exactly_when_one_pattern_does(
+    text: str,
+) -> None:
+    """The profile asks each name's patterns as one compiled alternation: the same answer
+    as trying every pattern of the data file in turn, for every name."""
+    from memstrata.core.recall.profile import default_query_lexicon
+
+    lx = default_query_lexicon()
+    for name, patterns in lx.patterns.items():
+        one_by_one = any(p.search(text) for p in patterns)
+        assert lx.hit(name, text) is one_by_one, (name, text)
+    assert set(lx._any) == set(lx.patterns)  # every name of the data file is combined
+
+
+def test_every_lexicon_pattern_s_own_words_get_the_same_answer_combined() -> None:
+    """Positive cases: each pattern's literal words (regex syntax stripped) as the text."""
+    import re
+
+    from memstrata.core.recall.profile import default_query_lexicon
+
+    lx = default_query_lexicon()
+    texts = [
+        re.sub(r"\\[bBdwsS]|[\\^$.|?*+()\[\]{}]", " ", p.pattern)
+        for ps in lx.patterns.values()
+        for p in ps
+    ]
+    assert sum(lx.hit(n, t) for n in lx.patterns for t in texts) > len(texts)  # many hit
+    for name, patterns in lx.patterns.items():
+        for text in texts:
+            assert lx.hit(name, text) is any(p.search(text) for p in patterns), (name, text)
