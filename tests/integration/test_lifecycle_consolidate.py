@@ -19,6 +19,7 @@ from memstrata.core.ltm.card import CONSOLIDATED, CardDraft, CardStatus, LtmCard
 from memstrata.core.models.transcript import MessageIn
 from memstrata.core.runtime import Runtime
 from tests.integration.test_lifecycle_env import (
+    BEAGLE,
     NOW,
     Kicks,
     Tenant,
@@ -34,11 +35,6 @@ from tests.integration.test_lifecycle_env import (
 pytestmark = pytest.mark.integration
 __all__ = ["kicks", "lc", "lc_engine", "lifecycle_pg", "settings", "tenant"]  # fixtures
 
-BEAGLE = [
-    "I adopted a beagle puppy named Max from the shelter",
-    "Max the beagle puppy chewed my running shoes",
-    "Took Max the beagle puppy to the vet for shots",
-]
 POTTERY = ["Our pottery class made clay bowls", "The pottery class glazed clay bowls today"]
 
 

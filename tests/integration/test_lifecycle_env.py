@@ -33,6 +33,12 @@ from tests.conftest import REDIS_URL
 from tests.integration.authority_db import scratch_database
 
 NOW = 1_900_000_000.0
+# three statements about one topic: the smallest cluster consolidation merges (seed 2: >= 3)
+BEAGLE = [
+    "I adopted a beagle puppy named Max from the shelter",
+    "Max the beagle puppy chewed my running shoes",
+    "Took Max the beagle puppy to the vet for shots",
+]
 
 
 @pytest.fixture(scope="session")

@@ -26,6 +26,7 @@ from memstrata.core.lifecycle.runtime import Lifecycle
 from memstrata.core.ltm.card import CONSOLIDATED, CardDraft, CardStatus
 from memstrata.core.runtime import Runtime
 from tests.integration.test_lifecycle_env import (
+    BEAGLE,
     NOW,
     Tenant,
     item,
@@ -41,11 +42,6 @@ from tests.integration.test_lifecycle_env import (
 pytestmark = pytest.mark.integration
 __all__ = ["kicks", "lc", "lc_engine", "lifecycle_pg", "settings", "tenant"]  # fixtures
 
-BEAGLE = [
-    "I adopted a beagle puppy named Max from the shelter",
-    "Max the beagle puppy chewed my running shoes",
-    "Took Max the beagle puppy to the vet for shots",
-]
 WAIT = 10.0  # seconds a paused job or a waiting thread is given at most (never reached)
 
 
