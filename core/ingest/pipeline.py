@@ -218,27 +218,15 @@ class IngestPipeline:
                 overlay[(scope, "c:" + cand.canonical_fact_key)] = seen
                 overlay[(scope, "f:" + fp)] = seen
             # every part is valid already (pointer, candidate, judgement): no re-validation
-            decision = trusted(WriteDecision, dict(
-                decision_id=f"{ptr.turn_id}:{self._ordinal[n]:03d}:{cand.rule}",
-                verdict=j.verdict,
-                reason=j.reason[:DECISION_REASON_CHARS],
-                score=j.score,
-                threshold=threshold,
-                breakdown=j.breakdown,
-                profile=j.profile,
-                importance=j.importance,
-                importance_breakdown=j.importance_breakdown,
-                memory_type=cand.memory_type,
-                subtype=cand.subtype,
-                summary=cand.summary[:DECISION_PREVIEW_CHARS],
-                canonical_fact_key=cand.canonical_fact_key,
-                rule=cand.rule,
-                memory_id=memory_id,
+            decision = candidate_decision(
+                cand, decision_id=f"{ptr.turn_id}:{self._ordinal[n]:03d}:{cand.rule}",
+                verdict=j.verdict, reason=j.reason[:DECISION_REASON_CHARS], score=j.score,
+                threshold=threshold, breakdown=j.breakdown, profile=j.profile,
+                importance=j.importance, importance_breakdown=j.importance_breakdown,
+                memory_type=cand.memory_type, rule=cand.rule, memory_id=memory_id,
                 message_ids=list(cand.source.message_ids[:DECISION_MESSAGE_IDS]),
-                session_id=ptr.session_id,
-                at=ptr.at,
-                omitted={},
-            ))  # fmt: skip
+                session_id=ptr.session_id, at=ptr.at,
+            )  # fmt: skip
             planned.append(_Planned(i, cand, fp, decision, item, j.mentions))
         return planned
 
@@ -412,39 +400,78 @@ class IngestPipeline:
         profile = build_write_profile(cand, novelty_value=r.novelty, ttl_s=ttl, policy=self.policy)
         _, breakdown = write_score(profile, self.policy)
         imp, imp_breakdown = importance(cand, mentions=r.mentions)
-        return trusted(WriteDecision, dict(
-            decision_id=r.decision_id,
-            verdict=r.verdict,
-            reason=r.reason,
-            score=r.score,
-            threshold=r.threshold,
-            breakdown=breakdown,
-            profile=profile,
-            importance=imp,
-            importance_breakdown=imp_breakdown,
-            memory_type=r.memory_type,
-            subtype=cand.subtype,
-            summary=cand.summary[:DECISION_PREVIEW_CHARS],
-            canonical_fact_key=cand.canonical_fact_key,
-            rule=r.rule,
-            memory_id=r.memory_id,
-            message_ids=list(r.message_ids),
-            session_id=r.session_id,
+        return candidate_decision(
+            cand, decision_id=r.decision_id, verdict=r.verdict, reason=r.reason, score=r.score,
+            threshold=r.threshold, breakdown=breakdown, profile=profile, importance=imp,
+            importance_breakdown=imp_breakdown, memory_type=r.memory_type, rule=r.rule,
+            memory_id=r.memory_id, message_ids=list(r.message_ids), session_id=r.session_id,
             at=r.at,
-            omitted={},
-        ))  # fmt: skip
+        )  # fmt: skip
+
+
+def candidate_decision(
+    cand: Candidate,
+    *,
+    decision_id: str,
+    verdict: Verdict,
+    reason: str,
+    score: float,
+    threshold: float,
+    breakdown: dict[str, float],
+    profile: WriteProfile,
+    importance: float,
+    importance_breakdown: dict[str, float],
+    memory_type: MemoryType,
+    rule: str,
+    memory_id: str | None,
+    message_ids: list[str],
+    session_id: str,
+    at: float,
+) -> WriteDecision:
+    """One candidate's write decision.  The write path and its expansion from L0
+    (:meth:`IngestPipeline._full_decision`) both build it here, so they agree field by
+    field; every part is valid already, so nothing is re-validated."""
+    return trusted(WriteDecision, dict(
+        decision_id=decision_id, verdict=verdict, reason=reason, score=score,
+        threshold=threshold, breakdown=breakdown, profile=profile, importance=importance,
+        importance_breakdown=importance_breakdown, memory_type=memory_type,
+        subtype=cand.subtype, summary=cand.summary[:DECISION_PREVIEW_CHARS],
+        canonical_fact_key=cand.canonical_fact_key, rule=rule, memory_id=memory_id,
+        message_ids=message_ids, session_id=session_id, at=at, omitted={},
+    ))  # fmt: skip
+
+
+def budget_decision(
+    *,
+    decision_id: str,
+    verdict: Verdict,
+    reason: str,
+    threshold: float,
+    message_id: str,
+    memory_id: str | None,
+    session_id: str,
+    at: float,
+    omitted: dict[str, int],
+) -> WriteDecision:
+    """A budget summary's decision: what one message's extraction left out, counted.  Its
+    compact record holds every part, so :func:`_summaries` and the read back agree."""
+    return WriteDecision(
+        decision_id=decision_id, verdict=verdict, reason=reason, score=0.0,
+        threshold=threshold, breakdown={}, profile=_NO_PROFILE, importance=0.0,
+        importance_breakdown={}, memory_type=MemoryType.FACT, subtype="budget",
+        summary=f"message {message_id}"[:DECISION_PREVIEW_CHARS],
+        canonical_fact_key=f"budget:{message_id}", rule=BUDGET_RULE, memory_id=memory_id,
+        message_ids=[message_id] if message_id else [], session_id=session_id, at=at,
+        omitted=omitted,
+    )  # fmt: skip
 
 
 def _budget_decision(r: DecisionRecord) -> WriteDecision:
-    """A budget summary's record holds all it says (``_summaries`` built it from these)."""
-    message_id = r.message_ids[0] if r.message_ids else ""
-    return WriteDecision(
-        decision_id=r.decision_id, verdict=r.verdict, reason=r.reason, score=r.score,
-        threshold=r.threshold, breakdown={}, profile=_NO_PROFILE, importance=0.0,
-        importance_breakdown={}, memory_type=r.memory_type, subtype="budget",
-        summary=f"message {message_id}"[:DECISION_PREVIEW_CHARS],
-        canonical_fact_key=f"budget:{message_id}", rule=BUDGET_RULE, memory_id=r.memory_id,
-        message_ids=list(r.message_ids), session_id=r.session_id, at=r.at, omitted=r.omitted,
+    """A budget summary read back from its record alone."""
+    return budget_decision(
+        decision_id=r.decision_id, verdict=r.verdict, reason=r.reason, threshold=r.threshold,
+        message_id=r.message_ids[0] if r.message_ids else "", memory_id=r.memory_id,
+        session_id=r.session_id, at=r.at, omitted=r.omitted,
     )  # fmt: skip
 
 
@@ -481,28 +508,11 @@ def _summaries(
         if refused:
             parts.append(f"{sum(refused.values()):,} more refusals not recorded one by one")
         reason = ("extraction budget: " + "; ".join(parts))[:DECISION_REASON_CHARS]
-        out.append(
-            WriteDecision(
-                decision_id=f"{ptr.turn_id}:~{index:03d}:budget",
-                verdict=Verdict.REFUSED,
-                reason=reason,
-                score=0.0,
-                threshold=threshold,
-                breakdown={},
-                profile=_NO_PROFILE,
-                importance=0.0,
-                importance_breakdown={},
-                memory_type=MemoryType.FACT,
-                subtype="budget",
-                summary=f"message {rec.message_id}"[:DECISION_PREVIEW_CHARS],
-                canonical_fact_key=f"budget:{rec.message_id}",
-                rule=BUDGET_RULE,
-                message_ids=[rec.message_id],
-                session_id=ptr.session_id,
-                at=ptr.at,
-                omitted=omitted,
-            )
-        )
+        out.append(budget_decision(
+            decision_id=f"{ptr.turn_id}:~{index:03d}:budget", verdict=Verdict.REFUSED,
+            reason=reason, threshold=threshold, message_id=rec.message_id, memory_id=None,
+            session_id=ptr.session_id, at=ptr.at, omitted=omitted,
+        ))  # fmt: skip
     return out
 
 
