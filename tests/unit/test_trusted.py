@@ -83,5 +83,5 @@ def test_hot_path_items_give_every_field() -> None:
 
     src = inspect.getsource(pipeline.IngestPipeline._item)
     assert all(f"{name}=" in src for name in MemoryItem.model_fields)
-    src = inspect.getsource(pipeline.IngestPipeline._judge)
+    src = inspect.getsource(pipeline.candidate_decision)  # what _judge builds its decision with
     assert all(f"{name}=" in src for name in WriteDecision.model_fields)
