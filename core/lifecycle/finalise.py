@@ -119,10 +119,12 @@ def summary_draft(
     user_id: str,
     session_id: str,
     summary_chars: int,
-    content_chars: int,
 ) -> CardDraft:
-    """The session summary card: what recall injects is ``summary`` (whole item summaries
-    while they fit ``summary_chars``); ``content`` lists every item with its provenance."""
+    """The session summary card: ``summary``, what recall injects (whole item summaries
+    while they fit ``summary_chars``), and nothing else.  Which items and messages it
+    summarises is the FINALISE audit row's (:func:`summary_provenance`): a copy of every
+    statement in ``content`` held a third of the curated tokens on LoCoMo, and moved no
+    recall figure by more than one question (docs/QUALITY.md, "Fourth wave")."""
     return CardDraft(
         tenant_id=tenant,
         user_id=user_id,
@@ -130,7 +132,7 @@ def summary_draft(
         memory_type=SESSION_SUMMARY,
         title=f"Session {session_id}"[:256],
         summary=_clip_joined([i.summary for i in worthy], summary_chars),
-        content="\n".join(_summary_line(i) for i in worthy)[:content_chars],
+        content="",
         entities=list(dict.fromkeys(e[:128] for i in worthy for e in i.entities))[:64],
         tags=["session", f"session:{session_id}"[:64]],
         source_type="session_summary",
@@ -138,10 +140,12 @@ def summary_draft(
     )
 
 
-def _summary_line(item: MemoryItem) -> str:
-    messages = ", ".join(item.source.message_ids[:8])
-    kind = f"{item.memory_type.value}/{item.subtype}"
-    return f"- [{kind}] {item.summary} (stm {item.id}; messages {messages})"
+def summary_provenance(worthy: Sequence[MemoryItem]) -> dict[str, list[str]]:
+    """The summarised items' message ids and kinds, for the FINALISE audit row."""
+    return {
+        "messages": list(dict.fromkeys(m for i in worthy for m in i.source.message_ids))[:512],
+        "kinds": [f"{i.memory_type.value}/{i.subtype}" for i in worthy],
+    }
 
 
 def _clip_joined(parts: Sequence[str], limit: int) -> str:
@@ -180,7 +184,6 @@ def _write_summary(
         user_id=user_id,
         session_id=session_id,
         summary_chars=lc.settings.session_summary_chars,
-        content_chars=lc.ledger.max_content_chars,
     )
     with pg_errors("finalise session"), lc.engine.begin() as conn:
         card_id = lc.ledger.write(draft, now=now, conn=conn).memory_id
@@ -192,7 +195,7 @@ def _write_summary(
             reason=reason,
             at=now,
             memory_ids=tuple(i.id for i in worthy),
-            inputs={"session_id": session_id, "items": len(items)},
+            inputs={"session_id": session_id, "items": len(items)} | summary_provenance(worthy),
         )
         record(conn, [event])
     lc.on_cards([card_id])

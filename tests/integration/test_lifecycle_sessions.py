@@ -6,6 +6,7 @@ import pytest
 from sqlalchemy import Engine, select
 
 from memstrata.core.keys import GlobalKeys
+from memstrata.core.lifecycle.audit import Action, AuditLog
 from memstrata.core.lifecycle.finalise import finalise, finalise_idle, idle_sessions
 from memstrata.core.lifecycle.maintenance import forget, summarise, sync_access
 from memstrata.core.lifecycle.preload import preload
@@ -88,8 +89,13 @@ def test_an_idle_session_is_finalised_into_a_summary_card_and_its_stm_cleaned(
     # Then a session summary card holds the conclusion and the preference, not the next step
     summary = next(c for c in user_cards(lc_engine, t, u) if c.memory_type == "session_summary")
     assert done.card_id == summary.memory_id and summary.importance == 0.8
-    assert texts[1] in summary.content and texts[2] not in summary.content
+    assert texts[1] in summary.summary and texts[2] not in summary.summary
     assert len(summary.summary) <= lc.settings.session_summary_chars
+    # ... holding the words once: which items and messages it sums up is the audit's
+    assert summary.content == ""
+    [row] = AuditLog(lc.engine).find(target=summary.memory_id, action=Action.FINALISE)
+    assert set(row["memory_ids"]) == {pref, fact}
+    assert row["inputs"]["kinds"] and len(row["inputs"]["messages"]) >= 1
     assert summary.memory_id in kicks.ids
     # ... the session's index is gone, with the items that belonged to it alone
     assert not res.redis.exists(res.stm.keys(u, t).session("s1"))
