@@ -42,6 +42,7 @@ from memstrata.core.extract.rules import ExtractionBudget, Extractor, RuleExtrac
 from memstrata.core.ingest.deadletters import Attempts, DeadLetters
 from memstrata.core.ingest.pipeline import IngestPipeline
 from memstrata.core.ingest.queue import IngestQueue
+from memstrata.core.lifecycle.episodes import EpisodeContext
 from memstrata.core.lifecycle.runtime import Lifecycle
 from memstrata.core.ltm.config import LtmSettings
 from memstrata.core.ltm.embedding import CachedEmbedder, make_embedder
@@ -53,7 +54,7 @@ from memstrata.core.ltm.lexical_es import ElasticsearchLexicalIndex
 from memstrata.core.ltm.lexical_es import connect as es_connect
 from memstrata.core.ltm.lexical_milvus import MilvusLexicalIndex
 from memstrata.core.ltm.milvus import MilvusConnection, collection_name
-from memstrata.core.ltm.ports import LexicalIndex
+from memstrata.core.ltm.ports import IndexContext, LexicalIndex
 from memstrata.core.ltm.runtime import LtmRuntime
 from memstrata.core.ltm.search import LtmSearch
 from memstrata.core.ltm.vector import MilvusVectorIndex
@@ -110,11 +111,17 @@ def make_ledger(settings: Settings, engine: Engine) -> Ledger:
 
 
 def build_ltm(
-    settings: LtmSettings, *, ledger: Ledger, embedder: CachedEmbedder | None = None
+    settings: LtmSettings,
+    *,
+    ledger: Ledger,
+    embedder: CachedEmbedder | None = None,
+    context: IndexContext | None = None,
 ) -> LtmRuntime:
     """Indexes, embedder, projector and search of long-term memory, on ``ledger``'s pool.
 
     Not started: :meth:`LtmRuntime.start` checks both schemas and the embedding dimension.
+    ``context`` is what the projector adds to cards from their source at index time
+    (the composition root passes the episodes' L0 reader).
     """
     if embedder is None:
         inner = make_embedder(settings.embedding_provider, **settings.embedder_options())
@@ -180,6 +187,7 @@ def build_ltm(
         vector=vector,
         embedder=embedder,
         max_embed_chars=settings.max_embed_chars,
+        context=context,
     )
     search = LtmSearch(lexical=lexical, vector=vector, embedder=embedder, policy=settings.search)
     return LtmRuntime(
@@ -319,7 +327,8 @@ class Runtime:
             if "ltm" in self.__dict__:  # another thread built it while this one waited
                 built: LtmRuntime = self.__dict__["ltm"]
                 return built
-            ltm = build_ltm(self.settings.ltm, ledger=self.ledger, embedder=self._embedder)
+            ltm = build_ltm(self.settings.ltm, ledger=self.ledger, embedder=self._embedder,
+                            context=EpisodeContext(self.transcript))  # fmt: skip
             return ltm.start()
 
     @property

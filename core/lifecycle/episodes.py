@@ -2,8 +2,12 @@
 
 Each statement a participant made about their life (extractor subtype
 ``conversation_fact``, policy route ``episode``) becomes one LTM card when its session
-ends, with the messages around it (read back from L0) as indexed context, so "yes, in
-May" is found by what it answered.  One card per statement, keyed by its canonical key:
+ends.  The card holds the statement only; the messages around it are read back from L0
+each time the card is projected (:class:`EpisodeContext`, an ``IndexContext``) and
+indexed with it, never stored on it, so "yes, in May" is found by what it answered while
+the memory stays the statement (the neighbours are L0's text: a card that copied them
+held about twice the words of the conversation it came from, LoCoMo memory ratio 0.24).
+One card per statement, keyed by its canonical key:
 finalising twice, or the same statement in two sessions, updates one card.  A newer
 statement of the same canonical fact (the key masks digits: "I have 2 cats" → "… 3 cats")
 replaces the card's text; the older text is kept as a superseded history card, audited
@@ -12,10 +16,11 @@ replaces the card's text; the older text is kept as a superseded history card, a
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import logging
+from collections.abc import Mapping, Sequence
 
 from memstrata.core.adapters.pg import pg_errors
-from memstrata.core.errors import NotFound
+from memstrata.core.errors import CorruptRecord, InvalidId, NotFound
 from memstrata.core.lifecycle.audit import Action, AuditEvent, record
 from memstrata.core.lifecycle.consolidate import absorbed_in
 from memstrata.core.lifecycle.runtime import Lifecycle
@@ -23,8 +28,14 @@ from memstrata.core.ltm.card import CardDraft, CardStatus, LtmCard, card_id
 from memstrata.core.models.identity import EPISODE, card_key
 from memstrata.core.models.memory import MemoryItem
 from memstrata.core.models.transcript import Role, TranscriptRecord
+from memstrata.core.transcript.store import TranscriptStore
+
+log = logging.getLogger(__name__)
 
 CONTEXT_CHARS = 300
+EPISODE_SOURCE = "session_episode"
+SESSION_TAG = "session:"
+MAX_TAG = 64
 
 
 CONTEXT_WINDOW_S = 600.0
@@ -54,17 +65,24 @@ def message_context(records: Sequence[TranscriptRecord]) -> dict[str, tuple[str,
     return out
 
 
-def episode_draft(
-    item: MemoryItem, *, tenant: str, session_id: str, context: dict[str, tuple[str, str]]
-) -> CardDraft:
-    """One statement → its episode card; the neighbours are indexed, never rendered.
+def exchange_of(
+    message_ids: Sequence[str], context: Mapping[str, tuple[str, str]]
+) -> str:
+    """The indexed context of a statement: the message its first source message answers
+    and the one answering its last, from :func:`message_context` ("" when none)."""
+    before = next((context[m][0] for m in message_ids if m in context), "")
+    after = next((context[m][1] for m in reversed(message_ids) if m in context), "")
+    return "\n".join(t for t in (before, after) if t)
+
+
+def episode_draft(item: MemoryItem, *, tenant: str, session_id: str) -> CardDraft:
+    """One statement → its episode card: the statement alone (the neighbours are added
+    at index time by :class:`EpisodeContext`, never stored, never rendered).
 
     The title is the statement's head, not the speaker: a constant word on every card of
     one author (an archive's "archive") pulls all their vectors together (MADial-Bench
     Recall@5 0.50 → 0.54; LoCoMo unchanged, the speaker is in the summary and entities)."""
     mids = list(item.source.message_ids)
-    before = next((context[m][0] for m in mids if m in context), "")
-    after = next((context[m][1] for m in reversed(mids) if m in context), "")
     return CardDraft(
         tenant_id=tenant,
         user_id=item.user_id,
@@ -73,10 +91,9 @@ def episode_draft(
         fingerprint=item.fingerprint,
         title=item.summary[:80],
         summary=item.summary[:2000],
-        content="\n".join(t for t in (before, after) if t),
         entities=[e[:128] for e in item.entities[:64]],
-        tags=[EPISODE, f"session:{session_id}"[:64]],
-        source_type="session_episode",
+        tags=[EPISODE, f"{SESSION_TAG}{session_id}"[:MAX_TAG]],
+        source_type=EPISODE_SOURCE,
         source_message_ids=[m[:128] for m in mids[:64]],
         importance=item.importance,
         confidence=item.confidence,
@@ -103,18 +120,58 @@ def history_draft(old: LtmCard) -> CardDraft:
     )  # fmt: skip
 
 
-def _session_context(
-    lc: Lifecycle, user_id: str, session_id: str, tenant_id: str | None
-) -> dict[str, tuple[str, str]]:
-    if lc.transcript is None:
-        return {}
-    try:
-        records = list(
-            lc.transcript.read_session(user_id=user_id, session_id=session_id, tenant_id=tenant_id)
-        )
-    except NotFound:
-        return {}
-    return message_context(records)
+class EpisodeContext:
+    """The ``IndexContext`` of episode cards: each statement's exchange (:func:`exchange_of`),
+    read from L0 when the card is projected, one session file per session.
+
+    The session is the card's ``session:`` tag.  A tag cut at 64 characters (a session id
+    over 56) is resolved among the owner's sessions that start with it, by the one that
+    holds the card's messages.  An owner erased from L0, a session file that is gone, an
+    id that is not valid or a damaged file: no context for those cards (their own text is
+    still indexed).  An I/O error propagates: the projector retries the cards later."""
+
+    def __init__(self, transcript: TranscriptStore) -> None:
+        self.transcript = transcript
+
+    def __call__(self, cards: Sequence[LtmCard]) -> dict[str, str]:
+        sessions: dict[tuple[str, str, str], list[LtmCard]] = {}
+        for c in cards:
+            tag = next((t for t in c.tags if t.startswith(SESSION_TAG)), "")
+            if c.source_type == EPISODE_SOURCE and len(tag) > len(SESSION_TAG):
+                key = (c.tenant_id, c.user_id, tag.removeprefix(SESSION_TAG))
+                sessions.setdefault(key, []).append(c)
+        out: dict[str, str] = {}
+        for (tenant, user, session), members in sessions.items():
+            wanted = {m for c in members for m in c.source_message_ids}
+            try:
+                context = self._read(tenant, user, session, wanted, cut=len(
+                    SESSION_TAG + session) >= MAX_TAG)  # fmt: skip
+            except (NotFound, InvalidId, CorruptRecord) as exc:
+                log.info("no episode context for session %r: %s", session[:64], exc)
+                continue
+            for c in members:
+                if text := exchange_of(c.source_message_ids, context):
+                    out[c.memory_id] = text
+        return out
+
+    def _read(
+        self, tenant: str, user: str, session: str, wanted: set[str], *, cut: bool
+    ) -> dict[str, tuple[str, str]]:
+        names = [session]
+        if cut:  # the tag may hold only the head of the id
+            names += [s for s in self.transcript.sessions(user_id=user, tenant_id=tenant)
+                      if s.startswith(session) and s != session]  # fmt: skip
+        for name in names:
+            try:
+                records = list(
+                    self.transcript.read_session(user_id=user, session_id=name, tenant_id=tenant)
+                )
+            except NotFound:
+                continue
+            context = message_context(records)
+            if wanted & context.keys():
+                return context
+        raise NotFound(f"no transcript holds the messages of session {session[:64]!r}")
 
 
 def write_episodes(
@@ -131,10 +188,7 @@ def write_episodes(
     if not chosen:
         return []
     tenant = lc.tenant(tenant_id)
-    context = _session_context(lc, user_id, session_id, tenant_id)
-    drafts = [
-        episode_draft(i, tenant=tenant, session_id=session_id, context=context) for i in chosen
-    ]
+    drafts = [episode_draft(i, tenant=tenant, session_id=session_id) for i in chosen]
     with pg_errors("episode cards"), lc.engine.begin() as conn:
         ids = [card_id(d.tenant_id, d.user_id, d.canonical_key) for d in drafts]
         before = lc.ledger.cards(ids, conn=conn)

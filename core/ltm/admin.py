@@ -47,6 +47,7 @@ def reindex(
         vector=ltm.vector,
         embedder=ltm.embedder,
         max_embed_chars=ltm.settings.max_embed_chars,
+        context=ltm.projector.context,
         settle_s=2 * ltm.settings.generation_refresh_s,
         on_progress=on_progress,
     )

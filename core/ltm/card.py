@@ -16,7 +16,7 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
 from memstrata.core.ids import SafeId
-from memstrata.core.ltm.text import normalise
+from memstrata.core.ltm.text import cut_tokens, normalise
 
 BM25_TEXT_MAX_BYTES = 60_000
 """Milvus VARCHAR fields hold at most 65,535 bytes; the rest is cut at a token boundary."""
@@ -119,14 +119,23 @@ class LtmCard(BaseModel):
         raw = json.dumps(indexed, sort_keys=True, ensure_ascii=False, default=str)
         return hashlib.sha256(raw.encode("utf-8")).hexdigest()
 
-    def embedding_text(self, max_chars: int) -> str:
-        """The text that is embedded: title, summary, then the head of the content.
+    def embedding_text(self, max_chars: int, context: str = "") -> str:
+        """The text that is embedded: title, summary, the head of the content, then the
+        index-time ``context`` (``ports.IndexContext``).
 
         Sentence models read a few hundred tokens at most; the summary carries the
         card's meaning, so long content is cut (documented behaviour, not an error).
         """
-        text = f"{self.title}\n{self.summary}\n{self.content}".strip()
-        return text[:max_chars]
+        text = "\n".join(t for t in (self.title, self.summary, self.content, context) if t)
+        return text.strip()[:max_chars]
+
+    def with_context(self, context: str) -> LtmCard:
+        """The card as the lexical index holds it: ``context`` appended to its
+        ``bm25_text`` (the ledger's copy stays the card's own text)."""
+        if not context:
+            return self
+        text = " ".join(t for t in (self.bm25_text, normalise(context)) if t)
+        return self.model_copy(update={"bm25_text": cut_tokens(text, BM25_TEXT_MAX_BYTES)})
 
     def vector_record(self, vector: list[float]) -> dict[str, Any]:
         """The Milvus row of seed 七.3 (plus status and updated_at for filters and rerank)."""

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
@@ -22,7 +22,7 @@ from memstrata.core.errors import MemstrataError, PermanentError, TransientError
 from memstrata.core.ltm.card import CardStatus, LtmCard
 from memstrata.core.ltm.embedding import CachedEmbedder
 from memstrata.core.ltm.ledger import Ledger, Projection
-from memstrata.core.ltm.ports import LexicalIndex, VectorIndex
+from memstrata.core.ltm.ports import IndexContext, LexicalIndex, VectorIndex
 from memstrata.core.ltm.projection import ProjectionState
 
 log = logging.getLogger(__name__)
@@ -119,12 +119,14 @@ class Projector:
         vector: VectorIndex,
         embedder: CachedEmbedder,
         max_embed_chars: int = 2000,
+        context: IndexContext | None = None,
     ) -> None:
         self.ledger = ledger
         self.lexical = lexical
         self.vector = vector
         self.embedder = embedder
         self.max_embed_chars = max_embed_chars
+        self.context = context
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ltm-lexical")
 
     def close(self) -> None:
@@ -143,8 +145,15 @@ class Projector:
         """
         cards, rows = self.ledger.work(memory_ids)
         todo = _work_per_index(cards, rows, force=force)
-        lexical = self._pool.submit(self._apply, "lexical", todo["lexical"])
-        outcome = self._apply("vector", todo["vector"])
+        extra, unread = self._contexts(todo)
+        outcome = Outcome()
+        if unread is not None:  # the live cards wait for their context: retried later
+            for ix, ws in todo.items():
+                live = [w for w in ws if w.card.status is CardStatus.ACTIVE]
+                outcome.transient += [((w.card.memory_id, ix, w.version), unread) for w in live]
+                todo[ix] = [w for w in ws if w.card.status is not CardStatus.ACTIVE]
+        lexical = self._pool.submit(self._apply, "lexical", todo["lexical"], extra)
+        outcome.merge(self._apply("vector", todo["vector"], extra))
         outcome.merge(lexical.result())
         if settle:
             self.ledger.settle(
@@ -162,7 +171,21 @@ class Projector:
             )  # fmt: skip
         return report
 
-    def _apply(self, index_name: str, work: list[Work]) -> Outcome:
+    def _contexts(self, todo: dict[str, list[Work]]) -> tuple[Mapping[str, str], str | None]:
+        """The index-time context of the live cards to write (one read for both
+        indexes), or why it could not be read: then those cards are not written now
+        (``pending``, retried), so no card is ever indexed without its context."""
+        live = {w.card.memory_id: w.card for ws in todo.values() for w in ws
+                if w.card.status is CardStatus.ACTIVE}  # fmt: skip
+        if self.context is None or not live:
+            return {}, None
+        try:
+            return self.context(list(live.values())), None
+        except (MemstrataError, OSError) as exc:
+            log.warning("ltm index context unavailable cards=%s: %s", len(live), _reason(exc))
+            return {}, f"index context: {_reason(exc)}"
+
+    def _apply(self, index_name: str, work: list[Work], extra: Mapping[str, str]) -> Outcome:
         outcome = Outcome()
         live = [w for w in work if w.card.status is CardStatus.ACTIVE]
         gone = [w for w in work if w.card.status is not CardStatus.ACTIVE]
@@ -171,14 +194,14 @@ class Projector:
                 continue
             marks = [(w.card.memory_id, index_name, w.version) for w in batch]
             try:
-                self._write(index_name, batch, removing)
+                self._write(index_name, batch, removing, extra)
             except TransientError as exc:
                 outcome.transient.extend((m, str(exc)) for m in marks)
                 continue
             except PermanentError as exc:
                 if len(batch) > 1:  # find the culprit: retry one by one
                     for single in batch:
-                        outcome.merge(self._apply(index_name, [single]))
+                        outcome.merge(self._apply(index_name, [single], extra))
                     continue
                 outcome.permanent.extend((m, _reason(exc)) for m in marks)
                 continue
@@ -188,7 +211,9 @@ class Projector:
 
         return outcome
 
-    def _write(self, index_name: str, batch: list[Work], removing: bool) -> None:
+    def _write(
+        self, index_name: str, batch: list[Work], removing: bool, extra: Mapping[str, str]
+    ) -> None:
         ids = [w.card.memory_id for w in batch]
         if removing:
             (self.lexical if index_name == "lexical" else self.vector).delete(ids)
@@ -196,17 +221,18 @@ class Projector:
         new = [w.card for w in batch if w.fresh]
         known = [w.card for w in batch if not w.fresh]
         if index_name == "lexical":
-            self.lexical.insert(new)
-            self.lexical.upsert(known)
+            self.lexical.insert([c.with_context(extra.get(c.memory_id, "")) for c in new])
+            self.lexical.upsert([c.with_context(extra.get(c.memory_id, "")) for c in known])
             return
-        vectors = self.embedder.embed_documents(
-            [c.embedding_text(self.max_embed_chars) for c in new + known]
-        )
+        vectors = self.embedder.embed_documents([
+            c.embedding_text(self.max_embed_chars, extra.get(c.memory_id, ""))
+            for c in new + known
+        ])  # fmt: skip
         self.vector.insert(new, vectors[: len(new)])
         self.vector.upsert(known, vectors[len(new) :])
 
 
-def _reason(exc: MemstrataError) -> str:
+def _reason(exc: Exception) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 

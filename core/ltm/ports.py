@@ -11,7 +11,7 @@ removes both (tests/integration/test_ltm_search_pipeline.py).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -30,6 +30,17 @@ class Hit:
     updated_at: float
     title: str = ""
     summary: str = ""
+
+
+class IndexContext(Protocol):
+    """Text that both indexes add to a card, read from the card's source (L0) at
+    projection time and never stored on the card: what a card is found by may be wider
+    than what it remembers (an episode is found by the question it answered), and that
+    wider text stays in L0, the one place it is kept (``core.lifecycle.episodes``)."""
+
+    def __call__(self, cards: Sequence[LtmCard]) -> Mapping[str, str]:
+        """memory_id → context text, for the cards that have any."""
+        ...
 
 
 class LexicalIndex(Protocol):

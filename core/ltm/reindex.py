@@ -38,7 +38,7 @@ from memstrata.core.ltm.embedding import CachedEmbedder
 from memstrata.core.ltm.generations import Pointer, RoutedLexical, RoutedVector, generation_name
 from memstrata.core.ltm.indexer import Projector, ProjectReport
 from memstrata.core.ltm.ledger import Ledger
-from memstrata.core.ltm.ports import LexicalIndex, VectorIndex
+from memstrata.core.ltm.ports import IndexContext, LexicalIndex, VectorIndex
 
 log = logging.getLogger(__name__)
 
@@ -75,6 +75,7 @@ def rebuild_and_swap(
     embedder: CachedEmbedder,
     max_embed_chars: int,
     settle_s: float,
+    context: IndexContext | None = None,
     batch: int = 500,
     on_progress: Callable[[int, int], None] | None = None,
     sleep: Callable[[float], None] = time.sleep,
@@ -103,7 +104,8 @@ def rebuild_and_swap(
                                                              new[ix.name], "building"))  # fmt: skip
             sleep(settle_s)
             projector = Projector(ledger=ledger, lexical=new_lexical, vector=new_vector,
-                                  embedder=embedder, max_embed_chars=max_embed_chars)  # fmt: skip
+                                  embedder=embedder, max_embed_chars=max_embed_chars,
+                                  context=context)  # fmt: skip
             try:
                 report = _copy(ledger, projector, batch, on_progress)
                 caught_up = None if report.transient else _catch_up(

@@ -141,7 +141,12 @@ def exact_terms(text: str) -> list[str]:
 def normalise(text: str, *, max_bytes: int | None = None) -> str:
     """Whitespace-joined tokens of ``text``, cut at a token boundary under ``max_bytes``."""
     out = " ".join(tokens(text))
-    if max_bytes is not None and len(out.encode("utf-8")) > max_bytes:
-        cut = out.encode("utf-8")[:max_bytes].decode("utf-8", errors="ignore")
-        out = cut.rsplit(" ", 1)[0] if " " in cut else cut
-    return out
+    return out if max_bytes is None else cut_tokens(out, max_bytes)
+
+
+def cut_tokens(joined: str, max_bytes: int) -> str:
+    """Whitespace-joined tokens cut at a token boundary under ``max_bytes`` (UTF-8)."""
+    if len(joined.encode("utf-8")) <= max_bytes:
+        return joined
+    cut = joined.encode("utf-8")[:max_bytes].decode("utf-8", errors="ignore")
+    return cut.rsplit(" ", 1)[0] if " " in cut else cut

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 
 import pytest
 
+from memstrata.core.ltm.card import LtmCard
 from memstrata.core.ltm.errors import EmbeddingDimensionMismatch
 from memstrata.core.ltm.filters import CardFilter
 from memstrata.core.ltm.indexer import plan_reconcile, rebuild, reconcile
@@ -160,3 +162,60 @@ def test_an_id_written_twice_by_a_crashed_projection_is_found_once_and_healed(
     ltm.projector.project([mid])  # a known card: upserted, which replaces both copies
     assert ltm.vector.count_owner(tenant, "u_42") == len(ltm_env.CORPUS)
     assert ltm.lexical.count_owner(tenant, "u_42") == len(ltm_env.CORPUS)
+
+
+class _Context:
+    """An ``IndexContext`` of fixed texts; raises ``OSError`` when told to (a disk fault)."""
+
+    def __init__(self, texts: dict[str, str]) -> None:
+        self.texts = texts
+        self.fail = False
+        self.asked: list[str] = []
+
+    def __call__(self, cards: Sequence[LtmCard]) -> dict[str, str]:
+        self.asked += [c.memory_id for c in cards]
+        if self.fail:
+            raise OSError("L0 volume not mounted")
+        return {c.memory_id: self.texts[c.canonical_key] for c in cards
+                if c.canonical_key in self.texts}  # fmt: skip
+
+
+def test_index_context_is_searched_but_never_stored_on_the_card(
+    ltm: LtmRuntime, tenant: str
+) -> None:
+    # Given an episode whose neighbour (only in L0) holds the words a question uses
+    context = _Context({"ep.group": "Melanie: How was your weekend in Stockholm?"})
+    ltm.projector.context = context
+    draft = ltm_env.card_draft(tenant, "ep.group", "I went to a support group",
+                               "Caroline: I went to a support group.")  # fmt: skip
+    mid = ltm.ledger.write(draft).memory_id
+    # When it is projected
+    assert ltm.projector.project([mid]).indexed == 2 and context.asked == [mid]
+    # Then the neighbour's words find it in both indexes; the card itself holds none
+    flt = CardFilter(tenant_id=tenant, user_id="u_42")
+    assert top(ltm, "Stockholm weekend", flt, SearchMode.LEXICAL) == [mid]
+    assert mid in top(ltm, "Stockholm weekend", flt, SearchMode.VECTOR)
+    card = ltm.ledger.cards([mid])[mid]
+    assert "stockholm" not in card.bm25_text and card.content == ""
+    assert "Stockholm" not in " ".join(h.summary for h in ltm.lexical.get([mid]))
+
+
+def test_a_card_whose_context_cannot_be_read_waits_instead_of_being_indexed_without(
+    ltm: LtmRuntime, tenant: str
+) -> None:
+    context = _Context({"ep.hike": "Melanie: Did you go to Abisko?"})
+    ltm.projector.context = context
+    mid = ltm.ledger.write(
+        ltm_env.card_draft(tenant, "ep.hike", "hiking", "Caroline: I went hiking.")
+    ).memory_id
+    context.fail = True
+    report = ltm.projector.project([mid])
+    assert report.transient == [mid, mid] and report.indexed == 0  # both indexes wait
+    flt = CardFilter(tenant_id=tenant, user_id="u_42")
+    assert top(ltm, "hiking", flt, SearchMode.LEXICAL) == []
+    # the reconciler re-drives it once L0 is back, with its context
+    context.fail = False
+    plan = plan_reconcile(ltm.ledger, now=time.time() + 1, grace_s=0, max_attempts=5, limit=10)
+    assert mid in plan.memory_ids
+    assert reconcile(ltm.projector, plan).indexed == 2
+    assert top(ltm, "Abisko", flt, SearchMode.LEXICAL) == [mid]

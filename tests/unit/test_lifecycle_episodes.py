@@ -2,9 +2,20 @@
 
 from __future__ import annotations
 
-from memstrata.core.lifecycle.episodes import CONTEXT_CHARS, episode_draft, message_context
+from pathlib import Path
+
+from memstrata.core.lifecycle.episodes import (
+    CONTEXT_CHARS,
+    EPISODE_SOURCE,
+    EpisodeContext,
+    episode_draft,
+    exchange_of,
+    message_context,
+)
+from memstrata.core.ltm.card import LtmCard
 from memstrata.core.models.memory import MemoryItem, MemorySource, MemoryType
-from memstrata.core.models.transcript import Role, TranscriptRecord
+from memstrata.core.models.transcript import MessageIn, Role, TranscriptRecord
+from memstrata.core.transcript.store import TranscriptStore
 
 AT = 1_800_000_000.0
 
@@ -44,7 +55,7 @@ def test_context_is_an_exchange_between_parties_not_one_authors_next_entry() -> 
     assert ctx["m3"] == ("", "") and ctx["m4"] == ("", "")
 
 
-def test_an_episode_card_renders_the_statement_and_indexes_its_neighbours() -> None:
+def test_an_episode_card_holds_the_statement_alone() -> None:
     item = MemoryItem(
         id="m_1", user_id="u1", tenant_id="t1", session_id="s1", memory_type=MemoryType.FACT,
         subtype="conversation_fact", summary="Caroline: I went to a support group.",
@@ -53,12 +64,56 @@ def test_an_episode_card_renders_the_statement_and_indexes_its_neighbours() -> N
         importance=0.6, created_at=AT, updated_at=AT, last_access_at=AT, expires_at=AT + 60,
         fingerprint="f" * 16, canonical_fact_key="user:conv:abc", seen_sessions=["s1"],
     )  # fmt: skip
-    draft = episode_draft(item, tenant="t1", session_id="s1",
-                          context={"m3": ("How was your weekend?", "Nice!")})  # fmt: skip
+    draft = episode_draft(item, tenant="t1", session_id="s1")
     assert draft.summary == item.summary and draft.title == item.summary[:80]
-    assert draft.content == "How was your weekend?\nNice!"
+    assert draft.content == ""  # the neighbours stay in L0 (EpisodeContext indexes them)
     assert draft.canonical_key == "episode:user:conv:abc" and draft.memory_type == "episode"
     assert draft.source_message_ids == ["m3"] and draft.importance == 0.6
-    # no transcript (L0 unavailable): still a card, without context
-    bare = episode_draft(item, tenant="t1", session_id="s1", context={})
-    assert bare.content == "" and bare.summary == item.summary
+    assert draft.tags == ["episode", "session:s1"]
+
+
+def test_the_exchange_of_a_statement_is_what_its_first_message_answers_and_its_last_got() -> None:
+    ctx = {"m1": ("Where were you?", "Oh nice"), "m2": ("x", "And then?")}
+    assert exchange_of(["m1", "m2"], ctx) == "Where were you?\nAnd then?"
+    assert exchange_of(["m9"], ctx) == "" and exchange_of(["m1"], {"m1": ("", "")}) == ""
+
+
+def _card(mid: str, session_tag: str, messages: list[str], *, source: str = EPISODE_SOURCE,
+          user: str = "u1") -> LtmCard:  # fmt: skip
+    return LtmCard(
+        memory_id=mid, user_id=user, tenant_id="t1", memory_type="episode", title="t",
+        summary="s", tags=["episode", session_tag], source_type=source,
+        source_message_ids=messages, bm25_text="s", created_at=AT, updated_at=AT,
+        importance=0.5, confidence=0.7, canonical_key=f"episode:{mid}",
+    )  # fmt: skip
+
+
+def _say(store: TranscriptStore, session: str, *said: tuple[str, str, str]) -> list[str]:
+    ids = []
+    for n, (role, name, text) in enumerate(said):
+        turn = store.append_turn(user_id="u1", tenant_id="t1", session_id=session,
+                                 messages=[MessageIn(role=role, content=text, name=name)],
+                                 at=AT + n)  # fmt: skip
+        ids.append(turn.records[0].message_id)
+    return ids
+
+
+def test_episode_context_reads_each_session_from_l0_once_at_index_time(tmp_path: Path) -> None:
+    store = TranscriptStore(tmp_path, fsync=False)
+    a = _say(store, "s1", ("user", "Melanie", "How was your weekend?"),
+             ("user", "Caroline", "I went to a support group."),
+             ("user", "Melanie", "What did they talk about?"))  # fmt: skip
+    long_session = "s" * 80  # the card's tag keeps only its head
+    b = _say(store, long_session, ("user", "Jon", "Did you run?"), ("user", "Gina", "I ran 5k."))
+    cards = [
+        _card("c1", "session:s1", [a[1]]),
+        _card("c2", f"session:{long_session}"[:64], [b[1]]),
+        _card("c3", "session:s1", [a[1]], source="promoted_from_stm"),  # not an episode
+        _card("c4", "session:gone", ["m_x"]),  # its session was erased: no context
+        _card("c5", "session:..", ["m_y"]),  # not a valid id: never a path
+    ]
+    out = EpisodeContext(store)(cards)
+    assert out == {
+        "c1": "How was your weekend?\nWhat did they talk about?",
+        "c2": "Did you run?",
+    }

@@ -126,7 +126,8 @@ def _budget_table(figures: dict[str, Any]) -> list[str]:
               if len(s.get("stored_tokens_by_layer") or {}) > 1}  # fmt: skip
     for name, by_layer in layers.items():
         parts = ", ".join(f"{k} {v:,}" for k, v in (by_layer or {}).items())
-        lines += ["", f"Stored tokens of {name} by layer: {parts} (a raw_history layer is "
+        lines += ["", f"Stored tokens of {name} by layer: {parts} (L0 text an index holds, "
+                  "the raw_history layer and the l0 context indexed with cards, is "
                   "reported, never counted as curated)."]  # fmt: skip
     return lines
 

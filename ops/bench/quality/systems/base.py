@@ -19,6 +19,8 @@ log = logging.getLogger(__name__)
 
 MAX_ERRORS = 50  # error records kept per system (all are counted)
 RAW_HISTORY = "raw_history"  # a layer that keeps raw turns: reported, never counted as curated
+INDEX_CONTEXT = "l0 context (indexed)"  # L0 text indexed with cards, never stored on them
+UNCURATED = frozenset({RAW_HISTORY, INDEX_CONTEXT})  # reported apart from stored_tokens
 
 
 @dataclass(frozen=True)
@@ -46,14 +48,15 @@ class SystemStats:
     notes: list[str] = field(default_factory=list)
     degraded: Counter[str] = field(default_factory=Counter)  # answers a layer was missing from
     # cl100k tokens of the memories held at query time, per layer; curated layers count
-    # towards ``stored_tokens``, a raw-history index (``raw_history``) is kept apart
+    # towards ``stored_tokens``; L0 text an index holds (the raw-history index, the
+    # episodes' neighbours added at index time) is reported apart (``UNCURATED``)
     stored_layers: Counter[str] = field(default_factory=Counter)
     errors: list[dict[str, str]] = field(default_factory=list)  # the first MAX_ERRORS
     error_count: int = 0
 
     @property
     def stored_tokens(self) -> int:
-        return sum(n for layer, n in self.stored_layers.items() if layer != RAW_HISTORY)
+        return sum(n for layer, n in self.stored_layers.items() if layer not in UNCURATED)
 
     def error(self, stage: str, space: str, item: str, exc: BaseException) -> None:
         """Record a failure of one part of the run (the run goes on, and fails at the end)."""

@@ -55,7 +55,9 @@ from memstrata.ops.bench.common.db import scratch_postgres
 from memstrata.ops.bench.quality.datasets import Question, Space, Turn
 from memstrata.ops.bench.quality.embed import SharedEmbedder, Vector, shared_embedder
 from memstrata.ops.bench.quality.systems.base import (
+    INDEX_CONTEXT,
     RAW_HISTORY,
+    UNCURATED,
     Hit,
     Injection,
     SystemStats,
@@ -355,7 +357,7 @@ class MemstrataSystem:
     @staticmethod
     def stored(inventory: dict[str, list[str]]) -> int:
         """Distinct curated memories of an :meth:`inventory` (raw history not counted)."""
-        return sum(len(v) for k, v in inventory.items() if k != RAW_HISTORY)
+        return sum(len(v) for k, v in inventory.items() if k not in UNCURATED)
 
     def inventory(self, space_id: str) -> dict[str, list[str]]:
         """The text of every distinct memory held at query time, by layer: active LTM cards
@@ -375,7 +377,28 @@ class MemstrataSystem:
                                      "ltm cards": [], RAW_HISTORY: []}  # fmt: skip
         for _key, source_type, text in cards:
             out[RAW_HISTORY if source_type == RAW_HISTORY else "ltm cards"].append(text)
+        out[INDEX_CONTEXT] = self._index_context(space_id)
         return out
+
+    def _index_context(self, space_id: str) -> list[str]:
+        """The L0 text the projector indexes with the user's active cards (the episodes'
+        neighbours, ``IndexContext``): held by the indexes, not by the memories."""
+        rt = self.ltm_runtime
+        if rt is None or rt.projector.context is None:
+            return []
+        from sqlalchemy import select
+
+        from memstrata.core.ltm.tables import cards
+
+        q = select(cards.c.memory_id).where(
+            cards.c.tenant_id == TENANT,
+            cards.c.user_id == self.spaces[space_id].user_id,
+            cards.c.status == "active",
+        )
+        with rt.engine.connect() as conn:
+            ids = [str(m) for (m,) in conn.execute(q)]
+        held = rt.ledger.cards(ids)
+        return list(rt.projector.context(list(held.values())).values())
 
     def _cards(self, space_id: str) -> list[tuple[str, str, str]]:
         """(canonical key, source type, stored text) of the user's active LTM cards."""
