@@ -76,6 +76,6 @@ class LifecycleSettings(BaseSettings):
     preload_limit: int = Field(5, ge=0, le=100)  # seed 2: TOP_K = 5
     preload_ttl_s: int = Field(1800, ge=60)
     session_summary_items: int = Field(50, ge=1, le=1000)  # seed 2: getRecentMemories(50)
-    # what recall injects of a session summary (its content keeps every item): a summary
+    # what recall injects of a session summary (its FINALISE audit row names every item): a summary
     # as long as the session would cost more prompt than the memories it stands for
     session_summary_chars: int = Field(400, ge=80, le=2000)
