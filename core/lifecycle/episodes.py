@@ -65,6 +65,11 @@ def message_context(records: Sequence[TranscriptRecord]) -> dict[str, tuple[str,
     return out
 
 
+def session_tag(session_id: str) -> str:
+    """The ``session:`` tag of a card a session wrote (cut to a tag's 64 characters)."""
+    return f"{SESSION_TAG}{session_id}"[:MAX_TAG]
+
+
 def exchange_of(
     message_ids: Sequence[str], context: Mapping[str, tuple[str, str]]
 ) -> str:
@@ -92,7 +97,7 @@ def episode_draft(item: MemoryItem, *, tenant: str, session_id: str) -> CardDraf
         title=item.summary[:80],
         summary=item.summary[:2000],
         entities=[e[:128] for e in item.entities[:64]],
-        tags=[EPISODE, f"{SESSION_TAG}{session_id}"[:MAX_TAG]],
+        tags=[EPISODE, session_tag(session_id)],
         source_type=EPISODE_SOURCE,
         source_message_ids=[m[:128] for m in mids[:64]],
         importance=item.importance,
@@ -138,14 +143,13 @@ class EpisodeContext:
         for c in cards:
             tag = next((t for t in c.tags if t.startswith(SESSION_TAG)), "")
             if c.source_type == EPISODE_SOURCE and len(tag) > len(SESSION_TAG):
-                key = (c.tenant_id, c.user_id, tag.removeprefix(SESSION_TAG))
-                sessions.setdefault(key, []).append(c)
+                sessions.setdefault((c.tenant_id, c.user_id, tag), []).append(c)
         out: dict[str, str] = {}
-        for (tenant, user, session), members in sessions.items():
+        for (tenant, user, tag), members in sessions.items():
+            session = tag.removeprefix(SESSION_TAG)
             wanted = {m for c in members for m in c.source_message_ids}
             try:
-                context = self._read(tenant, user, session, wanted, cut=len(
-                    SESSION_TAG + session) >= MAX_TAG)  # fmt: skip
+                context = self._read(tenant, user, session, wanted, cut=len(tag) == MAX_TAG)
             except (NotFound, InvalidId, CorruptRecord) as exc:
                 log.info("no episode context for session %r: %s", session[:64], exc)
                 continue

@@ -25,7 +25,7 @@ from memstrata.core.adapters.pg import pg_errors
 from memstrata.core.compress.cache import SessionActivity
 from memstrata.core.keys import parse_user_scope
 from memstrata.core.lifecycle.audit import Action, AuditEvent, record
-from memstrata.core.lifecycle.episodes import write_episodes
+from memstrata.core.lifecycle.episodes import session_tag, write_episodes
 from memstrata.core.lifecycle.generality import assess
 from memstrata.core.lifecycle.owner_lock import OwnerBusy, owner_lock
 from memstrata.core.lifecycle.policy import PromotionPolicy
@@ -134,7 +134,7 @@ def summary_draft(
         summary=_clip_joined([i.summary for i in worthy], summary_chars),
         content="",
         entities=list(dict.fromkeys(e[:128] for i in worthy for e in i.entities))[:64],
-        tags=["session", f"session:{session_id}"[:64]],
+        tags=["session", session_tag(session_id)],
         source_type="session_summary",
         importance=0.8,  # seed 2: finalizeSession persists the summary at 0.8
     )

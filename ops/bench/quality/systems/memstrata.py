@@ -367,7 +367,7 @@ class MemstrataSystem:
         from memstrata.core.models.identity import EPISODE
 
         cards = self._cards(space_id)
-        held = {key for key, _, _ in cards} | self._absorbed_keys(space_id)
+        held = {key for _, key, _, _ in cards} | self._absorbed_keys(space_id)
         facts = self._facts(space_id)
         promoted = {m for _, _, sources in facts for m in sources}
         stm = [i.summary for i in self.alive(space_id)
@@ -375,48 +375,38 @@ class MemstrataSystem:
                and i.id not in promoted]  # fmt: skip
         out: dict[str, list[str]] = {"stm": stm, "pg facts": [t for _, t, _ in facts],
                                      "ltm cards": [], RAW_HISTORY: []}  # fmt: skip
-        for _key, source_type, text in cards:
+        for _mid, _key, source_type, text in cards:
             out[RAW_HISTORY if source_type == RAW_HISTORY else "ltm cards"].append(text)
-        out[INDEX_CONTEXT] = self._index_context(space_id)
+        out[INDEX_CONTEXT] = self._index_context([mid for mid, _, _, _ in cards])
         return out
 
-    def _index_context(self, space_id: str) -> list[str]:
-        """The L0 text the projector indexes with the user's active cards (the episodes'
-        neighbours, ``IndexContext``): held by the indexes, not by the memories."""
+    def _index_context(self, card_ids: list[str]) -> list[str]:
+        """The L0 text the projector indexes with these cards (the episodes' neighbours,
+        ``IndexContext``): held by the indexes, not by the memories."""
         rt = self.ltm_runtime
         if rt is None or rt.projector.context is None:
             return []
-        from sqlalchemy import select
-
-        from memstrata.core.ltm.tables import cards
-
-        q = select(cards.c.memory_id).where(
-            cards.c.tenant_id == TENANT,
-            cards.c.user_id == self.spaces[space_id].user_id,
-            cards.c.status == "active",
-        )
-        with rt.engine.connect() as conn:
-            ids = [str(m) for (m,) in conn.execute(q)]
-        held = rt.ledger.cards(ids)
+        held = rt.ledger.cards(card_ids)
         return list(rt.projector.context(list(held.values())).values())
 
-    def _cards(self, space_id: str) -> list[tuple[str, str, str]]:
-        """(canonical key, source type, stored text) of the user's active LTM cards."""
+    def _cards(self, space_id: str) -> list[tuple[str, str, str, str]]:
+        """(memory id, canonical key, source type, stored text) of the user's active LTM
+        cards."""
         if self.ltm_runtime is None:
             return []
         from sqlalchemy import select
 
         from memstrata.core.ltm.tables import cards
 
-        q = select(cards.c.canonical_key, cards.c.source_type, cards.c.summary,
-                   cards.c.content).where(
+        q = select(cards.c.memory_id, cards.c.canonical_key, cards.c.source_type,
+                   cards.c.summary, cards.c.content).where(
             cards.c.tenant_id == TENANT,
             cards.c.user_id == self.spaces[space_id].user_id,
             cards.c.status == "active",
         )  # fmt: skip
         with self.ltm_runtime.engine.connect() as conn:
-            return [(str(k), str(src), "\n".join(t for t in (summary, content) if t))
-                    for k, src, summary, content in conn.execute(q)]  # fmt: skip
+            return [(str(m), str(k), str(src), "\n".join(t for t in (summary, content) if t))
+                    for m, k, src, summary, content in conn.execute(q)]  # fmt: skip
 
     def _absorbed_keys(self, space_id: str) -> set[str]:
         """Canonical keys of the cards a merged card holds (hidden by consolidation): the
