@@ -25,6 +25,7 @@ from memstrata.core.lifecycle.audit import Action, AuditEvent, record
 from memstrata.core.lifecycle.consolidate import absorbed_in
 from memstrata.core.lifecycle.runtime import Lifecycle
 from memstrata.core.ltm.card import CardDraft, CardStatus, LtmCard, card_id
+from memstrata.core.ltm.ports import ContextRead
 from memstrata.core.models.identity import EPISODE, card_key
 from memstrata.core.models.memory import MemoryItem
 from memstrata.core.models.transcript import Role, TranscriptRecord
@@ -130,52 +131,63 @@ class EpisodeContext:
     read from L0 when the card is projected, one session file per session.
 
     The session is the card's ``session:`` tag.  A tag cut at 64 characters (a session id
-    over 56) is resolved among the owner's sessions that start with it, by the one that
-    holds the card's messages.  An owner erased from L0, a session file that is gone, an
-    id that is not valid or a damaged file: no context for those cards (their own text is
-    still indexed).  An I/O error propagates: the projector retries the cards later."""
+    over 56) stands for every owner session that starts with it: their messages are
+    looked up together (message ids are unique).  A session file that is gone (the owner
+    or session erased), an id that is not valid or a damaged file: no context for those
+    cards (their own text is still indexed).  An I/O error, or an L0 root that is not
+    there at all (a volume not mounted), makes the session's cards ``unread``: the
+    projector leaves them pending and retries them later."""
 
     def __init__(self, transcript: TranscriptStore) -> None:
         self.transcript = transcript
 
-    def __call__(self, cards: Sequence[LtmCard]) -> dict[str, str]:
+    def __call__(self, cards: Sequence[LtmCard]) -> ContextRead:
         sessions: dict[tuple[str, str, str], list[LtmCard]] = {}
         for c in cards:
             tag = next((t for t in c.tags if t.startswith(SESSION_TAG)), "")
             if c.source_type == EPISODE_SOURCE and len(tag) > len(SESSION_TAG):
                 sessions.setdefault((c.tenant_id, c.user_id, tag), []).append(c)
-        out: dict[str, str] = {}
+        texts: dict[str, str] = {}
+        unread: dict[str, str] = {}
+        if sessions and not self.transcript.root.is_dir():
+            why = f"L0 root {self.transcript.root} is not there (a volume not mounted?)"
+            return ContextRead({}, {c.memory_id: why for m in sessions.values() for c in m})
         for (tenant, user, tag), members in sessions.items():
-            session = tag.removeprefix(SESSION_TAG)
-            wanted = {m for c in members for m in c.source_message_ids}
             try:
-                context = self._read(tenant, user, session, wanted, cut=len(tag) == MAX_TAG)
-            except (NotFound, InvalidId, CorruptRecord) as exc:
-                log.info("no episode context for session %r: %s", session[:64], exc)
+                context = self._read(tenant, user, tag.removeprefix(SESSION_TAG),
+                                     cut=len(tag) == MAX_TAG)  # fmt: skip
+            except OSError as exc:
+                unread |= dict.fromkeys((c.memory_id for c in members), f"L0: {exc}")
                 continue
             for c in members:
                 if text := exchange_of(c.source_message_ids, context):
-                    out[c.memory_id] = text
-        return out
+                    texts[c.memory_id] = text
+        return ContextRead(texts, unread)
 
     def _read(
-        self, tenant: str, user: str, session: str, wanted: set[str], *, cut: bool
+        self, tenant: str, user: str, session: str, *, cut: bool
     ) -> dict[str, tuple[str, str]]:
+        """message id → its exchange, over the session (every session a cut tag may
+        stand for); what cannot be found or parsed adds nothing."""
         names = [session]
-        if cut:  # the tag may hold only the head of the id
-            names += [s for s in self.transcript.sessions(user_id=user, tenant_id=tenant)
-                      if s.startswith(session) and s != session]  # fmt: skip
+        try:
+            if cut:  # the tag may hold only the head of the id
+                names += [s for s in self.transcript.sessions(user_id=user, tenant_id=tenant)
+                          if s.startswith(session) and s != session]  # fmt: skip
+        except InvalidId as exc:
+            log.info("no episode context for session %r: %s", session[:64], exc)
+            return {}
+        context: dict[str, tuple[str, str]] = {}
         for name in names:
             try:
                 records = list(
                     self.transcript.read_session(user_id=user, session_id=name, tenant_id=tenant)
                 )
-            except NotFound:
+            except (NotFound, InvalidId, CorruptRecord) as exc:
+                log.info("no episode context from session %r: %s", name[:64], exc)
                 continue
-            context = message_context(records)
-            if wanted & context.keys():
-                return context
-        raise NotFound(f"no transcript holds the messages of session {session[:64]!r}")
+            context |= message_context(records)
+        return context
 
 
 def write_episodes(

@@ -22,7 +22,7 @@ from memstrata.core.errors import MemstrataError, PermanentError, TransientError
 from memstrata.core.ltm.card import CardStatus, LtmCard
 from memstrata.core.ltm.embedding import CachedEmbedder
 from memstrata.core.ltm.ledger import Ledger, Projection
-from memstrata.core.ltm.ports import IndexContext, LexicalIndex, VectorIndex
+from memstrata.core.ltm.ports import ContextRead, IndexContext, LexicalIndex, VectorIndex
 from memstrata.core.ltm.projection import ProjectionState
 
 log = logging.getLogger(__name__)
@@ -145,15 +145,18 @@ class Projector:
         """
         cards, rows = self.ledger.work(memory_ids)
         todo = _work_per_index(cards, rows, force=force)
-        extra, unread = self._contexts(todo)
+        read = self._contexts(todo)
         outcome = Outcome()
-        if unread is not None:  # the live cards wait for their context: retried later
+        if read.unread:  # these cards wait for their context: retried later
             for ix, ws in todo.items():
-                live = [w for w in ws if w.card.status is CardStatus.ACTIVE]
-                outcome.transient += [((w.card.memory_id, ix, w.version), unread) for w in live]
-                todo[ix] = [w for w in ws if w.card.status is not CardStatus.ACTIVE]
-        lexical = self._pool.submit(self._apply, "lexical", todo["lexical"], extra)
-        outcome.merge(self._apply("vector", todo["vector"], extra))
+                waiting = [w for w in ws if w.card.memory_id in read.unread]
+                outcome.transient += [
+                    ((w.card.memory_id, ix, w.version), read.unread[w.card.memory_id])
+                    for w in waiting
+                ]
+                todo[ix] = [w for w in ws if w.card.memory_id not in read.unread]
+        lexical = self._pool.submit(self._apply, "lexical", todo["lexical"], read.texts)
+        outcome.merge(self._apply("vector", todo["vector"], read.texts))
         outcome.merge(lexical.result())
         if settle:
             self.ledger.settle(
@@ -171,19 +174,24 @@ class Projector:
             )  # fmt: skip
         return report
 
-    def _contexts(self, todo: dict[str, list[Work]]) -> tuple[Mapping[str, str], str | None]:
+    def _contexts(self, todo: dict[str, list[Work]]) -> ContextRead:
         """The index-time context of the live cards to write (one read for both
-        indexes), or why it could not be read: then those cards are not written now
-        (``pending``, retried), so no card is ever indexed without its context."""
+        indexes).  A card whose source cannot be read now is not written (``pending``,
+        retried), so no card is ever indexed without its context; a context that fails
+        as a whole holds back every live card of the batch."""
         live = {w.card.memory_id: w.card for ws in todo.values() for w in ws
                 if w.card.status is CardStatus.ACTIVE}  # fmt: skip
         if self.context is None or not live:
-            return {}, None
+            return ContextRead({})
         try:
-            return self.context(list(live.values())), None
+            read = self.context(list(live.values()))
         except (MemstrataError, OSError) as exc:
-            log.warning("ltm index context unavailable cards=%s: %s", len(live), _reason(exc))
-            return {}, f"index context: {_reason(exc)}"
+            why = f"index context: {_reason(exc)}"
+            read = ContextRead({}, dict.fromkeys(live, why))
+        if read.unread:
+            log.warning("ltm index context unread cards=%s of %s: %s", len(read.unread),
+                        len(live), next(iter(read.unread.values())))  # fmt: skip
+        return read
 
     def _apply(self, index_name: str, work: list[Work], extra: Mapping[str, str]) -> Outcome:
         outcome = Outcome()

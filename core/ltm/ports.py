@@ -12,7 +12,7 @@ removes both (tests/integration/test_ltm_search_pipeline.py).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from memstrata.core.ltm.card import LtmCard
@@ -32,15 +32,23 @@ class Hit:
     summary: str = ""
 
 
+@dataclass(frozen=True)
+class ContextRead:
+    """What an :class:`IndexContext` read: ``texts`` (memory_id → context, for the cards
+    that have any) and ``unread`` (memory_id → why its source cannot be read now: those
+    cards wait, ``pending``, instead of being indexed without their context)."""
+
+    texts: Mapping[str, str]
+    unread: Mapping[str, str] = field(default_factory=dict)
+
+
 class IndexContext(Protocol):
     """Text that both indexes add to a card, read from the card's source (L0) at
     projection time and never stored on the card: what a card is found by may be wider
     than what it remembers (an episode is found by the question it answered), and that
     wider text stays in L0, the one place it is kept (``core.lifecycle.episodes``)."""
 
-    def __call__(self, cards: Sequence[LtmCard]) -> Mapping[str, str]:
-        """memory_id → context text, for the cards that have any."""
-        ...
+    def __call__(self, cards: Sequence[LtmCard]) -> ContextRead: ...
 
 
 class LexicalIndex(Protocol):

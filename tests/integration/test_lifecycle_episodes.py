@@ -59,7 +59,7 @@ def test_a_statement_becomes_one_episode_card_with_its_context_and_provenance(
     [card] = [c for c in episodes if said in c.source_message_ids]
     assert "support group" in card.summary and card.title == card.summary[:80]
     assert card.content == ""  # the neighbours stay in L0: read when the card is indexed
-    indexed = EpisodeContext(res.transcript)([card])[card.memory_id]
+    indexed = EpisodeContext(res.transcript)([card]).texts[card.memory_id]
     assert "How was your weekend?" in indexed and "what did they talk about" in indexed
     assert card.entities[0] == "Caroline" and card.source_type == "session_episode"
     assert card.source_message_ids == [said]

@@ -11,6 +11,7 @@ from memstrata.core.ltm.card import LtmCard
 from memstrata.core.ltm.errors import EmbeddingDimensionMismatch
 from memstrata.core.ltm.filters import CardFilter
 from memstrata.core.ltm.indexer import plan_reconcile, rebuild, reconcile
+from memstrata.core.ltm.ports import ContextRead
 from memstrata.core.ltm.runtime import LtmRuntime
 from memstrata.core.ltm.search import SearchMode
 from memstrata.core.ltm.vector import MilvusVectorIndex
@@ -170,14 +171,18 @@ class _Context:
     def __init__(self, texts: dict[str, str]) -> None:
         self.texts = texts
         self.fail = False
+        self.unread: set[str] = set()  # canonical keys whose source "cannot be read"
         self.asked: list[str] = []
 
-    def __call__(self, cards: Sequence[LtmCard]) -> dict[str, str]:
+    def __call__(self, cards: Sequence[LtmCard]) -> ContextRead:
         self.asked += [c.memory_id for c in cards]
         if self.fail:
             raise OSError("L0 volume not mounted")
-        return {c.memory_id: self.texts[c.canonical_key] for c in cards
-                if c.canonical_key in self.texts}  # fmt: skip
+        return ContextRead(
+            {c.memory_id: self.texts[c.canonical_key] for c in cards
+             if c.canonical_key in self.texts and c.canonical_key not in self.unread},
+            {c.memory_id: "L0: disk error" for c in cards if c.canonical_key in self.unread},
+        )  # fmt: skip
 
 
 def test_index_context_is_searched_but_never_stored_on_the_card(
@@ -219,3 +224,16 @@ def test_a_card_whose_context_cannot_be_read_waits_instead_of_being_indexed_with
     assert mid in plan.memory_ids
     assert reconcile(ltm.projector, plan).indexed == 2
     assert top(ltm, "Abisko", flt, SearchMode.LEXICAL) == [mid]
+
+
+def test_only_the_cards_whose_context_is_unread_wait(ltm: LtmRuntime, tenant: str) -> None:
+    context = _Context({"ep.a": "Melanie: Was it in Oslo?", "ep.b": "Jon: Was it in Bergen?"})
+    context.unread = {"ep.b"}
+    ltm.projector.context = context
+    a = ltm.ledger.write(ltm_env.card_draft(tenant, "ep.a", "trip", "Caroline: I flew.")).memory_id
+    b = ltm.ledger.write(ltm_env.card_draft(tenant, "ep.b", "trip", "Gina: I drove.")).memory_id
+    report = ltm.projector.project([a, b])
+    assert report.indexed == 2 and report.transient == [b, b]
+    flt = CardFilter(tenant_id=tenant, user_id="u_42")
+    assert top(ltm, "Oslo", flt, SearchMode.LEXICAL) == [a]
+    assert top(ltm, "drove", flt, SearchMode.LEXICAL) == []

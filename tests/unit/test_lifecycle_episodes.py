@@ -113,7 +113,39 @@ def test_episode_context_reads_each_session_from_l0_once_at_index_time(tmp_path:
         _card("c5", "session:..", ["m_y"]),  # not a valid id: never a path
     ]
     out = EpisodeContext(store)(cards)
-    assert out == {
+    assert out.unread == {}
+    assert out.texts == {
         "c1": "How was your weekend?\nWhat did they talk about?",
         "c2": "Did you run?",
     }
+
+
+def test_cut_tags_sharing_a_head_each_find_their_own_session(tmp_path: Path) -> None:
+    store = TranscriptStore(tmp_path, fsync=False)
+    head = "x" * 56
+    a = _say(store, head + "-A", ("user", "Jon", "Question A?"), ("user", "Gina", "Answer A."))
+    b = _say(store, head + "-B", ("user", "Jon", "Question B?"), ("user", "Gina", "Answer B."))
+    tag = f"session:{head}"[:64]
+    out = EpisodeContext(store)([_card("ca", tag, [a[1]]), _card("cb", tag, [b[1]])])
+    assert out.texts == {"ca": "Question A?", "cb": "Question B?"} and out.unread == {}
+
+
+def test_an_unreadable_session_holds_back_its_own_cards_only(tmp_path: Path) -> None:
+    store = TranscriptStore(tmp_path, fsync=False)
+    a = _say(store, "s1", ("user", "Jon", "Did you run?"), ("user", "Gina", "I ran 5k."))
+    _say(store, "s3", ("user", "Jon", "Hello there"))
+    broken = store.path(user_id="u1", session_id="s3", tenant_id="t1")
+    broken.unlink()
+    broken.mkdir()  # reading it raises IsADirectoryError, an OSError
+    out = EpisodeContext(store)([_card("c1", "session:s1", [a[1]]),
+                                 _card("c3", "session:s3", ["m_z"])])  # fmt: skip
+    assert out.texts == {"c1": "Did you run?"}
+    assert list(out.unread) == ["c3"] and "L0" in out.unread["c3"]
+
+
+def test_an_l0_root_that_is_not_there_is_a_fault_not_an_erased_owner(tmp_path: Path) -> None:
+    store = TranscriptStore(tmp_path / "not-mounted", fsync=False)
+    out = EpisodeContext(store)([_card("c1", "session:s1", ["m_1"]),
+                                 _card("c2", "promoted", ["m_2"], source="promoted_from_stm")])
+    assert out.texts == {} and list(out.unread) == ["c1"]
+    assert "not there" in out.unread["c1"]

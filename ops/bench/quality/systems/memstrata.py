@@ -387,7 +387,7 @@ class MemstrataSystem:
         if rt is None or rt.projector.context is None:
             return []
         held = rt.ledger.cards(card_ids)
-        return list(rt.projector.context(list(held.values())).values())
+        return list(rt.projector.context(list(held.values())).texts.values())
 
     def _cards(self, space_id: str) -> list[tuple[str, str, str, str]]:
         """(memory id, canonical key, source type, stored text) of the user's active LTM
