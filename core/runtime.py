@@ -32,6 +32,7 @@ from typing import Any
 import redis
 from sqlalchemy import Engine
 
+from memstrata.core.adapters.pg import pg_errors
 from memstrata.core.apikeys import ApiKeys
 from memstrata.core.authority.cache import ProfileCache
 from memstrata.core.authority.db import make_engine
@@ -42,6 +43,7 @@ from memstrata.core.extract.rules import ExtractionBudget, Extractor, RuleExtrac
 from memstrata.core.ingest.deadletters import Attempts, DeadLetters
 from memstrata.core.ingest.pipeline import IngestPipeline
 from memstrata.core.ingest.queue import IngestQueue
+from memstrata.core.lifecycle.consolidate import sources_of
 from memstrata.core.lifecycle.episodes import EpisodeContext
 from memstrata.core.lifecycle.runtime import Lifecycle
 from memstrata.core.ltm.config import LtmSettings
@@ -218,15 +220,20 @@ class _RuntimeLtm:
         self._runtime = runtime
 
     def search(
-        self, *, query: str, mode: LtmMode, filters: RetrievalFilters, k: int
-    ) -> list[PoolCandidate]:
+        self, *, query: str, mode: LtmMode, filters: RetrievalFilters, k: int,
+        as_of: float | None = None,
+    ) -> list[PoolCandidate]:  # fmt: skip
         try:
             ltm = self._runtime.ltm
         except (OSError, ValueError) as exc:  # MemstrataError (typed already) passes through
             raise StoreUnavailable(f"long-term memory unavailable: {exc}") from exc
-        return LedgerBackedSearcher(ltm.search, ltm.ledger).search(
-            query=query, mode=mode, filters=filters, k=k
-        )
+        searcher = LedgerBackedSearcher(ltm.search, ltm.ledger, merged_sources=self._sources)
+        return searcher.search(query=query, mode=mode, filters=filters, k=k, as_of=as_of)
+
+    def _sources(self, tenant: str, user: str, merged_ids: Sequence[str]) -> dict[str, list[str]]:
+        """What each merged card hid (the consolidation's audit rows), for an as-of read."""
+        with pg_errors("read consolidation"), self._runtime.engine.connect() as conn:
+            return sources_of(conn, tenant, user, merged_ids)
 
 
 class _RuntimeHistory:
@@ -236,8 +243,9 @@ class _RuntimeHistory:
         self._runtime = runtime
 
     def search(
-        self, *, query: str, tenant_id: str, user_id: str, k: int, now: float
-    ) -> list[PoolCandidate]:
+        self, *, query: str, tenant_id: str, user_id: str, k: int, now: float,
+        as_of: float | None = None,
+    ) -> list[PoolCandidate]:  # fmt: skip
         try:
             index = self._runtime.ltm.history
         except (OSError, ValueError) as exc:
@@ -245,7 +253,7 @@ class _RuntimeHistory:
         if index is None:
             return []
         return HistoryBackedSearcher(index).search(
-            query=query, tenant_id=tenant_id, user_id=user_id, k=k, now=now
+            query=query, tenant_id=tenant_id, user_id=user_id, k=k, now=now, as_of=as_of
         )
 
 

@@ -151,6 +151,7 @@ class Embedded:
             top_k=body.top_k,
             token_budget=body.token_budget,
             explain=body.explain,
+            as_of=body.as_of,
         )
         return self.recaller().recall(req)
 
@@ -385,8 +386,12 @@ class Memory:
         top_k: int = 8,
         token_budget: int = 600,
         explain: bool = False,
+        as_of: float | None = None,
     ) -> RecallResult:
-        """The memory block to inject before a model call (``.text``), typed (``.memory``)."""
+        """The memory block to inject before a model call (``.text``), typed (``.memory``).
+
+        ``as_of`` (seconds since the epoch): memory as it stood then, not now: what was
+        written by then, each statement as it read then (docs/RECALL.md, "As of")."""
         body = _recall_body(locals())
         if (e := self._embedded) is not None:
             return e.recall(body, tenant=e.tenant)
@@ -571,6 +576,7 @@ class AsyncMemory:
         top_k: int = 8,
         token_budget: int = 600,
         explain: bool = False,
+        as_of: float | None = None,
     ) -> RecallResult:
         body = _recall_body(locals())
         if self._http is None:

@@ -59,6 +59,9 @@ class RecallIn(_Body):
     top_k: int = Field(8, ge=1, le=100)
     token_budget: int = Field(600, ge=32, le=32_000)
     explain: bool = False
+    as_of: float | None = Field(
+        None, description="memory as it stood at this time (seconds since the epoch), not now"
+    )
 
 
 class TenantIn(_Body):

@@ -19,8 +19,7 @@ from memstrata.core.authority.tables import TENANTS, USERS
 from memstrata.core.errors import CorruptRecord
 from memstrata.core.ids import validate_id
 
-_SNAPSHOT_SQL = text(
-    """
+_SNAPSHOT_TEMPLATE = """
 SELECT json_build_object(
   'tenant_id', u.tenant_id,
   'user_id', u.id,
@@ -33,8 +32,8 @@ SELECT json_build_object(
       'source_message_ids', f.source_message_ids, 'promotion', f.promotion,
       'valid_from', f.valid_from))
     FROM stable_memory_facts f
-    WHERE f.tenant_id = u.tenant_id AND f.user_id = u.id AND f.superseded_at IS NULL
-  ), '{}'::json),
+    WHERE f.tenant_id = u.tenant_id AND f.user_id = u.id AND {facts_valid}
+  ), '{{}}'::json),
   'projects', COALESCE((
     SELECT json_agg(json_build_object(
       'project_id', p.id, 'name', p.name, 'role', r.role, 'scope', r.permission_scope,
@@ -57,21 +56,38 @@ SELECT json_build_object(
       SELECT s.agent_id, json_object_agg(s.name, s.value) AS settings
       FROM agent_settings s WHERE s.tenant_id = u.tenant_id GROUP BY s.agent_id
     ) a
-  ), '{}'::json)
+  ), '{{}}'::json)
 )::text
 FROM users u
 WHERE u.tenant_id = :tenant_id AND u.id = :user_id
 """
+_SNAPSHOT_SQL = text(_SNAPSHOT_TEMPLATE.format(facts_valid="f.superseded_at IS NULL"))
+# the facts valid at :as_of (a version is valid from valid_from until superseded_at)
+_SNAPSHOT_AS_OF_SQL = text(
+    _SNAPSHOT_TEMPLATE.format(
+        facts_valid="f.valid_from <= to_timestamp(:as_of) "
+        "AND (f.superseded_at IS NULL OR f.superseded_at > to_timestamp(:as_of))"
+    )
 )
 
 
-def read_snapshot(*, db: Db, tenant_id: str, user_id: str) -> AuthoritySnapshot:
-    """The user's current authority snapshot; :class:`UnknownUser` if there is no such user."""
+def read_snapshot(
+    *, db: Db, tenant_id: str, user_id: str, as_of: float | None = None
+) -> AuthoritySnapshot:
+    """The user's current authority snapshot; :class:`UnknownUser` if there is no such user.
+
+    ``as_of`` (seconds since the epoch): the facts that were valid at that moment instead
+    of the current ones (a fact's versions are kept with their validity); projects, roles,
+    workspaces and agent settings have no history and are the current ones."""
     validate_id(tenant_id, kind="tenant_id")
     validate_id(user_id, kind="user_id")
     conn = connection_of(db)
+    params: dict[str, object] = {"tenant_id": tenant_id, "user_id": user_id}
+    sql = _SNAPSHOT_SQL
+    if as_of is not None:
+        sql, params["as_of"] = _SNAPSHOT_AS_OF_SQL, float(as_of)
     with translated("read snapshot"):
-        doc = conn.execute(_SNAPSHOT_SQL, {"tenant_id": tenant_id, "user_id": user_id}).scalar()
+        doc = conn.execute(sql, params).scalar()
         if doc is None:
             raise_unknown_user(conn, tenant_id, user_id)
     try:

@@ -275,6 +275,17 @@ def _merged_state(conn: Connection, tenant: str, user: str) -> dict[str, list[st
     return out
 
 
+def sources_of(
+    conn: Connection, tenant: str, user: str, merged_ids: Sequence[str]
+) -> dict[str, list[str]]:
+    """Each of the owner's merged cards ``merged_ids`` → its source card ids at its latest
+    merge, without the sources the user retracted (recall's as-of read of a merged card
+    rewritten since, ``core.recall.ltm_adapter``)."""
+    state = _merged_state(conn, tenant, user)
+    gone = _retracted(conn, tenant, user)
+    return {m: [s for s in state[m] if s not in gone] for m in merged_ids if m in state}
+
+
 def _retracted(conn: Connection, tenant: str, user: str) -> set[str]:
     stmt = select(audit_table.c.target).where(
         audit_table.c.tenant_id == tenant, audit_table.c.user_id == user,

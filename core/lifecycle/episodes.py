@@ -24,6 +24,7 @@ from memstrata.core.errors import CorruptRecord, InvalidId, NotFound
 from memstrata.core.lifecycle.audit import Action, AuditEvent, record
 from memstrata.core.lifecycle.consolidate import absorbed_in
 from memstrata.core.lifecycle.runtime import Lifecycle
+from memstrata.core.ltm.asof import HISTORY_SOURCE, history_prefix
 from memstrata.core.ltm.card import CardDraft, CardStatus, LtmCard, card_id
 from memstrata.core.ltm.ports import ContextRead
 from memstrata.core.models.identity import EPISODE, card_key
@@ -114,13 +115,14 @@ def superseded_by(old: LtmCard, new: CardDraft, *, merged: bool = False) -> bool
 
 
 def history_draft(old: LtmCard) -> CardDraft:
-    """The replaced statement, kept as a superseded card (never indexed, never recalled)."""
+    """The replaced statement, kept as a superseded card: never indexed; recall reads it
+    only for a moment before its replacement (``RecallRequest.as_of``, ``core.ltm.asof``)."""
     return CardDraft(
         tenant_id=old.tenant_id, user_id=old.user_id, project_id=old.project_id,
-        canonical_key=f"history:{old.memory_id}:v{old.version}",
+        canonical_key=f"{history_prefix(old.memory_id)}{old.version}",
         memory_type=old.memory_type, title=old.title, summary=old.summary[:2000],
         content=old.content, entities=old.entities[:64], tags=old.tags[:32],
-        source_type="superseded_statement", source_message_ids=old.source_message_ids[:512],
+        source_type=HISTORY_SOURCE, source_message_ids=old.source_message_ids[:512],
         fingerprint=old.fingerprint, importance=old.importance, confidence=old.confidence,
         status=CardStatus.SUPERSEDED,
     )  # fmt: skip

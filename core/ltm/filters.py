@@ -28,6 +28,9 @@ class CardFilter(BaseModel):
     project_id: SafeId | None = None
     memory_types: tuple[Label, ...] = Field(default=(), max_length=16)
     statuses: tuple[CardStatus, ...] = Field(default=(CardStatus.ACTIVE,), min_length=1)
+    # records last written at or before this time only (the raw history's as-of read:
+    # a message's record is written once, at the message's time)
+    updated_before: float | None = Field(default=None, allow_inf_nan=False)
 
     @classmethod
     def parse(cls, **values: Any) -> CardFilter:
@@ -58,6 +61,8 @@ def milvus_expr(flt: CardFilter) -> str:
     if flt.memory_types:
         parts.append(f"memory_type in [{', '.join(_q(t) for t in flt.memory_types)}]")
     parts.append(f"status in [{', '.join(_q(s.value) for s in flt.statuses)}]")
+    if flt.updated_before is not None:  # a finite float: repr() is a valid literal
+        parts.append(f"updated_at <= {float(flt.updated_before)!r}")
     return " and ".join(parts)
 
 
@@ -71,4 +76,6 @@ def es_filter(flt: CardFilter) -> list[dict[str, Any]]:
     if flt.memory_types:
         clauses.append({"terms": {"memory_type": list(flt.memory_types)}})
     clauses.append({"terms": {"status": [s.value for s in flt.statuses]}})
+    if flt.updated_before is not None:
+        clauses.append({"range": {"updated_at": {"lte": flt.updated_before}}})
     return clauses

@@ -134,10 +134,12 @@ class HistoryIndex:
         return len(cards)
 
     def search(
-        self, query: str, *, tenant_id: str | None, user_id: str, k: int, now: float
-    ) -> list[HistoryHit]:
-        """The owner's ``k`` best-matching messages (the filter is the owner, never the query)."""
-        flt = CardFilter(tenant_id=owner_tenant(tenant_id), user_id=user_id)
+        self, query: str, *, tenant_id: str | None, user_id: str, k: int, now: float,
+        as_of: float | None = None,
+    ) -> list[HistoryHit]:  # fmt: skip
+        """The owner's ``k`` best-matching messages (the filter is the owner, never the
+        query); with ``as_of``, among the messages said by then."""
+        flt = CardFilter(tenant_id=owner_tenant(tenant_id), user_id=user_id, updated_before=as_of)
         policy = HISTORY_POLICY.model_copy(
             update={"top_k": k, "candidates": max(HISTORY_POLICY.candidates, k)}
         )

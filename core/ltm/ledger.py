@@ -34,6 +34,7 @@ from sqlalchemy.dialects.postgresql import insert
 from memstrata.core.adapters.pg import pg_errors
 from memstrata.core.errors import CorruptRecord, NotFound, PayloadTooLarge
 from memstrata.core.ids import validate_id
+from memstrata.core.ltm.asof import HISTORY_SOURCE, history_prefix
 from memstrata.core.ltm.card import CardDraft, CardStatus, LtmCard
 from memstrata.core.ltm.projection import ProjectionState
 from memstrata.core.ltm.tables import INDEX_NAMES, cards, projections
@@ -157,14 +158,15 @@ def _load_cards(conn: Connection, memory_ids: Sequence[str]) -> dict[str, LtmCar
     if not ids:
         return {}
     rows = conn.execute(select(cards).where(cards.c.memory_id.in_(ids))).mappings()
-    out: dict[str, LtmCard] = {}
-    for row in rows:
-        data = {k: v for k, v in row.items() if k != "content_hash"}
-        try:
-            out[row["memory_id"]] = LtmCard.model_validate(data)
-        except ValueError as exc:
-            raise CorruptRecord(f"unreadable LTM card {row['memory_id']}: {exc}") from exc
-    return out
+    return {row["memory_id"]: _card_of(row) for row in rows}
+
+
+def _card_of(row: Any) -> LtmCard:
+    data = {k: v for k, v in row.items() if k != "content_hash"}
+    try:
+        return LtmCard.model_validate(data)
+    except ValueError as exc:
+        raise CorruptRecord(f"unreadable LTM card {row['memory_id']}: {exc}") from exc
 
 
 def _load_projections(conn: Connection, memory_ids: Sequence[str]) -> list[Projection]:
@@ -441,6 +443,33 @@ class Ledger:
             return _load_cards(conn, memory_ids)
         with pg_errors("load cards"), self._reader.connect() as own:
             return _load_cards(own, memory_ids)
+
+    def replaced_versions(
+        self, tenant_id: str, user_id: str, memory_ids: Sequence[str]
+    ) -> dict[str, list[LtmCard]]:
+        """The replaced versions of the owner's cards ``memory_ids`` (the old texts a newer
+        statement superseded, ``core.ltm.asof``), by card id; cards never replaced are absent.
+        One statement, scoped to the owner."""
+        ids = [validate_id(m, kind="memory_id") for m in memory_ids]
+        if not ids:
+            return {}
+        validate_id(tenant_id, kind="tenant_id")
+        validate_id(user_id, kind="user_id")
+        by_prefix = {history_prefix(m): m for m in ids}
+        stmt = select(cards).where(
+            cards.c.tenant_id == tenant_id,
+            cards.c.user_id == user_id,
+            cards.c.source_type == HISTORY_SOURCE,
+            or_(*[cards.c.canonical_key.startswith(p, autoescape=True) for p in by_prefix]),
+        )
+        out: dict[str, list[LtmCard]] = {}
+        with pg_errors("load replaced versions"), self._reader.connect() as conn:
+            for row in conn.execute(stmt).mappings():
+                card = _card_of(row)
+                prefix = card.canonical_key[: card.canonical_key.rindex(":v") + 2]
+                if prefix in by_prefix:
+                    out.setdefault(by_prefix[prefix], []).append(card)
+        return out
 
     def work(self, memory_ids: Sequence[str]) -> tuple[dict[str, LtmCard], list[Projection]]:
         """Cards and their projections, read in one snapshot."""

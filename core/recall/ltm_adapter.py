@@ -9,9 +9,11 @@ authority layer's :class:`RetrievalFilters`, never from the query text.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Mapping, Sequence
 
 from memstrata.core.authority.filters import RetrievalFilters
-from memstrata.core.ltm.card import CONSOLIDATED, focus
+from memstrata.core.ltm.asof import version_at
+from memstrata.core.ltm.card import CONSOLIDATED, LtmCard, focus
 from memstrata.core.ltm.filters import CardFilter
 from memstrata.core.ltm.history import HISTORY_TYPE, HistoryIndex
 from memstrata.core.ltm.ledger import Ledger
@@ -49,16 +51,30 @@ def card_filter(filters: RetrievalFilters) -> CardFilter:
     )
 
 
+MergedSources = Callable[[str, str, Sequence[str]], Mapping[str, Sequence[str]]]
+"""(tenant, user, merged card ids) → each merged card's source card ids (a retracted
+source left out): what a consolidation hid behind each (``core.lifecycle.consolidate``)."""
+
+
+def _rewritten_merge(card: LtmCard, at: float) -> bool:
+    return card.memory_type == CONSOLIDATED and card.updated_at > at
+
+
 class LedgerBackedSearcher:
     """``LtmSearcher`` for recall: ``LtmSearch`` ranks, the ``Ledger`` supplies the details."""
 
-    def __init__(self, search: LtmSearch, ledger: Ledger) -> None:
+    def __init__(
+        self, search: LtmSearch, ledger: Ledger, *, merged_sources: MergedSources | None = None
+    ) -> None:
         self.search_service = search
         self.ledger = ledger
+        self.merged_sources = merged_sources
 
     def search(
-        self, *, query: str, mode: LtmMode, filters: RetrievalFilters, k: int
-    ) -> list[PoolCandidate]:
+        self, *, query: str, mode: LtmMode, filters: RetrievalFilters, k: int,
+        as_of: float | None = None,
+    ) -> list[PoolCandidate]:  # fmt: skip
+        """Up to ``k`` cards, best first; with ``as_of``, as they read at that moment."""
         base = self.search_service.policy
         policy = base.model_copy(
             update={"top_k": max(base.top_k, k), "candidates": max(base.candidates, k)}
@@ -69,38 +85,69 @@ class LedgerBackedSearcher:
         # relevance order: the pool blends importance and recency itself, once
         ranked = sorted(ranked, key=lambda r: (-r.similarity, r.memory_id))
         cards = self.ledger.cards([r.memory_id for r in ranked])
-        out = []
-        for rank, r in enumerate(ranked):
-            card = cards.get(r.memory_id)
-            if card is None:  # deleted since it was indexed: the ledger is the truth
+        # a card deleted since it was indexed is absent: the ledger is the truth
+        found = [(n, cards[r.memory_id]) for n, r in enumerate(ranked) if r.memory_id in cards]
+        if as_of is not None:
+            found = self._as_of(found, filters, as_of)
+        return [self._candidate(rank, card, query) for rank, card in found]
+
+    def _as_of(
+        self, found: list[tuple[int, LtmCard]], filters: RetrievalFilters, at: float
+    ) -> list[tuple[int, LtmCard]]:
+        """The cards found, as they read at ``at`` (``core.ltm.asof``).  A merged card
+        rewritten since then stands for its sources, each as it read then, at its rank;
+        without a ``merged_sources`` reader it is left out (what it held then is unknown)."""
+        tenant, user = filters.tenant_id, filters.user_id
+        newer = [c.memory_id for _, c in found if _rewritten_merge(c, at)]
+        held: dict[str, Sequence[str]] = {}
+        if newer and self.merged_sources is not None:
+            held = dict(self.merged_sources(tenant, user, newer))
+        sources = self.ledger.cards([s for m in newer for s in held.get(m, ())])
+        expanded: list[tuple[int, LtmCard]] = []
+        for rank, card in found:
+            if card.memory_id not in newer:
+                expanded.append((rank, card))
                 continue
-            text = card.summary or card.title
-            message_ids = tuple(card.source_message_ids)
-            if card.memory_type == CONSOLIDATED:  # a merged card: the members asked for
-                focused = focus(card.content, query)
-                if focused is not None:
-                    text, message_ids = focused
-            out.append(
-                PoolCandidate(
-                    memory_id=card.memory_id,
-                    source_type=SourceType.LTM,
-                    summary=text,
-                    # one memory, one identity: a promoted card carries its item's key and
-                    # fingerprint, so the pool knows it for the item's copy (DESIGN §5)
-                    canonical_fact_key=memory_key(card.canonical_key),
-                    fingerprint=card.fingerprint or text_fingerprint(card.user_id, text),
-                    memory_type=card.memory_type,
-                    similarity=rank_similarity(rank),
-                    layer_rank=rank,
-                    importance=card.importance,
-                    updated_at=card.updated_at,
-                    entities=tuple(card.entities),
-                    message_ids=message_ids,
-                    tenant_id=card.tenant_id,
-                    project_id=card.project_id,
-                )
-            )
+            for s in held.get(card.memory_id, ()):
+                src = sources.get(s)
+                if src is not None and (src.tenant_id, src.user_id) == (tenant, user):
+                    expanded.append((rank, src))
+        replaced = self.ledger.replaced_versions(tenant, user, [c.memory_id for _, c in expanded])
+        out: list[tuple[int, LtmCard]] = []
+        seen: set[str] = set()
+        for rank, card in expanded:
+            then = version_at(card, replaced.get(card.memory_id, ()), at)
+            if then is not None and then.memory_id not in seen:
+                seen.add(then.memory_id)
+                out.append((rank, then))
         return out
+
+    @staticmethod
+    def _candidate(rank: int, card: LtmCard, query: str) -> PoolCandidate:
+        text = card.summary or card.title
+        message_ids = tuple(card.source_message_ids)
+        if card.memory_type == CONSOLIDATED:  # a merged card: the members asked for
+            focused = focus(card.content, query)
+            if focused is not None:
+                text, message_ids = focused
+        return PoolCandidate(
+            memory_id=card.memory_id,
+            source_type=SourceType.LTM,
+            summary=text,
+            # one memory, one identity: a promoted card carries its item's key and
+            # fingerprint, so the pool knows it for the item's copy (DESIGN §5)
+            canonical_fact_key=memory_key(card.canonical_key),
+            fingerprint=card.fingerprint or text_fingerprint(card.user_id, text),
+            memory_type=card.memory_type,
+            similarity=rank_similarity(rank),
+            layer_rank=rank,
+            importance=card.importance,
+            updated_at=card.updated_at,
+            entities=tuple(card.entities),
+            message_ids=message_ids,
+            tenant_id=card.tenant_id,
+            project_id=card.project_id,
+        )
 
 
 class HistoryBackedSearcher:
@@ -110,9 +157,12 @@ class HistoryBackedSearcher:
         self.index = index
 
     def search(
-        self, *, query: str, tenant_id: str, user_id: str, k: int, now: float
-    ) -> list[PoolCandidate]:
-        hits = self.index.search(query, tenant_id=tenant_id, user_id=user_id, k=k, now=now)
+        self, *, query: str, tenant_id: str, user_id: str, k: int, now: float,
+        as_of: float | None = None,
+    ) -> list[PoolCandidate]:  # fmt: skip
+        hits = self.index.search(
+            query, tenant_id=tenant_id, user_id=user_id, k=k, now=now, as_of=as_of
+        )
         return [
             PoolCandidate(
                 memory_id=h.record_id,

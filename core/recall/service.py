@@ -36,7 +36,7 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import Protocol
 
@@ -106,9 +106,11 @@ class LtmSearcher(Protocol):
     """The long-term layer as recall sees it (implemented by core.ltm)."""
 
     def search(
-        self, *, query: str, mode: LtmMode, filters: RetrievalFilters, k: int
-    ) -> list[PoolCandidate]:
-        """Up to ``k`` cards within ``filters``, best first, similarity in [0, 1]."""
+        self, *, query: str, mode: LtmMode, filters: RetrievalFilters, k: int,
+        as_of: float | None = None,
+    ) -> list[PoolCandidate]:  # fmt: skip
+        """Up to ``k`` cards within ``filters``, best first, similarity in [0, 1]; with
+        ``as_of``, each as it read at that moment, and none written after it."""
         ...
 
 
@@ -116,9 +118,11 @@ class HistorySearcher(Protocol):
     """The raw-history fallback as recall sees it (implemented on core.ltm.history)."""
 
     def search(
-        self, *, query: str, tenant_id: str, user_id: str, k: int, now: float
-    ) -> list[PoolCandidate]:
-        """Up to ``k`` raw messages of the owner, best first, similarity in [0, 1]."""
+        self, *, query: str, tenant_id: str, user_id: str, k: int, now: float,
+        as_of: float | None = None,
+    ) -> list[PoolCandidate]:  # fmt: skip
+        """Up to ``k`` raw messages of the owner, best first, similarity in [0, 1]; with
+        ``as_of``, among those said by then."""
         ...
 
 
@@ -137,6 +141,9 @@ class RecallRequest(InputModel):
     token_budget: StrictInt = Field(600, ge=32, le=32_000)
     explain: StrictBool = False
     now: EventTime | None = None
+    # memory as it stood at this moment (seconds since the epoch) instead of now: what was
+    # written by then, each statement as it read then (``core.ltm.asof``)
+    as_of: EventTime | None = None
 
     @field_validator("tenant_id", mode="before")
     @classmethod
@@ -349,6 +356,7 @@ class Recaller:
         timings["authority"] = _ms(t0)
         known = tuple(p.project_id for p in snapshot.projects)
         stm_read = self._stm_reread(req, known, now, degraded, first)
+        stm_read = _written_by(stm_read, req.as_of)
         timings["stm"] = _ms(t0)
 
         state = self._runtime_state(req, lookup, known, stm_read, now)
@@ -416,7 +424,7 @@ class Recaller:
         memory = RenderedMemory.from_candidates(kept, task_id=req.task_id)
         text = render(blocks, memory, lang)
         timings["total"] = _ms(t0)
-        if stm_needed and STM not in degraded:
+        if stm_needed and STM not in degraded and req.as_of is None:  # a look back is no use
             self._bookkeeping(req, kept, stm_count=relevant)
         explain = None
         if req.explain:
@@ -440,6 +448,8 @@ class Recaller:
         could not be read and the snapshot is :func:`owner_only` (``degraded["authority"]``
         says why).
         """
+        if req.as_of is not None:  # the cache holds the current facts: PG has the past ones
+            return self._snapshot_as_of(req, req.as_of, degraded)
         lookup = cached if cached is not None else self._cached(req)
         if lookup.status is CacheStatus.HIT and lookup.snapshot is not None:
             return lookup.snapshot, lookup, True
@@ -455,6 +465,25 @@ class Recaller:
             return owner_only(req.tenant_id, req.user_id), lookup, False
         self._fill(snapshot)
         return snapshot, lookup, True
+
+    def _snapshot_as_of(
+        self, req: RecallRequest, as_of: float, degraded: dict[str, str]
+    ) -> tuple[AuthoritySnapshot, CacheLookup, bool]:
+        """PG's facts as they were at ``as_of`` (never cached: the cache is the present)."""
+        bypassed = CacheLookup(CacheStatus.MISSING)
+        breaker = self.breakers[AUTHORITY]
+        if not breaker.allow():
+            degraded[AUTHORITY] = breaker.status()
+            return owner_only(req.tenant_id, req.user_id), bypassed, False
+        try:
+            with tripping(breaker), translated("read snapshot"), self.engine.connect() as conn:
+                snapshot = read_snapshot(
+                    db=conn, tenant_id=req.tenant_id, user_id=req.user_id, as_of=as_of
+                )
+        except TransientError as exc:
+            degraded[AUTHORITY] = describe(exc)
+            return owner_only(req.tenant_id, req.user_id), bypassed, False
+        return snapshot, bypassed, True
 
     def _cached(self, req: RecallRequest) -> CacheLookup:
         """The profile cache's answer; a miss when Redis is down (PG is asked instead)."""
@@ -486,6 +515,8 @@ class Recaller:
 
         PG down: the cached snapshot is used unchecked, and ``degraded["authority"]`` says so.
         """
+        if req.as_of is not None:  # read from PG itself just now, as of then
+            return snapshot
         breaker = self.breakers[AUTHORITY]
         if not breaker.allow():
             degraded[AUTHORITY] = "exact check skipped: " + breaker.status()
@@ -495,7 +526,8 @@ class Recaller:
             with tripping(breaker), translated("read version"), self.engine.connect() as conn:
                 if read_version(db=conn, **who) <= snapshot.version:
                     return snapshot
-                fresh = read_snapshot(db=conn, **who)  # an invalidation never reached Redis
+                # an invalidation never reached Redis
+                fresh = read_snapshot(db=conn, tenant_id=req.tenant_id, user_id=req.user_id)
         except TransientError as exc:
             degraded[AUTHORITY] = "exact check skipped: " + describe(exc)
             return snapshot
@@ -628,7 +660,7 @@ class Recaller:
         # a caller asking for many memories gets as many LTM candidates to choose from
         k = max(self.settings.ltm_candidates, req.top_k)
         return self.pool.submit(
-            lambda: ltm.search(query=req.query, mode=mode, filters=filters, k=k)
+            lambda: ltm.search(query=req.query, mode=mode, filters=filters, k=k, as_of=req.as_of)
         )
 
     def _start_history(
@@ -644,7 +676,8 @@ class Recaller:
         k = max(self.settings.history_candidates, req.top_k)
         return self.pool.submit(
             lambda: history.search(
-                query=req.query, tenant_id=req.tenant_id, user_id=req.user_id, k=k, now=now
+                query=req.query, tenant_id=req.tenant_id, user_id=req.user_id, k=k, now=now,
+                as_of=req.as_of,
             )
         )
 
@@ -741,6 +774,14 @@ def _stm_candidates(
     outside a task finds this week's decision beside the long-term history."""
     cands = [_stm_candidate(h, q_terms) for h in hits]
     return cands if routed else [c for c in cands if c.similarity >= policy.min_relevance]
+
+
+def _written_by(read: RecallRead, as_of: float | None) -> RecallRead:
+    """The STM hits written by ``as_of`` (all without it): an item written again since
+    then does not keep its state of then, so it is left out."""
+    if as_of is None:
+        return read
+    return replace(read, hits=[h for h in read.hits if h.updated_at <= as_of])
 
 
 def _require_request(req: object) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from datetime import UTC, datetime
 
 from memstrata.core.runtime import Runtime
 from memstrata.ops.runtime import CliError, connected_runtime
@@ -138,7 +139,7 @@ def _recall(args: argparse.Namespace) -> int:
         tenant_id=args.tenant or load_settings().tenant, user_id=user_key(args.user),
         session_id=args.session, query=args.query,
         task_id=args.task, project_id=args.project, workspace_id=args.workspace,
-        top_k=args.top_k, token_budget=args.budget, explain=args.explain,
+        top_k=args.top_k, token_budget=args.budget, explain=args.explain, as_of=args.as_of,
     )  # fmt: skip
     res = connected_runtime()
     res.warm_ltm()  # a one-shot process: load LTM before the recall's time budget starts
@@ -238,8 +239,31 @@ def add_recall(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     r.add_argument("--top-k", type=int, default=8)
     r.add_argument("--budget", type=int, default=600, help="token budget of the block")
     r.add_argument("--explain", action="store_true", help="show profile, route, every candidate")
+    r.add_argument(
+        "--as-of", type=moment, metavar="WHEN",
+        help="memory as it stood then: seconds since the epoch or an ISO 8601 date/time "
+        "(UTC unless it names a zone)",
+    )  # fmt: skip
     r.add_argument("--json", action="store_true")
     r.set_defaults(func=_recall)
+
+
+def moment(text: str) -> float:
+    """``--as-of``: seconds since the epoch, or an ISO 8601 date or date-time (UTC unless
+    it carries an offset)."""
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    try:
+        when = datetime.fromisoformat(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is neither seconds since the epoch nor an ISO 8601 date/time"
+        ) from exc
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return when.timestamp()
 
 
 def add_compress(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

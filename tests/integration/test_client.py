@@ -8,6 +8,7 @@ needed; the kicker only counts kicks.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -95,6 +96,25 @@ def test_a_recorded_turn_is_recalled_inspected_and_explained(
     # the owner was provisioned: it is a user of the tenant under its external id
     info = memory.admin.get_user(user)
     assert (info.user_id, info.key, info.tenant_id) == (user, user_key(user), memory.tenant)
+
+
+def test_recall_as_of_a_moment_leaves_out_what_was_written_later(
+    memory: Memory, res: Runtime
+) -> None:
+    # Given a turn recorded ten minutes ago (its event time; STM keeps it for hours)
+    at = time.time() - 600
+    memory.record_turn(user_id="u_asof", session_id="s1", task_id="PAY-1", messages=TURN, at=at)
+    drain(res)
+
+    def ask(as_of: float) -> str:
+        return memory.recall("that endpoint still times out", user_id="u_asof",
+                             session_id="s1", task_id="PAY-1", as_of=as_of).text  # fmt: skip
+
+    # Then recall as of after it holds what it said, as of before it does not
+    assert "The database is not the cause" in ask(at + 60)
+    assert "The database is not the cause" not in ask(at - 60)
+    with pytest.raises(InvalidInput, match="as_of"):
+        ask(float("nan"))
 
 
 def test_tenants_are_isolated(res: Runtime) -> None:

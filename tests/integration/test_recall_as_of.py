@@ -1,0 +1,190 @@
+"""Recall as of a past moment: what memory held then, each statement as it read then.
+
+Real PostgreSQL, Redis and a milvus-lite server (issue 13.3: "recall returns current facts
+by default, with an as-of option").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pytest
+from sqlalchemy import text
+
+from memstrata.core.authority.facts import set_profile
+from memstrata.core.lifecycle.consolidate import consolidate_owner
+from memstrata.core.lifecycle.finalise import finalise
+from memstrata.core.lifecycle.runtime import Lifecycle
+from memstrata.core.ltm.card import CONSOLIDATED, CardDraft, CardStatus
+from memstrata.core.models.transcript import MessageIn
+from memstrata.core.recall.result import RecallResult
+from memstrata.core.recall.service import RecallRequest
+from memstrata.core.runtime import Runtime
+from tests.integration.test_recall_history import (
+    AT,
+    embedder,
+    lifecycle_pg,
+    milvus_server,
+    runtime,
+)
+
+pytestmark = pytest.mark.integration
+__all__ = ["embedder", "lifecycle_pg", "milvus_server", "runtime"]  # fixtures
+
+DAY = 86_400.0
+TWO = "My sister Anna keeps 2 horses on her farm in Alentejo."
+THREE = "My sister Anna keeps 3 horses on her farm in Alentejo."
+
+
+def _say(rt: Runtime, session: str, statement: str, at: float) -> str:
+    """A user turn through L0, the ingest pipeline and the raw-history projection."""
+    t = rt.transcript.append_turn(
+        user_id="u1", tenant_id=rt.settings.key_namespace, session_id=session, at=at,
+        messages=[MessageIn(role="user", content=statement, name="Caroline")],
+    )  # fmt: skip
+    rt.pipeline.process([(t.pointer, list(t.records))])
+    assert rt.ltm.history is not None
+    rt.ltm.history.project(t.records)
+    return t.records[0].message_id
+
+
+def _lifecycle(rt: Runtime) -> Lifecycle:
+    def project(card_ids: Sequence[str]) -> None:
+        rt.ltm.projector.project(list(card_ids))
+
+    return rt.lifecycle(on_cards=project)
+
+
+def _ask(rt: Runtime, query: str, *, as_of: float | None) -> RecallResult:
+    recaller = rt.recaller()
+    try:
+        return recaller.recall(RecallRequest(
+            tenant_id=rt.settings.key_namespace, user_id="u1", session_id="ask",
+            query=query, now=AT + 30 * DAY, as_of=as_of, top_k=20,
+        ))  # fmt: skip
+    finally:
+        recaller.close()
+
+
+def _episodes(out: RecallResult) -> list[str]:
+    """The statements' own cards (a session summary is a digest of its session: left
+    aside here)."""
+    return [line.text for line in out.memory.long_term if line.memory_type == "episode"]
+
+
+def test_a_superseded_statement_is_recalled_as_it_read_at_a_past_moment(
+    runtime: Runtime,
+) -> None:
+    # Given a statement kept when its session ended, then a newer statement of the same
+    # fact (its episode card takes the new text, the old text is kept as history)
+    lc = _lifecycle(runtime)
+    ns = runtime.settings.key_namespace
+    old = _say(runtime, "s1", TWO, AT)
+    finalise(lc, user_id="u1", tenant_id=ns, session_id="s1", now=AT + 3600)
+    new = _say(runtime, "s2", THREE, AT + DAY)
+    finalise(lc, user_id="u1", tenant_id=ns, session_id="s2", now=AT + DAY + 3600)
+    query = "How many horses does Anna keep on her farm?"
+
+    # When recall is asked now, then the current statement is the long-term memory
+    now = _ask(runtime, query, as_of=None)
+    assert _episodes(now) == [THREE], now.text
+
+    # When it is asked as of a moment between the two sessions' ends
+    then = _ask(runtime, query, as_of=AT + 7200)
+    # Then the card says what it said then, with the messages it came from then
+    [card] = [line for line in then.memory.long_term if line.memory_type == "episode"]
+    assert card.text == TWO and card.message_ids == (old,)
+    # ... and nothing said later is injected from any layer
+    assert "3 horses" not in then.text
+    assert all(new not in line.message_ids for line in then.memory.history)
+
+    # When it is asked as of the first session, before its card was written
+    during = _ask(runtime, query, as_of=AT + 60)
+    # Then no long-term card answers; the raw message said by then still may
+    assert during.memory.long_term == ()
+    assert "3 horses" not in during.text
+    assert [line.message_ids for line in during.memory.history if "horses" in line.text] == [
+        (old,)
+    ]
+
+    # When it is asked as of a moment before anything was said: nothing about horses
+    before = _ask(runtime, query, as_of=AT - DAY)
+    assert "horses" not in before.text
+
+
+def test_a_merged_card_rewritten_since_stands_for_its_sources_as_they_read_then(
+    runtime: Runtime,
+) -> None:
+    # Given three statements on one topic, written as cards on day 0, and merged on day 2
+    ns = runtime.settings.key_namespace
+    lc = _lifecycle(runtime)
+    beagle = [
+        "Our beagle Biscuit loves the beach walks at Carcavelos",
+        "Biscuit the beagle chased gulls on the Carcavelos beach walks",
+        "The beagle Biscuit sleeps after long beach walks at Carcavelos",
+    ]
+    ids = []
+    for n, statement in enumerate(beagle):
+        draft = CardDraft(
+            tenant_id=ns, user_id="u1", canonical_key=f"episode:beagle{n}",
+            memory_type="episode", title=statement[:80], summary=statement,
+            source_type="session_episode", source_message_ids=[f"msg_{n}"],
+        )  # fmt: skip
+        ids.append(runtime.ltm.ledger.write(draft, now=AT + n).memory_id)
+    runtime.ltm.projector.project(ids)
+    report = consolidate_owner(lc, tenant_id=ns, user_id="u1", now=AT + 2 * DAY)
+    assert len(report.merged) == 1
+    cards = runtime.ltm.ledger.cards(ids)
+    assert {c.status for c in cards.values()} == {CardStatus.SUPERSEDED}
+    query = "What does Biscuit the beagle do on the Carcavelos beach walks?"
+
+    # When recall is asked now, then the merged card answers
+    now = _ask(runtime, query, as_of=None)
+    assert {line.memory_type for line in now.memory.long_term if "Biscuit" in line.text} == {
+        CONSOLIDATED
+    }
+    # When it is asked as of day 1, before the merge
+    then = _ask(runtime, query, as_of=AT + DAY)
+    # Then the cards of then answer, each on its own, with its own message
+    found = {line.memory_id: line for line in then.memory.long_term if "Biscuit" in line.text}
+    assert set(found) == set(ids), then.text
+    assert {found[i].message_ids for i in ids} == {("msg_0",), ("msg_1",), ("msg_2",)}
+    # ... and as of a moment between the first and the second card, only the first
+    early = _ask(runtime, query, as_of=AT + 0.5)
+    assert [line.memory_id for line in early.memory.long_term if "Biscuit" in line.text] == [
+        ids[0]
+    ]
+
+
+def test_an_authoritative_fact_is_recalled_with_the_value_it_had_then(
+    runtime: Runtime,
+) -> None:
+    # Given a timezone set, then changed (PostgreSQL keeps both versions with validity)
+    ns = runtime.settings.key_namespace
+    for zone in ("Europe/Lisbon", "Asia/Tokyo"):
+        with runtime.engine.begin() as conn:
+            set_profile(db=conn, tenant_id=ns, user_id="u1", update={"timezone": zone})
+    with runtime.engine.connect() as conn:
+        starts = [
+            float(v)
+            for (v,) in conn.execute(
+                text(
+                    "SELECT extract(epoch FROM valid_from) FROM stable_memory_facts "
+                    "WHERE tenant_id = :t AND user_id = 'u1' "
+                    "AND canonical_fact_key = 'profile.timezone' ORDER BY valid_from"
+                ),
+                {"t": ns},
+            )
+        ]
+    assert len(starts) == 2 and starts[0] < starts[1]
+    query = "What is my timezone in my profile?"
+    # When recall is asked now (the profile cache warm), then the current value answers
+    assert "Asia/Tokyo" in _ask(runtime, query, as_of=None).text
+    current = _ask(runtime, query, as_of=None)
+    assert "Asia/Tokyo" in current.text and "Europe/Lisbon" not in current.text
+    # When it is asked as of a moment between the two writes: the value of then
+    then = _ask(runtime, query, as_of=(starts[0] + starts[1]) / 2)
+    assert "Europe/Lisbon" in then.text and "Asia/Tokyo" not in then.text
+    # ... and before the first write there was no timezone at all
+    before = _ask(runtime, query, as_of=starts[0] - 60)
+    assert "Europe/Lisbon" not in before.text and "Asia/Tokyo" not in before.text
