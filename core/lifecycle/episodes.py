@@ -102,6 +102,9 @@ def episode_draft(item: MemoryItem, *, tenant: str, session_id: str) -> CardDraf
         tags=[EPISODE, session_tag(session_id)],
         source_type=EPISODE_SOURCE,
         source_message_ids=[m[:128] for m in mids[:64]],
+        # when the statement of this text was (last) said: the line's date; an item's
+        # updated_at is its latest mention's turn time (a newer text of the fact: its own)
+        occurred_at=item.updated_at,
         importance=item.importance,
         confidence=item.confidence,
     )
@@ -124,7 +127,7 @@ def history_draft(old: LtmCard) -> CardDraft:
         content=old.content, entities=old.entities[:64], tags=old.tags[:32],
         source_type=HISTORY_SOURCE, source_message_ids=old.source_message_ids[:512],
         fingerprint=old.fingerprint, importance=old.importance, confidence=old.confidence,
-        status=CardStatus.SUPERSEDED,
+        occurred_at=old.occurred_at, status=CardStatus.SUPERSEDED,
     )  # fmt: skip
 
 

@@ -136,6 +136,8 @@ def summary_draft(
         entities=list(dict.fromkeys(e[:128] for i in worthy for e in i.entities))[:64],
         tags=["session", session_tag(session_id)],
         source_type="session_summary",
+        # dated by its session's earliest statement: a summary is about that session's time
+        occurred_at=min((i.updated_at for i in worthy), default=None),
         importance=0.8,  # seed 2: finalizeSession persists the summary at 0.8
     )
 

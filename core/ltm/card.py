@@ -63,6 +63,10 @@ class CardDraft(BaseModel):
     """Provenance: the transcript messages the card was promoted from (seed 1 七.2 source)."""
     fingerprint: str | None = Field(None, min_length=1, max_length=64)
     """The fingerprint of the STM item the card was promoted from (``core.models.identity``)."""
+    occurred_at: float | None = Field(None, allow_inf_nan=False)
+    """When what the card says was said (its first source message's time): recall dates
+    the card's line with it.  None: undated (a card written before this field, or one
+    that is not about one moment, such as a merged card)."""
     importance: float = Field(0.5, ge=0.0, le=1.0)
     confidence: float = Field(0.8, ge=0.0, le=1.0)
     status: CardStatus = CardStatus.ACTIVE
@@ -86,6 +90,7 @@ class LtmCard(BaseModel):
     source_type: Label
     source_message_ids: list[str] = Field(default_factory=list)
     fingerprint: str | None = None
+    occurred_at: float | None = None
     bm25_text: str
     created_at: float
     updated_at: float
@@ -113,7 +118,7 @@ class LtmCard(BaseModel):
         indexed = self.model_dump(
             exclude={
                 "access_count", "created_at", "updated_at", "version", "canonical_key", "status",
-                "fingerprint",
+                "fingerprint", "occurred_at",
             }
         )  # fmt: skip
         raw = json.dumps(indexed, sort_keys=True, ensure_ascii=False, default=str)

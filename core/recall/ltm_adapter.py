@@ -126,6 +126,7 @@ class LedgerBackedSearcher:
     def _candidate(rank: int, card: LtmCard, query: str) -> PoolCandidate:
         text = card.summary or card.title
         message_ids = tuple(card.source_message_ids)
+        said_at = card.occurred_at
         if card.memory_type == CONSOLIDATED:  # a merged card: the members asked for
             focused = focus(card.content, query)
             if focused is not None:
@@ -147,6 +148,7 @@ class LedgerBackedSearcher:
             message_ids=message_ids,
             tenant_id=card.tenant_id,
             project_id=card.project_id,
+            said_at=said_at,
         )
 
 
@@ -177,6 +179,7 @@ class HistoryBackedSearcher:
                 updated_at=h.at,
                 message_ids=(h.message_id,),
                 tenant_id=tenant_id,
+                said_at=h.at,
             )
             for rank, h in enumerate(hits)
         ]

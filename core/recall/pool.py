@@ -51,6 +51,9 @@ class PoolCandidate(BaseModel):
     layer_rank: int | None = Field(None, ge=0)
     tenant_id: str | None = None  # LTM cards carry their scope; STM keys already are scoped
     project_id: str | None = None
+    # when what it says was said (a raw message, a dated card): its line shows the date,
+    # and the budget counts it (DATE_TOKENS)
+    said_at: float | None = None
 
     @property
     def source_priority(self) -> int:
@@ -106,6 +109,15 @@ class Scored(BaseModel):
 
 
 _CJK = re.compile(r"[\u4e00-\u9fff]")
+
+
+DATE_TOKENS = 3
+"""What a line's date costs, ``(2023-05-08) ``, by :func:`estimate_tokens`' rule."""
+
+
+def line_tokens(c: PoolCandidate) -> int:
+    """A candidate's cost as rendered: its text, and its date when it has one."""
+    return estimate_tokens(c.summary) + (DATE_TOKENS if c.said_at is not None else 0)
 
 
 @lru_cache(maxsize=16_384)
@@ -331,7 +343,7 @@ def build_pool(
     covered: set[str] = set()  # source messages of what is kept so far
     top_k, budget = policy.top_k, policy.token_budget
     for score, parts, c in live:
-        tokens = estimate_tokens(c.summary)
+        tokens = line_tokens(c)
         raw = c.source_type is SourceType.RAW_HISTORY
         if raw and c.message_ids and covered.issuperset(c.message_ids):
             # the fallback only adds what the curated memories above it do not say
@@ -365,6 +377,6 @@ def _scored(
 ) -> Scored:
     """A verdict from values the pool computed itself (no re-validation of the candidate)."""
     if tokens is None:
-        tokens = estimate_tokens(c.summary)
+        tokens = line_tokens(c)
     return trusted(Scored, {"candidate": c, "score": score, "parts": parts, "verdict": verdict,
                             "reason": reason, "tokens": tokens})  # fmt: skip

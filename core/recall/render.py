@@ -46,7 +46,7 @@ class MemoryLine(BaseModel):
     text: str
     source_type: SourceType
     message_ids: tuple[str, ...] = ()
-    at: float | None = None  # when it was said (raw history lines show their date)
+    at: float | None = None  # when it was said: raw messages and dated cards show it
 
 
 class RenderedMemory(BaseModel):
@@ -68,7 +68,7 @@ class RenderedMemory(BaseModel):
             return trusted(MemoryLine, {
                 "memory_id": c.memory_id, "memory_type": c.memory_type, "text": c.summary,
                 "source_type": c.source_type, "message_ids": c.message_ids,
-                "at": c.updated_at if c.source_type is SourceType.RAW_HISTORY else None,
+                "at": c.said_at,
             })  # fmt: skip
 
         def of(source: SourceType) -> tuple[MemoryLine, ...]:
@@ -91,7 +91,8 @@ def language_for(profile_language: str | None, query: str) -> Lang:
 
 
 def _dated(at: float | None) -> str:
-    """``(2023-05-08) `` for a line with a time: a raw message's date is part of its meaning."""
+    """``(2023-05-08) `` for a line with a time: when a statement was said is part of its
+    meaning ("yesterday"), and what a question about "when" needs."""
     if at is None or at <= 0:
         return ""
     return time.strftime("(%Y-%m-%d) ", time.gmtime(at))
@@ -117,7 +118,7 @@ def render(blocks: AuthorityBlocks | None, memory: RenderedMemory, lang: Lang) -
         sections.append("\n".join(lines))
     if memory.long_term:
         lines = [_TITLES["ltm"][lang]]
-        lines += [f"- {m.text}" for m in memory.long_term]
+        lines += [f"- {_dated(m.at)}{m.text}" for m in memory.long_term]
         sections.append("\n".join(lines))
     if memory.history:
         lines = [_TITLES["history"][lang]]

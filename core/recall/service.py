@@ -193,6 +193,7 @@ def _stm_fields(hit: StmHit) -> tuple[frozenset[str], dict[str, object]]:
         "layer_rank": None,
         "tenant_id": None,
         "project_id": None,
+        "said_at": None,  # this session's state: its lines are not dated
     }  # fmt: skip
 
 

@@ -304,14 +304,35 @@ def test_raw_history_renders_last_with_the_date_it_was_said() -> None:
     from memstrata.core.recall.render import RenderedMemory, render
 
     card = cand("ltm_1", SourceType.LTM, "k1", "f1", summary="likes hiking")
+    at = 1_683_500_000.0
     raw = cand("raw_1", SourceType.RAW_HISTORY, "raw:d1", "f2", summary="Caroline: I ran 5k",
-               updated_at=1_683_500_000.0, message_ids=("d1",))  # fmt: skip
+               updated_at=at, message_ids=("d1",), said_at=at)  # fmt: skip
     memory = RenderedMemory.from_candidates([raw, card], task_id=None)
     text = render(None, memory, "en")
     assert text == (
         "Related long-term experience:\n- likes hiking\n\n"
         "From earlier conversations:\n- (2023-05-07) Caroline: I ran 5k"
     )
+
+
+def test_a_dated_card_shows_when_it_was_said_and_the_budget_counts_the_date() -> None:
+    from memstrata.core.recall.pool import DATE_TOKENS, estimate_tokens, line_tokens
+    from memstrata.core.recall.render import RenderedMemory, render
+
+    # Given an episode card said on 2023-05-07 and an undated card
+    said = cand("ltm_1", SourceType.LTM, "k1", "f1", summary="Caroline: I went to a support "
+                "group yesterday", said_at=1_683_500_000.0)  # fmt: skip
+    plain = cand("ltm_2", SourceType.LTM, "k2", "f2", summary="likes hiking")
+    text = render(None, RenderedMemory.from_candidates([said, plain], task_id=None), "en")
+    # Then the dated line carries its date ("yesterday" of that day), the other none
+    assert text == (
+        "Related long-term experience:\n"
+        "- (2023-05-07) Caroline: I went to a support group yesterday\n- likes hiking"
+    )
+    # ... and the token budget is charged for the date it shows
+    assert line_tokens(said) == estimate_tokens(said.summary) + DATE_TOKENS
+    assert line_tokens(plain) == estimate_tokens(plain.summary)
+    assert estimate_tokens("(2023-05-07) ") - 2 == DATE_TOKENS  # the rule, less a line's 2
 
 
 def test_each_layer_keeps_its_relevance_order_in_the_pool() -> None:
