@@ -64,9 +64,9 @@ class CardDraft(BaseModel):
     fingerprint: str | None = Field(None, min_length=1, max_length=64)
     """The fingerprint of the STM item the card was promoted from (``core.models.identity``)."""
     occurred_at: float | None = Field(None, allow_inf_nan=False)
-    """When what the card says was said (its first source message's time): recall dates
-    the card's line with it.  None: undated (a card written before this field, or one
-    that is not about one moment, such as a merged card)."""
+    """When what the card says was said (an episode: its statement's latest mention):
+    recall dates the card's line with it.  None: undated (a card written before this
+    field, or one that is not about one moment, such as a merged card)."""
     importance: float = Field(0.5, ge=0.0, le=1.0)
     confidence: float = Field(0.8, ge=0.0, le=1.0)
     status: CardStatus = CardStatus.ACTIVE
