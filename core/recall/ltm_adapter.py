@@ -98,10 +98,10 @@ class LedgerBackedSearcher:
         rewritten since then stands for its sources, each as it read then, at its rank;
         without a ``merged_sources`` reader it is left out (what it held then is unknown)."""
         tenant, user = filters.tenant_id, filters.user_id
-        newer = [c.memory_id for _, c in found if _rewritten_merge(c, at)]
+        newer = {c.memory_id for _, c in found if _rewritten_merge(c, at)}
         held: dict[str, Sequence[str]] = {}
         if newer and self.merged_sources is not None:
-            held = dict(self.merged_sources(tenant, user, newer))
+            held = dict(self.merged_sources(tenant, user, sorted(newer)))
         sources = self.ledger.cards([s for m in newer for s in held.get(m, ())])
         expanded: list[tuple[int, LtmCard]] = []
         for rank, card in found:

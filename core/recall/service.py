@@ -443,15 +443,19 @@ class Recaller:
         self, req: RecallRequest, degraded: dict[str, str], cached: CacheLookup | None
     ) -> tuple[AuthoritySnapshot, CacheLookup, bool]:
         """The cached snapshot, or PG's (then cached); no PG connection on a cache hit.
+        With ``req.as_of``, PG's facts valid then, never from or into the cache.
 
         ``cached``: the profile cache's answer when the STM read carried it (else it is
         asked here).  The flag says whether the snapshot is the user's real one; False: PG
         could not be read and the snapshot is :func:`owner_only` (``degraded["authority"]``
         says why).
         """
-        if req.as_of is not None:  # the cache holds the current facts: PG has the past ones
-            return self._snapshot_as_of(req, req.as_of, degraded)
-        lookup = cached if cached is not None else self._cached(req)
+        # as of a moment: the cache holds the current facts, PG also the past ones
+        past = req.as_of is not None
+        if past:
+            lookup = CacheLookup(CacheStatus.MISSING)
+        else:
+            lookup = cached if cached is not None else self._cached(req)
         if lookup.status is CacheStatus.HIT and lookup.snapshot is not None:
             return lookup.snapshot, lookup, True
         breaker = self.breakers[AUTHORITY]
@@ -460,31 +464,15 @@ class Recaller:
             return owner_only(req.tenant_id, req.user_id), lookup, False
         try:
             with tripping(breaker), translated("read snapshot"), self.engine.connect() as conn:
-                snapshot = read_snapshot(db=conn, tenant_id=req.tenant_id, user_id=req.user_id)
-        except TransientError as exc:
-            degraded[AUTHORITY] = describe(exc)
-            return owner_only(req.tenant_id, req.user_id), lookup, False
-        self._fill(snapshot)
-        return snapshot, lookup, True
-
-    def _snapshot_as_of(
-        self, req: RecallRequest, as_of: float, degraded: dict[str, str]
-    ) -> tuple[AuthoritySnapshot, CacheLookup, bool]:
-        """PG's facts as they were at ``as_of`` (never cached: the cache is the present)."""
-        bypassed = CacheLookup(CacheStatus.MISSING)
-        breaker = self.breakers[AUTHORITY]
-        if not breaker.allow():
-            degraded[AUTHORITY] = breaker.status()
-            return owner_only(req.tenant_id, req.user_id), bypassed, False
-        try:
-            with tripping(breaker), translated("read snapshot"), self.engine.connect() as conn:
                 snapshot = read_snapshot(
-                    db=conn, tenant_id=req.tenant_id, user_id=req.user_id, as_of=as_of
+                    db=conn, tenant_id=req.tenant_id, user_id=req.user_id, as_of=req.as_of
                 )
         except TransientError as exc:
             degraded[AUTHORITY] = describe(exc)
-            return owner_only(req.tenant_id, req.user_id), bypassed, False
-        return snapshot, bypassed, True
+            return owner_only(req.tenant_id, req.user_id), lookup, False
+        if not past:  # a past snapshot is never cached
+            self._fill(snapshot)
+        return snapshot, lookup, True
 
     def _cached(self, req: RecallRequest) -> CacheLookup:
         """The profile cache's answer; a miss when Redis is down (PG is asked instead)."""
