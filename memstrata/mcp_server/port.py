@@ -67,6 +67,7 @@ class MemoryPort(Protocol):
         top_k: int = 8,
         token_budget: int = 600,
         explain: bool = False,
+        as_of: float | None = None,
     ) -> RecallResult: ...
 
     def inspect(
@@ -130,10 +131,11 @@ class EmbeddedMemory:
         top_k: int = 8,
         token_budget: int = 600,
         explain: bool = False,
+        as_of: float | None = None,
     ) -> RecallResult:
         body = RecallIn(
             query=query, user_id=user_id, session_id=session_id, task_id=task_id,
-            top_k=top_k, token_budget=token_budget, explain=explain,
+            top_k=top_k, token_budget=token_budget, explain=explain, as_of=as_of,
         )  # fmt: skip
         return self.client.recall(body, tenant=owner_tenant(tenant_id))
 

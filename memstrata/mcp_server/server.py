@@ -4,7 +4,8 @@ Tools (typed inputs, JSON Schema from pydantic, structured results):
 
 * ``remember``: record a finished turn (or one fact, as a one-message user turn); it is
   durable in L0 and queued for the workers on return, extracted a moment later;
-* ``recall``: the memory block to inject for a query, with every item's id and layer;
+* ``recall``: the memory block to inject for a query, with every item's id and layer
+  (``as_of``: as memory stood at that moment);
 * ``forget``: retract one item (an STM item is deleted, an LTM card superseded) or, with
   no ``memory_id``, erase the user from every layer (``dry_run`` only counts);
 * ``explain``: the write decisions of a session (or of one turn): why each candidate was
@@ -348,12 +349,16 @@ class MemoryTools:
         task_id: OptId = None,
         top_k: Annotated[int, Field(ge=1, le=100)] = 8,
         token_budget: Annotated[int, Field(ge=32, le=32_000)] = 600,
+        as_of: Annotated[
+            float | None,
+            Field(description="memory as it stood at this time (seconds since the epoch)"),
+        ] = None,
     ) -> Recalled:
         """What memory holds for this query: the block to inject, and each item's source."""
         caller = self.owners.caller(ctx.headers, "read")
         out = _run(lambda: self.memory.recall(
             query, tenant_id=caller.tenant_id, user_id=user_id, session_id=session_id,
-            task_id=task_id, top_k=top_k, token_budget=token_budget,
+            task_id=task_id, top_k=top_k, token_budget=token_budget, as_of=as_of,
         ))  # fmt: skip
         m = out.memory
         items = [

@@ -143,6 +143,7 @@ async def whole_way(
     assert [t.uri_template for t in templates] == ["memstrata://{tenant}/{user}/stm"]
 
     # remember a turn; the real worker extracts it
+    before_turn = time.time()
     got = await call(session, "remember", user_id="alice", session_id="s1", messages=TURN,
                      turn_id="turn-1")  # fmt: skip
     assert got["turn_id"] == "turn-1" and got["message_ids"] == ["turn-1.0", "turn-1.1"]
@@ -162,6 +163,12 @@ async def whole_way(
     item_id = restart[0].id
     assert item_id in by_id and by_id[item_id]["layer"] == "redis_stm"
     assert by_id[item_id]["message_ids"][0].startswith("turn-1.")
+    # as of a moment before the turn, memory did not hold it yet
+    then = await call(session, "recall", user_id="alice", session_id="s1",
+                      query="may I restart the prod database?", as_of=before_turn)  # fmt: skip
+    assert item_id not in {i["memory_id"] for i in then["items"]}
+    assert "as_of" in await call_error(session, "recall", user_id="alice", session_id="s1",
+                                       query="restart?", as_of=-1.0)  # fmt: skip
 
     # explain shows the decision that stored it (and only this turn's)
     why = await call(session, "explain", user_id="alice", session_id="s1", turn_id="turn-1",
