@@ -11,13 +11,18 @@ One card per statement, keyed by its canonical key:
 finalising twice, or the same statement in two sessions, updates one card.  A newer
 statement of the same canonical fact (the key masks digits: "I have 2 cats" → "… 3 cats")
 replaces the card's text; the older text is kept as a superseded history card, audited
-(``Action.SUPERSEDE``), so recall returns the current statement and the past stays.
+(``Action.SUPERSEDE``), so recall returns the current statement and the past stays.  The
+session summaries that stated the older text (an earlier session's "I have 2 horses")
+lose that statement the same way (:func:`without_statements`; their previous text kept as
+history), or a current recall would show both.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+
+from sqlalchemy import Connection
 
 from memstrata.core.adapters.pg import pg_errors
 from memstrata.core.errors import CorruptRecord, InvalidId, NotFound
@@ -36,6 +41,8 @@ log = logging.getLogger(__name__)
 
 CONTEXT_CHARS = 300
 EPISODE_SOURCE = "session_episode"
+SESSION_SUMMARY = "session_summary"
+SUMMARY_JOIN = "; "  # between a session summary's statements (core.lifecycle.finalise)
 SESSION_TAG = "session:"
 MAX_TAG = 64
 
@@ -115,6 +122,24 @@ def superseded_by(old: LtmCard, new: CardDraft, *, merged: bool = False) -> bool
     a merge hid is live too: the merged card holds it)."""
     live = old.status is CardStatus.ACTIVE or (merged and old.status is CardStatus.SUPERSEDED)
     return live and old.summary != new.summary
+
+
+def without_statements(summary: str, statements: Iterable[str]) -> str:
+    """``summary`` (statements joined by :data:`SUMMARY_JOIN`) without each of
+    ``statements`` where it stands whole between separators; "" when none is left."""
+    text = f"{SUMMARY_JOIN}{summary}{SUMMARY_JOIN}"
+    for stated in statements:
+        whole = f"{SUMMARY_JOIN}{stated}{SUMMARY_JOIN}"
+        while stated and whole in text:
+            text = text.replace(whole, SUMMARY_JOIN)
+    return text[len(SUMMARY_JOIN) : -len(SUMMARY_JOIN)] if len(text) > 2 * len(SUMMARY_JOIN) else ""
+
+
+def draft_of(card: LtmCard, **changes: object) -> CardDraft:
+    """The draft that writes ``card`` again, with ``changes``."""
+    return CardDraft.model_validate(
+        card.model_dump(include=set(CardDraft.model_fields)) | changes
+    )
 
 
 def history_draft(old: LtmCard) -> CardDraft:
@@ -237,6 +262,10 @@ def write_episodes(
                             "session_id": session_id})
             for mid, h in history
         ])  # fmt: skip
+        summaries = _drop_from_summaries(
+            lc, conn, tenant, user_id, [before[mid].summary for mid, _ in history],
+            session_id=session_id, now=now,
+        )  # fmt: skip
         events = [
             AuditEvent(
                 action=Action.PROMOTE_CARD,
@@ -251,7 +280,45 @@ def write_episodes(
             for r, i in zip(results, chosen, strict=True)
         ]
         record(conn, events)
-    ids = [r.memory_id for r in results if r.op != "unchanged"]
+    ids = [r.memory_id for r in results if r.op != "unchanged"] + summaries
     if ids:
         lc.on_cards(ids)
     return [r.memory_id for r in results]
+
+
+def _drop_from_summaries(
+    lc: Lifecycle,
+    conn: Connection,
+    tenant: str,
+    user_id: str,
+    replaced: Sequence[str],
+    *,
+    session_id: str,
+    now: float,
+) -> list[str]:
+    """Take the ``replaced`` statements out of the owner's session summaries, in the
+    caller's transaction: each summary's previous text kept as its history version
+    (``as_of`` reads it), audited; a summary left with nothing is superseded.  Returns
+    the ids of the summaries changed."""
+    changed: list[str] = []
+    events: list[AuditEvent] = []
+    for card in lc.ledger.stating(tenant, user_id, replaced, memory_type=SESSION_SUMMARY,
+                                  conn=conn):  # fmt: skip
+        left = without_statements(card.summary, replaced)
+        if left == card.summary:  # the text only occurs inside another statement
+            continue
+        history = history_draft(card)
+        lc.ledger.write(history, now=now, conn=conn)
+        if left:
+            lc.ledger.write(draft_of(card, summary=left), now=now, conn=conn)
+        else:
+            lc.ledger.set_status(card.memory_id, CardStatus.SUPERSEDED, now=now, conn=conn)
+        changed.append(card.memory_id)
+        events.append(AuditEvent(
+            Action.SUPERSEDE, tenant, user_id, card.memory_id,
+            "a newer statement of the same fact replaced one this summary stated", now, (),
+            {"previous": card_id(history.tenant_id, history.user_id, history.canonical_key),
+             "session_id": session_id, "emptied": not left},
+        ))  # fmt: skip
+    record(conn, events)
+    return changed

@@ -25,7 +25,12 @@ from memstrata.core.adapters.pg import pg_errors
 from memstrata.core.compress.cache import SessionActivity
 from memstrata.core.keys import parse_user_scope
 from memstrata.core.lifecycle.audit import Action, AuditEvent, record
-from memstrata.core.lifecycle.episodes import session_tag, write_episodes
+from memstrata.core.lifecycle.episodes import (
+    SESSION_SUMMARY,
+    SUMMARY_JOIN,
+    session_tag,
+    write_episodes,
+)
 from memstrata.core.lifecycle.generality import assess
 from memstrata.core.lifecycle.owner_lock import OwnerBusy, owner_lock
 from memstrata.core.lifecycle.policy import PromotionPolicy
@@ -34,8 +39,6 @@ from memstrata.core.lifecycle.scan import scan_user
 from memstrata.core.ltm.card import CardDraft
 from memstrata.core.metrics import count_promotions
 from memstrata.core.models.memory import MemoryItem
-
-SESSION_SUMMARY = "session_summary"
 
 
 @dataclass(frozen=True)
@@ -151,16 +154,17 @@ def summary_provenance(worthy: Sequence[MemoryItem]) -> dict[str, list[str]]:
 
 
 def _clip_joined(parts: Sequence[str], limit: int) -> str:
-    """``"; "``-joined parts, whole parts only while they fit (at least the first, cut)."""
+    """:data:`SUMMARY_JOIN`-joined parts, whole parts only while they fit (at least the
+    first, cut)."""
     out: list[str] = []
     used = 0
     for p in parts:
-        extra = len(p) + (2 if out else 0)
+        extra = len(p) + (len(SUMMARY_JOIN) if out else 0)
         if out and used + extra > limit:
             break
         out.append(p)
         used += extra
-    return "; ".join(out)[:limit]
+    return SUMMARY_JOIN.join(out)[:limit]
 
 
 def _write_summary(

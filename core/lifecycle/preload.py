@@ -17,7 +17,7 @@ from sqlalchemy import or_, select
 from memstrata.core.adapters.pg import pg_errors
 from memstrata.core.keys import user_scope
 from memstrata.core.lifecycle.audit import Action, AuditEvent
-from memstrata.core.lifecycle.finalise import SESSION_SUMMARY
+from memstrata.core.lifecycle.episodes import SESSION_SUMMARY
 from memstrata.core.lifecycle.runtime import Lifecycle
 from memstrata.core.ltm.card import CardStatus, LtmCard
 from memstrata.core.ltm.tables import cards
@@ -80,7 +80,8 @@ def last_session_summary(lc: Lifecycle, *, tenant_id: str, user_id: str) -> LtmC
             cards.c.status == CardStatus.ACTIVE.value,
             cards.c.memory_type == SESSION_SUMMARY,
         )
-        .order_by(cards.c.updated_at.desc())
+        # the session finalised last: a summary a later statement rewrote is not newer
+        .order_by(cards.c.created_at.desc())
         .limit(1)
     )
     with pg_errors("last session summary"), lc.engine.connect() as conn:

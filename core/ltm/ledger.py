@@ -471,6 +471,32 @@ class Ledger:
                     out.setdefault(by_prefix[prefix], []).append(card)
         return out
 
+    def stating(
+        self,
+        tenant_id: str,
+        user_id: str,
+        texts: Sequence[str],
+        *,
+        memory_type: str,
+        conn: Connection | None = None,
+    ) -> list[LtmCard]:
+        """The owner's active cards of ``memory_type`` whose summary holds any of ``texts``
+        (literally: ``%`` and ``_`` mean themselves); one statement."""
+        wanted = [t for t in texts if t]
+        if not wanted:
+            return []
+        validate_id(tenant_id, kind="tenant_id")
+        validate_id(user_id, kind="user_id")
+        stmt = select(cards).where(
+            cards.c.tenant_id == tenant_id,
+            cards.c.user_id == user_id,
+            cards.c.memory_type == memory_type,
+            cards.c.status == CardStatus.ACTIVE.value,
+            or_(*[cards.c.summary.contains(t, autoescape=True) for t in wanted]),
+        )
+        with self._read("load cards stating a text", conn) as c:
+            return [_card_of(row) for row in c.execute(stmt).mappings()]
+
     def work(self, memory_ids: Sequence[str]) -> tuple[dict[str, LtmCard], list[Projection]]:
         """Cards and their projections, read in one snapshot."""
         with self._begin("load work") as c:

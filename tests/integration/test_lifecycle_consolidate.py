@@ -242,11 +242,20 @@ def test_a_newer_statement_of_the_same_fact_supersedes_and_keeps_the_older(
     current = cards[old.memory_id]
     assert current.status is CardStatus.ACTIVE and "3 horses" in current.summary
     assert current.source_message_ids == [newer]
-    [past] = [c for c in cards.values() if c.source_type == "superseded_statement"]
+    kept = {c.canonical_key.split(":")[1]: c for c in cards.values()
+            if c.source_type == "superseded_statement"}  # fmt: skip
+    past = kept[old.memory_id]
     assert past.status is CardStatus.SUPERSEDED and "2 horses" in past.summary
     assert past.source_message_ids == old.source_message_ids
-    [row] = lc.audit.find(tenant_id=t, action=Action.SUPERSEDE)
-    assert row["target"] == old.memory_id and row["inputs"]["previous"] == past.memory_id
+    # the first session's summary stated only the replaced statement: it is superseded
+    # too, its text kept as history
+    [summary] = [c for c in cards.values()
+                 if c.source_type == "session_summary" and c.title == "Session s1"]  # fmt: skip
+    assert summary.status is CardStatus.SUPERSEDED
+    assert set(kept) == {old.memory_id, summary.memory_id}
+    rows = {r["target"]: r for r in lc.audit.find(tenant_id=t, action=Action.SUPERSEDE)}
+    assert rows[old.memory_id]["inputs"]["previous"] == past.memory_id
+    assert rows[summary.memory_id]["inputs"]["emptied"] is True
 
 
 def test_a_source_retracted_while_hidden_stays_retracted_when_its_merge_is_undone(
@@ -324,5 +333,10 @@ def test_a_restated_fact_a_merge_holds_stays_behind_the_merge_and_keeps_its_hist
     current = cards[first.memory_id]
     assert "3 horses" in current.summary and current.status is CardStatus.SUPERSEDED
     assert cards[merged.memory_id].status is CardStatus.ACTIVE
-    [past] = [c for c in cards.values() if c.source_type == "superseded_statement"]
+    [past] = [c for c in cards.values() if c.source_type == "superseded_statement"
+              and c.canonical_key.startswith(f"history:{first.memory_id}:")]  # fmt: skip
     assert "2 horses" in past.summary
+    # ... and the first session's summary keeps its other two statements, not this one
+    [summary] = [c for c in cards.values()
+                 if c.source_type == "session_summary" and c.title == "Session s1"]  # fmt: skip
+    assert "2 horses" not in summary.summary and horses[1] in summary.summary

@@ -12,6 +12,7 @@ import pytest
 from sqlalchemy import text
 
 from memstrata.core.authority.facts import set_profile
+from memstrata.core.lifecycle.audit import Action
 from memstrata.core.lifecycle.consolidate import consolidate_owner
 from memstrata.core.lifecycle.finalise import finalise
 from memstrata.core.lifecycle.runtime import Lifecycle
@@ -113,6 +114,41 @@ def test_a_superseded_statement_is_recalled_as_it_read_at_a_past_moment(
     # When it is asked as of a moment before anything was said: nothing about horses
     before = _ask(runtime, query, as_of=AT - DAY)
     assert "horses" not in before.text
+
+
+def test_a_newer_statement_leaves_the_earlier_session_summary_too(runtime: Runtime) -> None:
+    # Given a session whose summary states two things, one of them replaced a day later
+    lc = _lifecycle(runtime)
+    ns = runtime.settings.key_namespace
+    olives = "My sister Anna also grows olives next to the horses' paddock."
+    _say(runtime, "s1", TWO, AT)
+    _say(runtime, "s1", olives, AT + 60)
+    first = finalise(lc, user_id="u1", tenant_id=ns, session_id="s1", now=AT + 3600)
+    assert first.card_id is not None
+    written = runtime.ltm.ledger.cards([first.card_id])[first.card_id]
+    assert TWO in written.summary and olives in written.summary, written.summary
+    _say(runtime, "s2", THREE, AT + DAY)
+    finalise(lc, user_id="u1", tenant_id=ns, session_id="s2", now=AT + DAY + 3600)
+
+    # Then the first session's summary no longer states the replaced statement, and keeps
+    # the other one
+    summary = runtime.ltm.ledger.cards([first.card_id])[first.card_id]
+    assert TWO not in summary.summary and olives in summary.summary, summary.summary
+    assert summary.status is CardStatus.ACTIVE and summary.version == written.version + 1
+    # ... so a current recall's long-term memory says "3 horses" only (the raw message
+    # of the first session is still history: dated, under "From earlier conversations")
+    query = "How many horses does Anna keep on her farm?"
+    now = _ask(runtime, query, as_of=None)
+    remembered = " ".join(line.text for line in now.memory.long_term)
+    assert "3 horses" in remembered and "2 horses" not in remembered, now.text
+    # ... while as of a moment between the sessions the summary reads as it did then
+    then = _ask(runtime, query, as_of=AT + 7200)
+    summaries = [ln.text for ln in then.memory.long_term if ln.memory_id == first.card_id]
+    assert summaries and TWO in summaries[0], then.text
+    assert "3 horses" not in then.text
+    # ... and the audit says what replaced it
+    [why] = lc.audit.find(target=first.card_id, action=Action.SUPERSEDE)
+    assert "replaced one this summary stated" in why["reason"], why
 
 
 def test_a_merged_card_rewritten_since_stands_for_its_sources_as_they_read_then(

@@ -8,6 +8,7 @@ import argparse
 import pytest
 
 from memstrata.core.errors import InvalidInput
+from memstrata.core.lifecycle.episodes import without_statements
 from memstrata.core.ltm.asof import HISTORY_SOURCE, history_prefix, version_at
 from memstrata.core.ltm.card import CardStatus, LtmCard
 from memstrata.core.ltm.filters import CardFilter, es_filter, milvus_expr
@@ -67,3 +68,22 @@ def test_the_cli_reads_epoch_seconds_and_iso_dates_utc_unless_zoned() -> None:
     assert moment("2023-05-08T02:00:00+02:00") == 1_683_504_000.0
     with pytest.raises(argparse.ArgumentTypeError, match="neither"):
         moment("last tuesday")
+
+
+@pytest.mark.parametrize(
+    ("summary", "replaced", "left"),
+    [
+        ("A; B; C", ["B"], "A; C"),  # in the middle
+        ("B; C", ["B"], "C"),  # first
+        ("A; B", ["B"], "A"),  # last
+        ("B", ["B"], ""),  # alone: nothing left
+        ("A; B; B", ["B"], "A"),  # every time it stands whole
+        ("A; BB; xB", ["B"], "A; BB; xB"),  # inside another statement: kept
+        ("A; B; C; D", ["B", "C"], "A; D"),  # several replaced
+        ("A; B", [""], "A; B"),  # an empty text replaces nothing
+    ],
+)
+def test_a_replaced_statement_leaves_a_session_summary_only_where_it_stands_whole(
+    summary: str, replaced: list[str], left: str
+) -> None:
+    assert without_statements(summary, replaced) == left
