@@ -90,6 +90,7 @@ class Action(StrEnum):
     PRELOAD = "preload"
     REBUILD = "rebuild"
     CONSOLIDATE = "consolidate"  # cards merged into one (core.lifecycle.consolidate)
+    GATHER = "gather"  # an entity card gathered statements (core.lifecycle.entity_cards)
     SUPERSEDE = "supersede"  # a newer statement of the same fact replaced a card's text
     ERASE = "erase"  # an owner's data removed from every layer (core.erase); no content
 

@@ -40,6 +40,12 @@ class ConsolidatePolicy(BaseModel):
     min_shared: int = Field(2, ge=1, le=100)  # topical terms in common, at least
     duplicate_min: float = Field(0.8, gt=0.0, le=1.0)  # a near-duplicate pair is merged
     max_df: float = Field(0.1, gt=0.0, le=1.0)  # terms on more of the owner's cards: not topical
+    # entity cards (core.lifecycle.entity_cards): a name on >= entity_min cards of
+    # >= entity_sessions sessions (and on at most max_df of the cards) gets one
+    entities: bool = True
+    entity_min: int = Field(3, ge=2, le=1000)
+    entity_sessions: int = Field(2, ge=1, le=1000)
+    entity_max_cards: int = Field(100, ge=1, le=10_000)  # per owner, the most stated first
 
 
 class LifecycleSettings(BaseSettings):

@@ -43,17 +43,27 @@ from memstrata.core.errors import NotFound
 from memstrata.core.ids import validate_id
 from memstrata.core.lifecycle.audit import Action, AuditEvent, audit_table, record
 from memstrata.core.lifecycle.config import ConsolidatePolicy
+from memstrata.core.lifecycle.entity_cards import Statement, gather, gathered_state, names_of
 from memstrata.core.lifecycle.owner_lock import OwnerBusy, owner_lock
 from memstrata.core.lifecycle.runtime import Lifecycle
-from memstrata.core.ltm.card import CONSOLIDATED, CardDraft, CardStatus, card_id, member_line
+from memstrata.core.ltm.card import (
+    CONSOLIDATED,
+    ENTITY,
+    CardDraft,
+    CardStatus,
+    card_id,
+    member_line,
+)
 from memstrata.core.ltm.tables import cards
 from memstrata.core.ltm.text import tokens
-from memstrata.core.models.identity import text_fingerprint
+from memstrata.core.models.identity import EPISODE, SESSION_TAG, text_fingerprint
 
 KIND_TOPIC = "topic"
 KIND_DUPLICATE = "duplicate"
-NOT_MERGED = frozenset({CONSOLIDATED, "topic_summary", "session_summary", "raw_history"})
-"""Cards that are digests already (or raw history): never a member of a cluster."""
+NOT_MERGED = frozenset(
+    {CONSOLIDATED, ENTITY, "topic_summary", "session_summary", "raw_history"}
+)
+"""Cards that are digests or views already (or raw history): never a member of a cluster."""
 MAX_SOURCE_IDS = 512
 
 
@@ -72,6 +82,17 @@ class Member:
     created_at: float
     terms: frozenset[str] = frozenset()
     project_id: str | None = None
+    session: str = ""  # the card's session tag, "" when none
+    speaker_first: bool = False  # a conversation statement: its first entity is the speaker
+
+
+def statement_of(m: Member) -> Statement:
+    """What entity gathering reads of a member (``core.lifecycle.entity_cards``)."""
+    names = names_of(m.summary, m.entities, speaker_first=m.speaker_first)
+    return Statement(
+        m.memory_id, m.summary, tuple(names), m.message_ids, m.session, m.created_at,
+        m.importance, m.confidence, m.project_id,
+    )  # fmt: skip
 
 
 def card_terms(text: str) -> frozenset[str]:
@@ -242,6 +263,7 @@ def _members(conn: Connection, tenant: str, user: str, ids: Iterable[str] | None
         cards.c.memory_id, cards.c.title, cards.c.summary, cards.c.entities,
         cards.c.source_message_ids, cards.c.importance, cards.c.confidence, cards.c.created_at,
         cards.c.memory_type, cards.c.source_type, cards.c.status, cards.c.project_id,
+        cards.c.tags,
     ).where(cards.c.tenant_id == tenant, cards.c.user_id == user)  # fmt: skip
     if ids is None:
         stmt = stmt.where(cards.c.status == CardStatus.ACTIVE.value)
@@ -257,6 +279,8 @@ def _members(conn: Connection, tenant: str, user: str, ids: Iterable[str] | None
             r.memory_id, r.title, r.summary, tuple(r.entities or ()),
             tuple(r.source_message_ids or ()), float(r.importance), float(r.confidence),
             float(r.created_at), card_terms(f"{r.title} {r.summary}"), r.project_id,
+            next((t for t in (r.tags or ()) if t.startswith(SESSION_TAG)), ""),
+            r.memory_type == EPISODE,
         ))  # fmt: skip
     return out
 
@@ -330,10 +354,14 @@ class OwnerReport:
     hidden: int
     restored: int
     skipped: bool = False  # another lifecycle job held the owner: nothing read or written
+    entities: tuple[str, ...] = ()  # entity cards written or rebuilt
+    entities_hidden: tuple[str, ...] = ()  # entity cards whose name no longer qualifies
 
     @property
     def changed(self) -> bool:
-        return bool(self.merged or self.hidden or self.restored)
+        return bool(
+            self.merged or self.hidden or self.restored or self.entities or self.entities_hidden
+        )
 
 
 def consolidate_owner(
@@ -417,10 +445,19 @@ def consolidate_owner(
                 "no longer a cluster: merged card hidden, its sources restored", now, (),
                 {"kind": "dissolved", "sources": [], "restored": back},
             ))  # fmt: skip
-        record(conn, events)
+        # entity cards: views over every statement (hidden behind a merge or not)
+        gathered = gather(
+            lc, conn, [statement_of(m) for m in universe] if pol.entities else [],
+            tenant=tenant, user=user_id, blocked=blocked, now=now,
+        )  # fmt: skip
+        touched += [*gathered.made, *gathered.hidden]
+        record(conn, [*events, *gathered.events])
     if touched:
         lc.on_cards(sorted(set(touched)))
-    return OwnerReport(tenant, user_id, len(universe), tuple(made), hidden, restored)
+    return OwnerReport(
+        tenant, user_id, len(universe), tuple(made), hidden, restored,
+        entities=gathered.made, entities_hidden=gathered.hidden,
+    )  # fmt: skip
 
 
 def _card_id(draft: CardDraft) -> str:
@@ -515,11 +552,14 @@ class CardExplanation:
     merged_into: str | None
     sources: tuple[dict[str, Any], ...]
     history: tuple[dict[str, Any], ...]
+    entity_cards: tuple[str, ...] = ()  # the live entity cards that gather this card
 
     def lines(self) -> list[str]:
         out = [f"card {self.memory_id}: {self.memory_type}, {self.status}"]
         if self.merged_into:
             out.append(f"  merged into {self.merged_into} (hidden, not deleted)")
+        for e in self.entity_cards:
+            out.append(f"  gathered into entity card {e} (a view: this card stays)")
         for s in self.sources:
             out.append(f"  source {s['memory_id']} [{s['status']}]: {s['summary'][:100]}")
         for h in self.history:
@@ -528,22 +568,26 @@ class CardExplanation:
 
 
 def explain_card(lc: Lifecycle, card_id: str) -> CardExplanation:
-    """What was merged into ``card_id`` and why, or what ``card_id`` was merged into."""
+    """What was merged (or gathered) into ``card_id`` and why, or what ``card_id`` was
+    merged or gathered into."""
     validate_id(card_id, kind="memory_id")
     with pg_errors("explain card"), lc.engine.connect() as conn:
         card = lc.ledger.cards([card_id], conn=conn).get(card_id)
         if card is None:
             raise NotFound(f"no LTM card {card_id}")
         state = _merged_state(conn, card.tenant_id, card.user_id)
-        live = _status(conn, list(state))
+        views = gathered_state(conn, card.tenant_id, card.user_id)
+        live = _status(conn, [*state, *views])
         into = next((m for m, s in state.items()
                      if card_id in s and live.get(m) == CardStatus.ACTIVE.value), None)  # fmt: skip
-        sources = state.get(card_id, [])
+        entities = tuple(m for m, s in views.items()
+                         if card_id in s and live.get(m) == CardStatus.ACTIVE.value)  # fmt: skip
+        sources = state.get(card_id) or views.get(card_id, [])
         src = lc.ledger.cards(sources, conn=conn) if sources else {}
         rows = conn.execute(
             select(audit_table.c.action, audit_table.c.target, audit_table.c.reason,
                    audit_table.c.at, audit_table.c.inputs)
-            .where(audit_table.c.target.in_([card_id, *([into] if into else [])]))
+            .where(audit_table.c.target.in_([card_id, *([into] if into else []), *entities]))
             .order_by(audit_table.c.id)
         ).all()  # fmt: skip
     return CardExplanation(
@@ -552,4 +596,5 @@ def explain_card(lc: Lifecycle, card_id: str) -> CardExplanation:
                "summary": src[s].summary if s in src else ""} for s in sources),
         tuple({"action": r.action, "target": r.target, "reason": r.reason, "at": r.at,
                "kind": (r.inputs or {}).get("kind")} for r in rows),
+        entities,
     )  # fmt: skip

@@ -32,7 +32,7 @@ from memstrata.core.lifecycle.runtime import Lifecycle
 from memstrata.core.ltm.asof import HISTORY_SOURCE, history_prefix
 from memstrata.core.ltm.card import CardDraft, CardStatus, LtmCard, card_id
 from memstrata.core.ltm.ports import ContextRead
-from memstrata.core.models.identity import EPISODE, card_key
+from memstrata.core.models.identity import EPISODE, SESSION_TAG, card_key
 from memstrata.core.models.memory import MemoryItem
 from memstrata.core.models.transcript import Role, TranscriptRecord
 from memstrata.core.transcript.store import TranscriptStore
@@ -43,7 +43,6 @@ CONTEXT_CHARS = 300
 EPISODE_SOURCE = "session_episode"
 SESSION_SUMMARY = "session_summary"
 SUMMARY_JOIN = "; "  # between a session summary's statements (core.lifecycle.finalise)
-SESSION_TAG = "session:"
 MAX_TAG = 64
 
 

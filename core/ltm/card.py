@@ -167,6 +167,9 @@ def build_bm25_text(draft: CardDraft | LtmCard) -> str:
 
 CONSOLIDATED = "consolidated"
 """memory_type and source_type of a merged card (``core.lifecycle.consolidate``)."""
+ENTITY = "entity"
+"""memory_type and source_type of an entity card (``core.lifecycle.entity_cards``): a view
+over the statements about one name, in the merged card's content layout."""
 MEMBER_SEP = "\t"
 """A merged card's content: one line per member statement, ``<id>,<id>\\t<statement>``."""
 

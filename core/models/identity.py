@@ -21,6 +21,8 @@ PROMOTED = "stm"
 """Route prefix of a path-B card (an STM item promoted as it is)."""
 EPISODE = "episode"
 """Route prefix of an episode card (a conversation statement, made when its session ends)."""
+SESSION_TAG = "session:"
+"""Tag prefix naming the session a card was written from (``core.lifecycle.episodes``)."""
 _FROM_ITEM = (PROMOTED, EPISODE)
 MAX_KEY_CHARS = 256
 

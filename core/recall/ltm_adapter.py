@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 from memstrata.core.authority.filters import RetrievalFilters
 from memstrata.core.ltm.asof import version_at
-from memstrata.core.ltm.card import CONSOLIDATED, LtmCard, focus
+from memstrata.core.ltm.card import CONSOLIDATED, ENTITY, LtmCard, focus
 from memstrata.core.ltm.filters import CardFilter
 from memstrata.core.ltm.history import HISTORY_TYPE, HistoryIndex
 from memstrata.core.ltm.ledger import Ledger
@@ -60,6 +60,12 @@ def _rewritten_merge(card: LtmCard, at: float) -> bool:
     return card.memory_type == CONSOLIDATED and card.updated_at > at
 
 
+def _rewritten_view(card: LtmCard, at: float) -> bool:
+    """An entity card rewritten since ``at`` may hold later statements: left out of an
+    as-of read (its statements are cards of their own, found as they read then)."""
+    return card.memory_type == ENTITY and card.updated_at > at
+
+
 class LedgerBackedSearcher:
     """``LtmSearcher`` for recall: ``LtmSearch`` ranks, the ``Ledger`` supplies the details."""
 
@@ -98,6 +104,7 @@ class LedgerBackedSearcher:
         rewritten since then stands for its sources, each as it read then, at its rank;
         without a ``merged_sources`` reader it is left out (what it held then is unknown)."""
         tenant, user = filters.tenant_id, filters.user_id
+        found = [(n, c) for n, c in found if not _rewritten_view(c, at)]
         newer = {c.memory_id for _, c in found if _rewritten_merge(c, at)}
         held: dict[str, Sequence[str]] = {}
         if newer and self.merged_sources is not None:
@@ -127,7 +134,7 @@ class LedgerBackedSearcher:
         text = card.summary or card.title
         message_ids = tuple(card.source_message_ids)
         said_at = card.occurred_at
-        if card.memory_type == CONSOLIDATED:  # a merged card: the members asked for
+        if card.memory_type in (CONSOLIDATED, ENTITY):  # a digest: the members asked for
             focused = focus(card.content, query)
             if focused is not None:
                 text, message_ids = focused

@@ -15,7 +15,14 @@ from memstrata.core.lifecycle.consolidate import (
 from memstrata.core.lifecycle.finalise import finalise
 from memstrata.core.lifecycle.retract import retract_card
 from memstrata.core.lifecycle.runtime import Lifecycle
-from memstrata.core.ltm.card import CONSOLIDATED, CardDraft, CardStatus, LtmCard, focus
+from memstrata.core.ltm.card import (
+    CONSOLIDATED,
+    CardDraft,
+    CardStatus,
+    LtmCard,
+    focus,
+    member_lines,
+)
 from memstrata.core.models.transcript import MessageIn
 from memstrata.core.runtime import Runtime
 from tests.integration.test_lifecycle_env import (
@@ -340,3 +347,76 @@ def test_a_restated_fact_a_merge_holds_stays_behind_the_merge_and_keeps_its_hist
     [summary] = [c for c in cards.values()
                  if c.source_type == "session_summary" and c.title == "Session s1"]  # fmt: skip
     assert "2 horses" not in summary.summary and horses[1] in summary.summary
+
+
+ANNA = [  # one sister, three sessions, no shared topic
+    ("s1", "My sister Anna keeps 2 horses on her farm"),
+    ("s2", "We visited my sister Anna in Lisbon for her birthday"),
+    ("s3", "Yesterday my sister Anna sent me a recipe for cod fritters"),
+]
+
+
+def _say_card(lc: Lifecycle, t: Tenant, n: int, session: str, text: str) -> str:
+    """An episode card as a session end writes it: the speaker first among its entities."""
+    draft = CardDraft(
+        tenant_id=t.id, user_id=t.user, canonical_key=f"episode:e{n}", memory_type="episode",
+        title=text[:80], summary=text, entities=["Caroline"],
+        tags=["episode", f"session:{session}"], source_type="session_episode",
+        source_message_ids=[f"msg_{n}"],
+    )  # fmt: skip
+    return lc.ledger.write(draft, now=NOW + n).memory_id
+
+
+def test_a_name_stated_across_sessions_gets_an_entity_card_that_hides_nothing(
+    lc: Lifecycle, tenant: Tenant, lc_engine: Engine, kicks: Kicks
+) -> None:
+    # Given three statements about Anna from three sessions, and one about Oscar
+    ids = [_say_card(lc, tenant, n, s, text) for n, (s, text) in enumerate(ANNA)]
+    _say_card(lc, tenant, 9, "s1", "Our neighbour Oscar fixed the fence")
+    # When the owner is consolidated
+    report = consolidate_owner(lc, tenant_id=tenant.id, user_id=tenant.user, now=NOW + 60)
+    cards = _by_id(lc_engine, tenant)
+    entity = [c for c in cards.values() if c.memory_type == "entity"]
+    # Then Anna has one entity card (not the speaker, not Oscar: one card only)
+    assert [c.title for c in entity] == ["Anna: 3 memories"]
+    [card] = entity
+    assert report.entities == (card.memory_id,) and card.memory_id in kicks.ids
+    assert card.source_message_ids == ["msg_0", "msg_1", "msg_2"]
+    assert [text for _, text in member_lines(card.content)] == [text for _, text in ANNA]
+    # ... a view: every statement stays an active card of its own
+    assert {cards[i].status for i in ids} == {CardStatus.ACTIVE} and report.hidden == 0
+    # ... and explain says what it gathered, and where a statement was gathered into
+    why = explain_card(lc, card.memory_id)
+    assert {s["memory_id"] for s in why.sources} == set(ids)
+    assert any(h["action"] == Action.GATHER.value and "'Anna' is stated on 3 cards" in h["reason"]
+               for h in why.history)  # fmt: skip
+    assert explain_card(lc, ids[0]).entity_cards == (card.memory_id,)
+    # When nothing changed, a second run writes nothing
+    again = consolidate_owner(lc, tenant_id=tenant.id, user_id=tenant.user, now=NOW + 120)
+    assert again.entities == () and not again.changed
+    assert len(lc.audit.find(target=card.memory_id, action=Action.GATHER)) == 1
+    # When a fourth statement comes, the card is rebuilt with it
+    ids.append(_say_card(lc, tenant, 4, "s4", "At the market Anna bought a red bicycle"))
+    grown = consolidate_owner(lc, tenant_id=tenant.id, user_id=tenant.user, now=NOW + 180)
+    assert grown.entities == (card.memory_id,)
+    assert _by_id(lc_engine, tenant)[card.memory_id].title == "Anna: 4 memories"
+    # When the user retracts the entity card, its statements stay and it is not rebuilt
+    retract_card(lc, card_id=card.memory_id, now=NOW + 240, reason="not helpful")
+    consolidate_owner(lc, tenant_id=tenant.id, user_id=tenant.user, now=NOW + 300)
+    cards = _by_id(lc_engine, tenant)
+    assert cards[card.memory_id].status is CardStatus.SUPERSEDED
+    assert {cards[i].status for i in ids} == {CardStatus.ACTIVE}
+
+
+def test_an_entity_card_whose_name_no_longer_qualifies_is_hidden(
+    lc: Lifecycle, tenant: Tenant, lc_engine: Engine
+) -> None:
+    ids = [_say_card(lc, tenant, n, s, text) for n, (s, text) in enumerate(ANNA)]
+    consolidate_owner(lc, tenant_id=tenant.id, user_id=tenant.user, now=NOW + 60)
+    [card] = [c for c in _by_id(lc_engine, tenant).values() if c.memory_type == "entity"]
+    retract_card(lc, card_id=ids[0], now=NOW + 90, reason="wrong")  # two statements left
+    report = consolidate_owner(lc, tenant_id=tenant.id, user_id=tenant.user, now=NOW + 120)
+    assert report.entities_hidden == (card.memory_id,)
+    assert _by_id(lc_engine, tenant)[card.memory_id].status is CardStatus.SUPERSEDED
+    rows = lc.audit.find(target=card.memory_id, action=Action.GATHER)
+    assert rows[0]["inputs"]["kind"] == "dissolved"

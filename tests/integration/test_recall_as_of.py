@@ -56,12 +56,14 @@ def _lifecycle(rt: Runtime) -> Lifecycle:
     return rt.lifecycle(on_cards=project)
 
 
-def _ask(rt: Runtime, query: str, *, as_of: float | None) -> RecallResult:
+def _ask(
+    rt: Runtime, query: str, *, as_of: float | None, explain: bool = False
+) -> RecallResult:
     recaller = rt.recaller()
     try:
         return recaller.recall(RecallRequest(
             tenant_id=rt.settings.key_namespace, user_id="u1", session_id="ask",
-            query=query, now=AT + 30 * DAY, as_of=as_of, top_k=20,
+            query=query, now=AT + 30 * DAY, as_of=as_of, top_k=20, explain=explain,
         ))  # fmt: skip
     finally:
         recaller.close()
@@ -227,3 +229,55 @@ def test_an_authoritative_fact_is_recalled_with_the_value_it_had_then(
     # ... and before the first write there was no timezone at all
     before = _ask(runtime, query, as_of=starts[0] - 60)
     assert "Europe/Lisbon" not in before.text and "Asia/Tokyo" not in before.text
+
+
+def test_an_entity_card_is_recalled_by_the_statements_asked_for_and_never_twice(
+    runtime: Runtime,
+) -> None:
+    # Given three sessions that each say something about Anna, consolidated on day 3
+    lc = _lifecycle(runtime)
+    ns = runtime.settings.key_namespace
+    said = [
+        "My sister Anna keeps 2 horses on her farm in Alentejo.",
+        "Last spring my sister Anna ran the Lisbon half marathon in two hours.",
+        "For my birthday my sister Anna baked a lemon cake with poppy seeds.",
+    ]
+    mids = []
+    for n, statement in enumerate(said):
+        mids.append(_say(runtime, f"s{n}", statement, AT + n * DAY))
+        finalise(lc, user_id="u1", tenant_id=ns, session_id=f"s{n}", now=AT + n * DAY + 3600)
+    report = consolidate_owner(lc, tenant_id=ns, user_id="u1", now=AT + 3 * DAY)
+    [entity] = report.entities
+    # When recall is asked about one of the statements
+    out = _ask(runtime, "What cake did Anna bake for my birthday?", as_of=None, explain=True)
+    assert out.explain is not None
+    [view] = [s for s in out.explain.candidates if s.candidate.memory_id == entity]
+    # Then the entity card stands for the statement asked for (its focused line) ...
+    assert "lemon cake" in view.candidate.summary and mids[2] in view.candidate.message_ids
+    assert "half marathon" not in view.candidate.summary
+    # ... and is kept only if it adds a message the lines kept above it do not have
+    kept = [s.candidate for s in out.explain.candidates if s.verdict.value == "kept"]
+    if view.verdict.value == "kept":
+        above = {m for c in kept[: kept.index(view.candidate)] for m in c.message_ids}
+        assert not above.issuperset(view.candidate.message_ids)
+    else:
+        assert view.verdict.value == "duplicate", view
+        assert {m for c in kept for m in c.message_ids}.issuperset(view.candidate.message_ids)
+    # When asked as of a moment before the consolidation, no entity card answers
+    query = "What cake did Anna bake for my birthday?"
+    then = _ask(runtime, query, as_of=AT + 2 * DAY + 7200)
+    assert entity not in {line.memory_id for line in then.memory.long_term}
+    # When a fourth session rebuilds the card, an as-of read of a moment between the two
+    # builds leaves it out (it now holds a statement said later), the statements answer
+    _say(runtime, "s3", "On Sunday my sister Anna made another lemon cake for us.", AT + 4 * DAY)
+    finalise(lc, user_id="u1", tenant_id=ns, session_id="s3", now=AT + 4 * DAY + 3600)
+    assert consolidate_owner(lc, tenant_id=ns, user_id="u1", now=AT + 5 * DAY).entities == (
+        entity,
+    )
+    between = _ask(runtime, query, as_of=AT + 4 * DAY + 7200, explain=True)
+    assert between.explain is not None
+    assert entity not in {s.candidate.memory_id for s in between.explain.candidates}
+    assert any("lemon cake" in line.text for line in between.memory.long_term), between.text
+    now = _ask(runtime, query, as_of=None, explain=True)
+    assert now.explain is not None
+    assert entity in {s.candidate.memory_id for s in now.explain.candidates}

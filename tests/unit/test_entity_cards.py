@@ -1,0 +1,99 @@
+"""Entity cards' rules (issue 13.3): which names a card states, which names get a card,
+and what the card says (pure; the stores: test_lifecycle_consolidate.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from memstrata.core.lifecycle.config import ConsolidatePolicy
+from memstrata.core.lifecycle.entity_cards import (
+    Statement,
+    entity_draft,
+    entity_key,
+    gathered,
+    names_of,
+)
+from memstrata.core.ltm.card import ENTITY, member_lines
+
+
+@pytest.mark.parametrize(
+    ("summary", "entities", "speaker_first", "names"),
+    [
+        # capitalised words inside a sentence are names; a possessive is the name
+        ("My sister Anna keeps 2 horses on her farm in Alentejo.", [], False,
+         ["Anna", "Alentejo"]),
+        ("We stayed at Anna's place. Then we drove to Porto.", [], False, ["Anna", "Porto"]),
+        # a sentence's first word, weekdays, months, greetings and "I" are not
+        ("Yesterday I met Oscar on Friday in May. Oscar is my cat.", [], False, ["Oscar"]),
+        # the extractor's entities come first; the speaker of a statement is left out
+        ("I deployed payment-service to staging with Jordan", ["Caroline", "payment-service"],
+         True, ["payment-service", "Jordan"]),
+        ("Checkout times out on payment-service", ["payment-service"], False,
+         ["payment-service"]),
+        # all capitals (an acronym) and Chinese text give no proper nouns
+        ("The LGBTQ support group met at the YMCA", [], False, []),
+        ("我妹妹安娜在阿连特茹有三匹马", ["安娜"], False, ["安娜"]),
+    ],
+)  # fmt: skip
+def test_the_names_a_card_states(
+    summary: str, entities: list[str], speaker_first: bool, names: list[str]
+) -> None:
+    assert names_of(summary, entities, speaker_first=speaker_first) == names
+
+
+def st(n: int, names: tuple[str, ...], session: str, **kw: object) -> Statement:
+    return Statement(
+        memory_id=f"ltm_{n}", summary=f"statement {n} about {' and '.join(names)}",
+        names=names, message_ids=(f"m{n}",), session=session, created_at=float(n),
+        importance=0.5, confidence=0.8, **kw,  # type: ignore[arg-type]
+    )  # fmt: skip
+
+
+POL = ConsolidatePolicy()
+
+
+def test_a_name_on_three_cards_of_two_sessions_gets_a_card_and_only_then() -> None:
+    cards = [
+        st(1, ("Anna",), "session:s1"),
+        st(2, ("Anna", "Porto"), "session:s1"),
+        st(3, ("anna",), "session:s2"),  # case does not matter
+        st(4, ("Porto",), "session:s1"),
+        st(5, ("Porto",), "session:s1"),  # three cards, one session
+        st(6, ("Oscar",), "session:s1"),
+        st(7, ("Oscar",), "session:s2"),  # two sessions, two cards
+    ]
+    [anna] = gathered(cards, POL)
+    assert anna.name == "Anna" and [m.memory_id for m in anna.members] == [
+        "ltm_1", "ltm_2", "ltm_3"
+    ]  # fmt: skip
+    assert anna.sessions == 2
+    # a card without a session is a session of its own
+    loose = [st(n, ("Porto",), "") for n in range(3)]
+    assert [g.name for g in gathered(loose, POL)] == ["Porto"]
+
+
+def test_a_name_on_most_of_a_large_scope_says_nothing_particular() -> None:
+    # the speaker on every card of 200, a pet on 5 of them
+    cards = [st(n, ("Caroline", *(("Oscar",) if n < 5 else ())), f"session:s{n % 7}")
+             for n in range(200)]  # fmt: skip
+    assert [g.name for g in gathered(cards, POL)] == ["Oscar"]
+    # at most entity_max_cards, the most stated first
+    many = [st(n, (f"Name{n // 3}",), f"session:s{n}") for n in range(30)]
+    few = POL.model_copy(update={"entity_max_cards": 2})
+    assert len(gathered(many, few)) == 2
+
+
+def test_the_entity_card_lists_each_statement_with_its_messages() -> None:
+    [g] = gathered([st(n, ("Anna",), f"session:s{n}") for n in range(4)], POL)
+    draft = entity_draft(g, POL, tenant="t1", user="u1", max_content=10_000)
+    assert draft.memory_type == ENTITY and draft.canonical_key == entity_key("Anna")
+    assert draft.summary.startswith("Anna: statement 0 about Anna | statement 1")
+    assert member_lines(draft.content) == [((f"m{n}",), f"statement {n} about Anna")
+                                           for n in range(4)]  # fmt: skip
+    assert draft.source_message_ids == ["m0", "m1", "m2", "m3"]
+    assert draft.entities == ["Anna"] and draft.tags == [ENTITY]
+    # bounded: the summary by summary_chars, the content by the ledger's limit
+    long = [st(n, ("Anna",), f"session:s{n}") for n in range(300)]
+    [big] = gathered(long, POL.model_copy(update={"max_df": 1.0}))
+    draft = entity_draft(big, POL, tenant="t1", user="u1", max_content=500)
+    assert len(draft.summary) <= POL.summary_chars and len(draft.content) <= 500
