@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable
+from datetime import UTC, datetime
 
+from memstrata.core.ltm.card import LtmCard
 from memstrata.core.models.candidate import Verdict, WriteDecision
 from memstrata.core.models.memory import MemoryItem
 
@@ -49,6 +51,18 @@ def item_line(item: MemoryItem, *, now: float | None = None) -> str:
 
 def items_block(items: Iterable[MemoryItem], *, now: float | None = None) -> str:
     return "\n".join(item_line(i, now=now) for i in items)
+
+
+def card_line(card: LtmCard) -> str:
+    """One LTM card: id, type, status, when it last changed, its text and provenance."""
+    when = datetime.fromtimestamp(card.updated_at, tz=UTC).strftime("%Y-%m-%d %H:%M")
+    said = len(card.source_message_ids)
+    head = f"  {card.memory_id}  {card.memory_type} [{card.status.value}] v{card.version} {when}"
+    return f"{head}  {said} source message(s)\n      {_short(card.summary)}"
+
+
+def cards_block(found: Iterable[LtmCard]) -> str:
+    return "\n".join(card_line(c) for c in found)
 
 
 def breakdown_text(terms: dict[str, float]) -> str:

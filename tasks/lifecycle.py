@@ -172,7 +172,8 @@ def ltm_summarise() -> dict[str, int]:
 
 @app.task(name=LIFECYCLE_CONSOLIDATE, **BEAT)
 def ltm_consolidate() -> dict[str, int]:
-    """Merge same-topic and near-duplicate cards of owners whose cards changed lately."""
+    """Merge same-topic and near-duplicate cards of owners whose cards changed lately, and
+    gather their entity cards."""
     lc = _lc()
     pol = lc.settings.consolidate
 
@@ -184,6 +185,8 @@ def ltm_consolidate() -> dict[str, int]:
                 "merged": sum(len(r.merged) for r in done),
                 "hidden": sum(r.hidden for r in done),
                 "restored": sum(r.restored for r in done),
+                "entity_cards": sum(len(r.entities) for r in done),
+                "entity_cards_hidden": sum(len(r.entities_hidden) for r in done),
                 "skipped": sum(1 for r in done if r.skipped)}  # fmt: skip
 
     out = _locked(lc, "consolidate", pol.interval_s, work)

@@ -16,6 +16,8 @@ are a scope of their own), and its merged card carries that ``project_id``:
   extractive summary (the most central statements, up to ``summary_chars``).
 * **duplicate**: two cards at Jaccard ≥ ``duplicate_min`` are one memory said twice
   (across sessions): merged even as a pair.
+* **entity**: in the same run, the names stated across sessions get entity cards, views
+  that hide nothing (:mod:`core.lifecycle.entity_cards`).
 
 The merged card keeps every source message id; its source card ids are recorded in the
 audit row (``Action.CONSOLIDATE``, ``inputs.sources``) that :func:`explain_card` reads.

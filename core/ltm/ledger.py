@@ -471,6 +471,28 @@ class Ledger:
                     out.setdefault(by_prefix[prefix], []).append(card)
         return out
 
+    def owned(
+        self,
+        tenant_id: str,
+        user_id: str,
+        *,
+        memory_type: str | None = None,
+        active_only: bool = True,
+        limit: int = 50,
+    ) -> list[LtmCard]:
+        """The owner's cards, most recently changed first (``memory inspect --ltm``):
+        active ones unless ``active_only`` is off (then also superseded, never deleted)."""
+        validate_id(tenant_id, kind="tenant_id")
+        validate_id(user_id, kind="user_id")
+        stmt = select(cards).where(cards.c.tenant_id == tenant_id, cards.c.user_id == user_id)
+        if memory_type is not None:
+            stmt = stmt.where(cards.c.memory_type == memory_type)
+        wanted = [CardStatus.ACTIVE] if active_only else [CardStatus.ACTIVE, CardStatus.SUPERSEDED]
+        stmt = stmt.where(cards.c.status.in_([w.value for w in wanted]))
+        stmt = stmt.order_by(cards.c.updated_at.desc(), cards.c.memory_id).limit(max(1, limit))
+        with pg_errors("list cards"), self._reader.connect() as conn:
+            return [_card_of(row) for row in conn.execute(stmt).mappings()]
+
     def stating(
         self,
         tenant_id: str,

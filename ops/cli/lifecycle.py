@@ -104,7 +104,8 @@ def _consolidate(args: argparse.Namespace) -> int:
             print(f"{r.tenant_id}/{r.user_id}: skipped, another lifecycle job holds it")
             continue
         print(f"{r.tenant_id}/{r.user_id}: {r.cards} cards, {len(r.merged)} merged card(s) "
-              f"written, {r.hidden} hidden, {r.restored} restored")  # fmt: skip
+              f"written, {r.hidden} hidden, {r.restored} restored, {len(r.entities)} entity "
+              f"card(s) written, {len(r.entities_hidden)} hidden")  # fmt: skip
     return 0
 
 

@@ -25,6 +25,8 @@ def _inspect(args: argparse.Namespace) -> int:
 
     res = connected_runtime()
     tenant, user = _owner(args, res)
+    if args.ltm:
+        return _inspect_ltm(args, res, tenant, user)
     stm, n, t = res.stm, args.limit, tenant
     if args.session:
         items = stm.by_session(user, args.session, limit=n, tenant_id=t)
@@ -47,6 +49,31 @@ def _inspect(args: argparse.Namespace) -> int:
     print(f"STM of user {args.user} (tenant {tenant}), {what}: {len(items)} item(s), newest first")
     if items:
         print(items_block(items))
+    return 0
+
+
+def _inspect_ltm(args: argparse.Namespace, res: Runtime, tenant: str, user: str) -> int:
+    """The user's long-term cards: episodes, session summaries, merged and entity cards."""
+    from memstrata.ops.report import cards_block
+
+    if args.session or args.task or args.entity:
+        raise CliError("inspect --ltm filters by --type only (episode, session_summary, "
+                       "consolidated, entity, ...)")  # fmt: skip
+    found = res.ledger.owned(
+        tenant, user, memory_type=args.type, active_only=not args.all, limit=args.limit
+    )
+    if args.json:
+        # the user as given (alice@example.com), not its key part, as for STM items
+        shown = [c.model_dump(mode="json", exclude={"bm25_text"}) | {"user_id": args.user}
+                 for c in found]  # fmt: skip
+        print(json.dumps(shown, ensure_ascii=False, indent=1))
+        return 0
+    what = f"type {args.type}" if args.type else "every type"
+    state = "active and superseded" if args.all else "active"
+    print(f"LTM of user {args.user} (tenant {tenant}), {what}, {state}: {len(found)} card(s), "
+          "most recently changed first")  # fmt: skip
+    if found:
+        print(cards_block(found))
     return 0
 
 
@@ -193,14 +220,20 @@ def _sweep(args: argparse.Namespace) -> int:
 
 
 def add_inspect_explain(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    i = sub.add_parser("inspect", help="show a user's STM items (by session/task/entity/type)")
+    i = sub.add_parser("inspect", help="show a user's STM items (by session/task/entity/type) "
+                       "or (--ltm) long-term cards")  # fmt: skip
     i.add_argument("--tenant", help="the user's tenant (default MEMSTRATA_TENANT, 'default')")
     i.add_argument("--user", required=True, help="the user id (any string: alice@example.com)")
     scope = i.add_mutually_exclusive_group()
     scope.add_argument("--session")
     scope.add_argument("--task")
     scope.add_argument("--entity")
-    scope.add_argument("--type", help="fact, decision, hypothesis, observation, ...")
+    scope.add_argument("--type", help="fact, decision, hypothesis, observation, ...; with "
+                       "--ltm: episode, session_summary, consolidated, entity, ...")  # fmt: skip
+    i.add_argument("--ltm", action="store_true",
+                   help="long-term cards (PostgreSQL ledger) instead of STM items")  # fmt: skip
+    i.add_argument("--all", action="store_true",
+                   help="with --ltm: superseded cards too (merged, replaced)")  # fmt: skip
     i.add_argument("--limit", type=int, default=50)
     i.add_argument("--json", action="store_true")
     i.set_defaults(func=_inspect)

@@ -93,6 +93,43 @@ def test_inspect_json_shows_the_external_user_id(cli: Run, res: Runtime, namespa
     assert items and {i["user_id"] for i in items} == {"张三"} != {user_key("张三")}
 
 
+def test_inspect_ltm_lists_the_long_term_cards(cli: Run, res: Runtime, namespace: str) -> None:
+    # Given an episode card, an entity card and a superseded card of 张三
+    from memstrata.core.ltm.card import CardDraft, CardStatus
+
+    t, key = "ltm-" + namespace, user_key("张三")
+    res.owners.ensure(t, key)
+
+    def card(n: int, kind: str, text: str, status: CardStatus = CardStatus.ACTIVE) -> str:
+        draft = CardDraft(tenant_id=t, user_id=key, canonical_key=f"{kind}:{n}",
+                          memory_type=kind, title=text[:40], summary=text, source_type=kind,
+                          source_message_ids=[f"m{n}"], status=status)  # fmt: skip
+        return res.ledger.write(draft, now=1_700_000_000.0 + n).memory_id
+
+    episode = card(1, "episode", "My sister Anna keeps 3 horses")
+    entity = card(2, "entity", "Anna: My sister Anna keeps 3 horses | Anna ran a marathon")
+    old = card(3, "episode", "My sister Anna keeps 2 horses", CardStatus.SUPERSEDED)
+    # When inspect --ltm lists them: the active ones, most recently changed first
+    code, out, err = cli(["memstrata", "inspect", "--tenant", t, "--user", "张三", "--ltm"])
+    assert code == 0, err
+    assert "2 card(s)" in out.splitlines()[0], out
+    assert out.index(entity) < out.index(episode) and old not in out
+    assert "Anna ran a marathon" in out and "1 source message(s)" in out
+    # ... by type, as JSON with the user as given
+    code, out, err = cli(["memstrata", "inspect", "--tenant", t, "--user", "张三", "--ltm",
+                          "--type", "entity", "--json"])  # fmt: skip
+    shown = json.loads(out)
+    assert code == 0 and [c["memory_id"] for c in shown] == [entity], err
+    assert shown[0]["user_id"] == "张三" and "bm25_text" not in shown[0]
+    # ... and with --all the superseded card too
+    code, out, _ = cli(["memstrata", "inspect", "--tenant", t, "--user", "张三", "--ltm", "--all"])
+    assert code == 0 and old in out and "[superseded]" in out
+    # a filter LTM cards do not have is a one-line error
+    code, out, err = cli(["memstrata", "inspect", "--tenant", t, "--user", "张三", "--ltm",
+                          "--session", "s1"])  # fmt: skip
+    assert code != 0 and "filters by --type only" in err and "Traceback" not in err
+
+
 def test_tenants_users_and_api_keys_from_the_cli(cli: Run, namespace: str) -> None:
     run = cli
     t = "acme-" + namespace
