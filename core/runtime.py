@@ -60,6 +60,7 @@ from memstrata.core.ltm.ports import IndexContext, LexicalIndex
 from memstrata.core.ltm.runtime import LtmRuntime
 from memstrata.core.ltm.search import LtmSearch
 from memstrata.core.ltm.vector import MilvusVectorIndex
+from memstrata.core.ltm.views import Contexts, ViewContext
 from memstrata.core.owners import Owners
 from memstrata.core.policy.write import WritePolicy
 from memstrata.core.recall.ltm_adapter import HistoryBackedSearcher, LedgerBackedSearcher
@@ -336,7 +337,8 @@ class Runtime:
                 built: LtmRuntime = self.__dict__["ltm"]
                 return built
             ltm = build_ltm(self.settings.ltm, ledger=self.ledger, embedder=self._embedder,
-                            context=EpisodeContext(self.transcript))  # fmt: skip
+                            context=Contexts(EpisodeContext(self.transcript),
+                                             ViewContext(self.ledger)))  # fmt: skip
             return ltm.start()
 
     @property

@@ -67,6 +67,8 @@ class CardDraft(BaseModel):
     """When what the card says was said (an episode: its statement's latest mention):
     recall dates the card's line with it.  None: undated (a card written before this
     field, or one that is not about one moment, such as a merged card)."""
+    source_card_ids: list[SafeId] = Field(default_factory=list, max_length=512)
+    """A view card's (``ENTITY``) cards: their statements are read from them, not copied."""
     importance: float = Field(0.5, ge=0.0, le=1.0)
     confidence: float = Field(0.8, ge=0.0, le=1.0)
     status: CardStatus = CardStatus.ACTIVE
@@ -91,6 +93,7 @@ class LtmCard(BaseModel):
     source_message_ids: list[str] = Field(default_factory=list)
     fingerprint: str | None = None
     occurred_at: float | None = None
+    source_card_ids: list[str] = Field(default_factory=list)
     bm25_text: str
     created_at: float
     updated_at: float
@@ -169,7 +172,8 @@ CONSOLIDATED = "consolidated"
 """memory_type and source_type of a merged card (``core.lifecycle.consolidate``)."""
 ENTITY = "entity"
 """memory_type and source_type of an entity card (``core.lifecycle.entity_cards``): a view
-over the statements about one name, in the merged card's content layout."""
+over the cards that state one name (``source_card_ids``); their statements are read from
+them when the card is indexed (:class:`ViewContext`) and recalled."""
 MEMBER_SEP = "\t"
 """A merged card's content: one line per member statement, ``<id>,<id>\\t<statement>``."""
 

@@ -51,6 +51,7 @@ cards = Table(
     Column("source_message_ids", JSONB, nullable=False, server_default=text("'[]'::jsonb")),
     Column("fingerprint", String(64), nullable=True),
     Column("occurred_at", Float(precision=53), nullable=True),
+    Column("source_card_ids", JSONB, nullable=False, server_default=text("'[]'::jsonb")),
     Column("bm25_text", Text, nullable=False),
     Column("created_at", Float(precision=53), nullable=False),
     Column("updated_at", Float(precision=53), nullable=False),

@@ -19,6 +19,7 @@ from memstrata.core.ltm.history import HISTORY_TYPE, HistoryIndex
 from memstrata.core.ltm.ledger import Ledger
 from memstrata.core.ltm.policy import SearchMode
 from memstrata.core.ltm.search import LtmSearch
+from memstrata.core.ltm.views import view_content, view_sources
 from memstrata.core.models.identity import memory_key, text_fingerprint
 from memstrata.core.recall.pool import PoolCandidate, SourceType
 from memstrata.core.recall.route import LtmMode
@@ -95,7 +96,13 @@ class LedgerBackedSearcher:
         found = [(n, cards[r.memory_id]) for n, r in enumerate(ranked) if r.memory_id in cards]
         if as_of is not None:
             found = self._as_of(found, filters, as_of)
-        return [self._candidate(rank, card, query) for rank, card in found]
+        views = [card for _, card in found if card.source_card_ids]
+        sources = self.ledger.cards(view_sources(views)) if views else {}
+        out = []
+        for rank, card in found:
+            content = view_content(card, sources) if card.source_card_ids else card.content
+            out.append(self._candidate(rank, card, query, content))
+        return out
 
     def _as_of(
         self, found: list[tuple[int, LtmCard]], filters: RetrievalFilters, at: float
@@ -130,12 +137,13 @@ class LedgerBackedSearcher:
         return out
 
     @staticmethod
-    def _candidate(rank: int, card: LtmCard, query: str) -> PoolCandidate:
+    def _candidate(rank: int, card: LtmCard, query: str, content: str) -> PoolCandidate:
+        """``content``: the card's, or a view's statements read from its cards."""
         text = card.summary or card.title
         message_ids = tuple(card.source_message_ids)
         said_at = card.occurred_at
         if card.memory_type in (CONSOLIDATED, ENTITY):  # a digest: the members asked for
-            focused = focus(card.content, query)
+            focused = focus(content, query)
             if focused is not None:
                 text, message_ids = focused
         return PoolCandidate(

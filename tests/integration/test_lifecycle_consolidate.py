@@ -21,7 +21,6 @@ from memstrata.core.ltm.card import (
     CardStatus,
     LtmCard,
     focus,
-    member_lines,
 )
 from memstrata.core.models.transcript import MessageIn
 from memstrata.core.runtime import Runtime
@@ -382,7 +381,14 @@ def test_a_name_stated_across_sessions_gets_an_entity_card_that_hides_nothing(
     [card] = entity
     assert report.entities == (card.memory_id,) and card.memory_id in kicks.ids
     assert card.source_message_ids == ["msg_0", "msg_1", "msg_2"]
-    assert [text for _, text in member_lines(card.content)] == [text for _, text in ANNA]
+    # ... naming its cards in the order they were written, copying none of their words
+    assert card.source_card_ids == ids and card.content == ""
+    assert not any(text in card.summary for _, text in ANNA)
+    # ... the indexes add its cards' statements to it (read from the ledger, not stored)
+    from memstrata.core.ltm.views import ViewContext
+
+    indexed = ViewContext(lc.ledger)([card]).texts[card.memory_id]
+    assert indexed.splitlines() == [text for _, text in ANNA]
     # ... a view: every statement stays an active card of its own
     assert {cards[i].status for i in ids} == {CardStatus.ACTIVE} and report.hidden == 0
     # ... and explain says what it gathered, and where a statement was gathered into

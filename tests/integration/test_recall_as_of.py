@@ -248,11 +248,14 @@ def test_an_entity_card_is_recalled_by_the_statements_asked_for_and_never_twice(
         finalise(lc, user_id="u1", tenant_id=ns, session_id=f"s{n}", now=AT + n * DAY + 3600)
     report = consolidate_owner(lc, tenant_id=ns, user_id="u1", now=AT + 3 * DAY)
     [entity] = report.entities
-    # When recall is asked about one of the statements
-    out = _ask(runtime, "What cake did Anna bake for my birthday?", as_of=None, explain=True)
+    # When recall is asked about one of the statements, without the name
+    out = _ask(runtime, "Which cake with poppy seeds was baked for my birthday?", as_of=None,
+               explain=True)  # fmt: skip
     assert out.explain is not None
+    # Then the entity card is found by what its cards say (indexed with their statements,
+    # which it does not store) ...
     [view] = [s for s in out.explain.candidates if s.candidate.memory_id == entity]
-    # Then the entity card stands for the statement asked for (its focused line) ...
+    # ... and stands for the statement asked for (its focused line, read from its card)
     assert "lemon cake" in view.candidate.summary and mids[2] in view.candidate.message_ids
     assert "half marathon" not in view.candidate.summary
     # ... and is kept only if it adds a message the lines kept above it do not have

@@ -14,6 +14,7 @@ from memstrata.core.lifecycle.entity_cards import (
     names_of,
 )
 from memstrata.core.ltm.card import ENTITY, member_lines
+from memstrata.core.ltm.views import view_content
 
 
 @pytest.mark.parametrize(
@@ -83,17 +84,53 @@ def test_a_name_on_most_of_a_large_scope_says_nothing_particular() -> None:
     assert len(gathered(many, few)) == 2
 
 
-def test_the_entity_card_lists_each_statement_with_its_messages() -> None:
+def test_the_entity_card_names_its_cards_and_copies_no_statement() -> None:
     [g] = gathered([st(n, ("Anna",), f"session:s{n}") for n in range(4)], POL)
-    draft = entity_draft(g, POL, tenant="t1", user="u1", max_content=10_000)
+    draft = entity_draft(g, tenant="t1", user="u1")
     assert draft.memory_type == ENTITY and draft.canonical_key == entity_key("Anna")
-    assert draft.summary.startswith("Anna: statement 0 about Anna | statement 1")
-    assert member_lines(draft.content) == [((f"m{n}",), f"statement {n} about Anna")
-                                           for n in range(4)]  # fmt: skip
+    assert draft.source_card_ids == ["ltm_0", "ltm_1", "ltm_2", "ltm_3"]  # written order
     assert draft.source_message_ids == ["m0", "m1", "m2", "m3"]
+    assert draft.summary == "Anna: stated on 4 cards of 4 sessions" and draft.content == ""
+    assert "statement" not in draft.title + draft.summary
     assert draft.entities == ["Anna"] and draft.tags == [ENTITY]
-    # bounded: the summary by summary_chars, the content by the ledger's limit
-    long = [st(n, ("Anna",), f"session:s{n}") for n in range(300)]
-    [big] = gathered(long, POL.model_copy(update={"max_df": 1.0}))
-    draft = entity_draft(big, POL, tenant="t1", user="u1", max_content=500)
-    assert len(draft.summary) <= POL.summary_chars and len(draft.content) <= 500
+
+
+def test_a_view_reads_its_statements_from_its_own_owners_cards() -> None:
+    from memstrata.core.ltm.card import LtmCard
+
+    def card(mid: str, text: str, user: str = "u1", sources: list[str] | None = None) -> LtmCard:
+        return LtmCard(memory_id=mid, user_id=user, tenant_id="t1", memory_type="episode",
+                       title=text[:20], summary=text, source_type="session_episode",
+                       source_message_ids=[f"m_{mid}"], source_card_ids=sources or [],
+                       bm25_text=text, created_at=1.0, updated_at=1.0, importance=0.5,
+                       confidence=0.5, canonical_key=f"episode:{mid}")  # fmt: skip
+
+    view = card("ltm_v", "Anna: stated on 3 cards", sources=["ltm_b", "ltm_a", "ltm_x", "ltm_o"])
+    found = {c.memory_id: c for c in (card("ltm_a", "Anna keeps horses"),
+                                      card("ltm_b", "Anna ran a marathon"),
+                                      card("ltm_o", "Anna is a cat", user="u2"))}  # fmt: skip
+    # in the view's order; a card gone (ltm_x) or another owner's (ltm_o) adds nothing
+    assert member_lines(view_content(view, found)) == [
+        (("m_ltm_b",), "Anna ran a marathon"), (("m_ltm_a",), "Anna keeps horses")
+    ]  # fmt: skip
+
+
+def test_index_contexts_combine_per_card() -> None:
+    from collections.abc import Sequence
+
+    from memstrata.core.ltm.card import LtmCard
+    from memstrata.core.ltm.ports import ContextRead
+    from memstrata.core.ltm.views import Contexts
+
+    def episodes(cards: Sequence[LtmCard]) -> ContextRead:
+        assert cards == []
+        return ContextRead({"ltm_a": "the question it answered"}, {"ltm_c": "L0: gone"})
+
+    def views(cards: Sequence[LtmCard]) -> ContextRead:
+        assert cards == []
+        return ContextRead({"ltm_a": "a statement", "ltm_b": "another"})
+
+    read = Contexts(episodes, views)([])
+    assert dict(read.texts) == {"ltm_a": "the question it answered\na statement",
+                                "ltm_b": "another"}  # fmt: skip
+    assert dict(read.unread) == {"ltm_c": "L0: gone"}
