@@ -86,6 +86,7 @@ class Member:
     project_id: str | None = None
     session: str = ""  # the card's session tag, "" when none
     speaker_first: bool = False  # a conversation statement: its first entity is the speaker
+    updated_at: float = 0.0
 
 
 def statement_of(m: Member) -> Statement:
@@ -93,7 +94,7 @@ def statement_of(m: Member) -> Statement:
     names = names_of(m.summary, m.entities, speaker_first=m.speaker_first)
     return Statement(
         m.memory_id, m.summary, tuple(names), m.message_ids, m.session, m.created_at,
-        m.importance, m.confidence, m.project_id,
+        m.importance, m.confidence, m.project_id, m.updated_at,
     )  # fmt: skip
 
 
@@ -265,7 +266,7 @@ def _members(conn: Connection, tenant: str, user: str, ids: Iterable[str] | None
         cards.c.memory_id, cards.c.title, cards.c.summary, cards.c.entities,
         cards.c.source_message_ids, cards.c.importance, cards.c.confidence, cards.c.created_at,
         cards.c.memory_type, cards.c.source_type, cards.c.status, cards.c.project_id,
-        cards.c.tags,
+        cards.c.tags, cards.c.updated_at,
     ).where(cards.c.tenant_id == tenant, cards.c.user_id == user)  # fmt: skip
     if ids is None:
         stmt = stmt.where(cards.c.status == CardStatus.ACTIVE.value)
@@ -282,7 +283,7 @@ def _members(conn: Connection, tenant: str, user: str, ids: Iterable[str] | None
             tuple(r.source_message_ids or ()), float(r.importance), float(r.confidence),
             float(r.created_at), card_terms(f"{r.title} {r.summary}"), r.project_id,
             next((t for t in (r.tags or ()) if t.startswith(SESSION_TAG)), ""),
-            r.memory_type == EPISODE,
+            r.memory_type == EPISODE, float(r.updated_at),
         ))  # fmt: skip
     return out
 
@@ -452,7 +453,7 @@ def consolidate_owner(
             lc, conn, [statement_of(m) for m in universe] if pol.entities else [],
             tenant=tenant, user=user_id, blocked=blocked, now=now,
         )  # fmt: skip
-        touched += [*gathered.made, *gathered.hidden]
+        touched += [*gathered.made, *gathered.hidden, *gathered.reindexed]
         record(conn, [*events, *gathered.events])
     if touched:
         lc.on_cards(sorted(set(touched)))

@@ -109,6 +109,7 @@ class Statement:
     importance: float
     confidence: float
     project_id: str | None = None
+    updated_at: float = 0.0  # its text's last change: a view indexed before is stale
 
 
 @dataclass(frozen=True)
@@ -200,6 +201,7 @@ class GatherReport:
     made: tuple[str, ...]  # entity cards written or rebuilt
     hidden: tuple[str, ...]  # entity cards whose name no longer qualifies
     events: tuple[AuditEvent, ...]
+    reindexed: tuple[str, ...] = ()  # unchanged, but a card they name was rewritten
 
 
 def gather(
@@ -218,17 +220,18 @@ def gather(
     pol = lc.settings.consolidate
     state = gathered_state(conn, tenant, user)
     live = {
-        str(i)
-        for (i,) in conn.execute(
-            select(cards.c.memory_id).where(
+        str(i): float(at)
+        for i, at in conn.execute(
+            select(cards.c.memory_id, cards.c.updated_at).where(
                 cards.c.memory_id.in_(list(state)), cards.c.status == CardStatus.ACTIVE.value
             )
         )
-    } if state else set()  # fmt: skip
+    } if state else {}  # fmt: skip
     scopes: dict[str | None, list[Statement]] = {}
     for s in statements:
         scopes.setdefault(s.project_id, []).append(s)
     made: list[str] = []
+    stale: list[str] = []
     wanted: set[str] = set()
     events: list[AuditEvent] = []
     for _project, group in sorted(scopes.items(), key=lambda kv: (kv[0] is not None, kv[0])):
@@ -240,6 +243,12 @@ def gather(
             wanted.add(mid)
             sources = draft.source_card_ids
             res = lc.ledger.write(draft, now=now, conn=conn)
+            # the same cards, but one's text changed since the view was indexed (a newer
+            # statement replaced it): index it again with what they say now
+            rewritten = mid in live and max(m.updated_at for m in g.members) > live[mid]
+            if res.op == "unchanged" and rewritten:
+                lc.ledger.reproject([mid], now=now, conn=conn)
+                stale.append(mid)
             if res.op != "unchanged" or state.get(mid) != sources or mid not in live:
                 made.append(mid)
                 events.append(AuditEvent(
@@ -254,4 +263,4 @@ def gather(
             Action.GATHER, tenant, user, mid, "the name no longer qualifies: card hidden",
             now, (), {"kind": "dissolved", "sources": []},
         ))  # fmt: skip
-    return GatherReport(tuple(made), tuple(hidden), tuple(events))
+    return GatherReport(tuple(made), tuple(hidden), tuple(events), tuple(stale))

@@ -577,6 +577,24 @@ class Ledger:
                 c, now=now, grace_s=grace_s, max_attempts=max_attempts, limit=limit
             )
 
+    def reproject(
+        self, memory_ids: Sequence[str], *, now: float, conn: Connection | None = None
+    ) -> int:
+        """Index these cards again as they are (what they are indexed with changed, not
+        the cards: a view's statements): both projections ``pending``, ``updated_at`` =
+        ``now``, no new version.  Returns the projections marked."""
+        ids = [validate_id(m, kind="memory_id") for m in memory_ids]
+        if not ids:
+            return 0
+        with self._begin("reproject cards", conn) as c:
+            c.execute(update(cards).where(cards.c.memory_id.in_(ids)).values(updated_at=now))
+            result = c.execute(
+                update(projections)
+                .where(projections.c.memory_id.in_(ids))
+                .values(state=ProjectionState.PENDING.value, attempts=0, changed_at=now)
+            )
+            return int(result.rowcount or 0)
+
     def requeue(self, *, now: float, memory_ids: Sequence[str] = ()) -> int:
         """Dead letters back to ``pending`` with attempts reset (all, or the given cards)."""
         with self._begin("requeue") as c:

@@ -355,7 +355,9 @@ ANNA = [  # one sister, three sessions, no shared topic
 ]
 
 
-def _say_card(lc: Lifecycle, t: Tenant, n: int, session: str, text: str) -> str:
+def _say_card(
+    lc: Lifecycle, t: Tenant, n: int, session: str, text: str, *, at: float | None = None
+) -> str:
     """An episode card as a session end writes it: the speaker first among its entities."""
     draft = CardDraft(
         tenant_id=t.id, user_id=t.user, canonical_key=f"episode:e{n}", memory_type="episode",
@@ -363,7 +365,7 @@ def _say_card(lc: Lifecycle, t: Tenant, n: int, session: str, text: str) -> str:
         tags=["episode", f"session:{session}"], source_type="session_episode",
         source_message_ids=[f"msg_{n}"],
     )  # fmt: skip
-    return lc.ledger.write(draft, now=NOW + n).memory_id
+    return lc.ledger.write(draft, now=NOW + n if at is None else at).memory_id
 
 
 def test_a_name_stated_across_sessions_gets_an_entity_card_that_hides_nothing(
@@ -401,6 +403,18 @@ def test_a_name_stated_across_sessions_gets_an_entity_card_that_hides_nothing(
     again = consolidate_owner(lc, tenant_id=tenant.id, user_id=tenant.user, now=NOW + 120)
     assert again.entities == () and not again.changed
     assert len(lc.audit.find(target=card.memory_id, action=Action.GATHER)) == 1
+    # When one of its cards takes a newer text, the same cards are indexed again with it
+    marks = [(card.memory_id, p.index_name, p.target_version)
+             for p in lc.ledger.projections([card.memory_id])]  # fmt: skip
+    lc.ledger.indexed(marks, now=NOW + 130)  # as the indexer leaves it
+    _say_card(lc, tenant, 0, "s1", "My sister Anna keeps 3 horses on her farm", at=NOW + 140)
+    kicks.ids.clear()
+    fresh = consolidate_owner(lc, tenant_id=tenant.id, user_id=tenant.user, now=NOW + 150)
+    assert fresh.entities == () and card.memory_id in kicks.ids
+    assert {p.state.value for p in lc.ledger.projections([card.memory_id])} == {"pending"}
+    assert "3 horses" in ViewContext(lc.ledger)([card]).texts[card.memory_id]
+    quiet = consolidate_owner(lc, tenant_id=tenant.id, user_id=tenant.user, now=NOW + 160)
+    assert not quiet.changed  # indexed again once, not at every run
     # When a fourth statement comes, the card is rebuilt with it
     ids.append(_say_card(lc, tenant, 4, "s4", "At the market Anna bought a red bicycle"))
     grown = consolidate_owner(lc, tenant_id=tenant.id, user_id=tenant.user, now=NOW + 180)
