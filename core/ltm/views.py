@@ -3,15 +3,16 @@ copying what they say (an entity card, ``core.lifecycle.entity_cards``).
 
 Its statements are read from the cards it names, each time they are needed: when the
 card is indexed (:class:`ViewContext`, an ``IndexContext``: the view is found by what its
-cards say) and when recall renders it (:func:`view_content`, then ``card.focus``).  A
-named card of another owner, or one gone from the ledger, adds nothing.
+cards say) and when recall meets it (:func:`focused`: the cards it names that the query
+is about stand in its place, each as the memory it is).  A named card of another owner,
+or one gone from the ledger, adds nothing.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from memstrata.core.ltm.card import LtmCard, member_line
+from memstrata.core.ltm.card import CardStatus, LtmCard
 from memstrata.core.ltm.ledger import Ledger
 from memstrata.core.ltm.ports import ContextRead, IndexContext
 
@@ -27,10 +28,25 @@ def _owned(view: LtmCard, sources: Mapping[str, LtmCard]) -> list[LtmCard]:
         view.tenant_id, view.user_id)]  # fmt: skip
 
 
-def view_content(view: LtmCard, sources: Mapping[str, LtmCard]) -> str:
-    """A view's statements as member lines (``<message ids>\\t<statement>``, the merged
-    card's layout that ``card.focus`` reads), in the order the view names them."""
-    return "\n".join(member_line(s.source_message_ids, s.summary) for s in _owned(view, sources))
+def focused(
+    view: LtmCard, sources: Mapping[str, LtmCard], query: str, *, keep: int = 2
+) -> list[LtmCard]:
+    """The active cards a view names that ``query`` is about: of those sharing the most
+    terms with it besides the view's own name (every card it names states that), at most
+    ``keep``, each sharing at least half as many as the best ("my" alone does not make
+    a second one), in the view's order; the first when none shares any.  A card a merge
+    hides (superseded) is left out: the merged card is that memory now."""
+    from memstrata.core.ltm.text import tokens
+
+    live = [s for s in _owned(view, sources) if s.status is CardStatus.ACTIVE]
+    if not live:
+        return []
+    q = set(tokens(query)) - set(tokens(" ".join(view.entities)))
+    shared = [len(q & set(tokens(s.summary))) for s in live]
+    order = sorted(range(len(live)), key=lambda n: (-shared[n], n))
+    top = shared[order[0]]
+    best = [n for n in order[:keep] if shared[n] and 2 * shared[n] >= top] or [0]
+    return [live[n] for n in sorted(best)]
 
 
 class ViewContext:

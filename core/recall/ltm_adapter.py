@@ -13,13 +13,13 @@ from collections.abc import Callable, Mapping, Sequence
 
 from memstrata.core.authority.filters import RetrievalFilters
 from memstrata.core.ltm.asof import version_at
-from memstrata.core.ltm.card import CONSOLIDATED, ENTITY, LtmCard, focus
+from memstrata.core.ltm.card import CONSOLIDATED, LtmCard, focus
 from memstrata.core.ltm.filters import CardFilter
 from memstrata.core.ltm.history import HISTORY_TYPE, HistoryIndex
 from memstrata.core.ltm.ledger import Ledger
 from memstrata.core.ltm.policy import SearchMode
 from memstrata.core.ltm.search import LtmSearch
-from memstrata.core.ltm.views import view_content, view_sources
+from memstrata.core.ltm.views import focused, view_sources
 from memstrata.core.models.identity import memory_key, text_fingerprint
 from memstrata.core.recall.pool import PoolCandidate, SourceType
 from memstrata.core.recall.route import LtmMode
@@ -61,10 +61,6 @@ def _rewritten_merge(card: LtmCard, at: float) -> bool:
     return card.memory_type == CONSOLIDATED and card.updated_at > at
 
 
-def _rewritten_view(card: LtmCard, at: float) -> bool:
-    """An entity card rewritten since ``at`` may hold later statements: left out of an
-    as-of read (its statements are cards of their own, found as they read then)."""
-    return card.memory_type == ENTITY and card.updated_at > at
 
 
 class LedgerBackedSearcher:
@@ -96,12 +92,17 @@ class LedgerBackedSearcher:
         found = [(n, cards[r.memory_id]) for n, r in enumerate(ranked) if r.memory_id in cards]
         if as_of is not None:
             found = self._as_of(found, filters, as_of)
+        # a view (an entity card) is a way to its cards: the ones the query is about take
+        # its rank, each as the memory it is (found again later, it is not repeated)
         views = [card for _, card in found if card.source_card_ids]
         sources = self.ledger.cards(view_sources(views)) if views else {}
-        out = []
+        out: list[PoolCandidate] = []
+        seen: set[str] = set()
         for rank, card in found:
-            content = view_content(card, sources) if card.source_card_ids else card.content
-            out.append(self._candidate(rank, card, query, content))
+            for member in focused(card, sources, query) if card.source_card_ids else [card]:
+                if member.memory_id not in seen:
+                    seen.add(member.memory_id)
+                    out.append(self._candidate(rank, member, query))
         return out
 
     def _as_of(
@@ -111,7 +112,8 @@ class LedgerBackedSearcher:
         rewritten since then stands for its sources, each as it read then, at its rank;
         without a ``merged_sources`` reader it is left out (what it held then is unknown)."""
         tenant, user = filters.tenant_id, filters.user_id
-        found = [(n, c) for n, c in found if not _rewritten_view(c, at)]
+        # a view names cards as they are now: left out, its cards answer as of then
+        found = [(n, c) for n, c in found if not c.source_card_ids]
         newer = {c.memory_id for _, c in found if _rewritten_merge(c, at)}
         held: dict[str, Sequence[str]] = {}
         if newer and self.merged_sources is not None:
@@ -137,13 +139,12 @@ class LedgerBackedSearcher:
         return out
 
     @staticmethod
-    def _candidate(rank: int, card: LtmCard, query: str, content: str) -> PoolCandidate:
-        """``content``: the card's, or a view's statements read from its cards."""
+    def _candidate(rank: int, card: LtmCard, query: str) -> PoolCandidate:
         text = card.summary or card.title
         message_ids = tuple(card.source_message_ids)
         said_at = card.occurred_at
-        if card.memory_type in (CONSOLIDATED, ENTITY):  # a digest: the members asked for
-            focused = focus(content, query)
+        if card.memory_type == CONSOLIDATED:  # a merged card: the members asked for
+            focused = focus(card.content, query)
             if focused is not None:
                 text, message_ids = focused
         return PoolCandidate(

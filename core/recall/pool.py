@@ -87,8 +87,6 @@ class PoolPolicy(BaseModel):
     weights: RescoreWeights = RescoreWeights()
     # active constraints bind whatever the question: they rank first (seed 三: "当前约束")
     pinned_types: frozenset[str] = frozenset({"constraint"})
-    # views over other cards (core.ltm.card.ENTITY): kept only for what they add
-    view_types: frozenset[str] = frozenset({"entity"})
 
 
 class Verdict(StrEnum):
@@ -348,10 +346,9 @@ def build_pool(
     top_k, budget = policy.top_k, policy.token_budget
     for score, parts, c in live:
         tokens = line_tokens(c)
-        # the fallback, and a view over other cards (an entity card), only add what the
-        # memories kept above them do not say
-        view = c.source_type is SourceType.RAW_HISTORY or c.memory_type in policy.view_types
-        if view and c.message_ids and covered.issuperset(c.message_ids):
+        raw = c.source_type is SourceType.RAW_HISTORY
+        if raw and c.message_ids and covered.issuperset(c.message_ids):
+            # the fallback only adds what the curated memories above it do not say
             rest.append(_scored(c, score, parts, Verdict.DUPLICATE,
                                 "its message is already in a kept memory", tokens))  # fmt: skip
             continue

@@ -12,13 +12,19 @@ import pytest
 from sqlalchemy import text
 
 from memstrata.core.authority.facts import set_profile
+from memstrata.core.authority.filters import RetrievalFilters
 from memstrata.core.lifecycle.audit import Action
 from memstrata.core.lifecycle.consolidate import consolidate_owner
 from memstrata.core.lifecycle.finalise import finalise
 from memstrata.core.lifecycle.runtime import Lifecycle
 from memstrata.core.ltm.card import CONSOLIDATED, CardDraft, CardStatus
+from memstrata.core.ltm.filters import CardFilter
+from memstrata.core.ltm.policy import SearchMode, SearchPolicy
+from memstrata.core.ltm.search import LtmSearch, Ranked
 from memstrata.core.models.transcript import MessageIn
+from memstrata.core.recall.ltm_adapter import LedgerBackedSearcher
 from memstrata.core.recall.result import RecallResult
+from memstrata.core.recall.route import LtmMode
 from memstrata.core.recall.service import RecallRequest
 from memstrata.core.runtime import Runtime
 from tests.integration.test_recall_history import (
@@ -231,9 +237,22 @@ def test_an_authoritative_fact_is_recalled_with_the_value_it_had_then(
     assert "Europe/Lisbon" not in before.text and "Asia/Tokyo" not in before.text
 
 
-def test_an_entity_card_is_recalled_by_the_statements_asked_for_and_never_twice(
-    runtime: Runtime,
-) -> None:
+class FixedRanks(LtmSearch):
+    """The ranking of a search, fixed (the ledger and what recall makes of it are real)."""
+
+    def __init__(self, ids: Sequence[str]) -> None:  # no indexes: nothing is searched
+        self.policy = SearchPolicy()
+        self.ids = list(ids)
+
+    def search(
+        self, query: str, flt: CardFilter, *, mode: SearchMode = SearchMode.HYBRID,
+        policy: SearchPolicy | None = None, now: float | None = None,
+    ) -> list[Ranked]:  # fmt: skip
+        return [Ranked(m, 1.0 - n / 10, 1.0 - n / 10, 0.5, 0.0, ("fixed",))
+                for n, m in enumerate(self.ids)]  # fmt: skip
+
+
+def test_an_entity_card_gives_its_rank_to_the_statements_asked_for(runtime: Runtime) -> None:
     # Given three sessions that each say something about Anna, consolidated on day 3
     lc = _lifecycle(runtime)
     ns = runtime.settings.key_namespace
@@ -242,45 +261,40 @@ def test_an_entity_card_is_recalled_by_the_statements_asked_for_and_never_twice(
         "Last spring my sister Anna ran the Lisbon half marathon in two hours.",
         "For my birthday my sister Anna baked a lemon cake with poppy seeds.",
     ]
-    mids = []
     for n, statement in enumerate(said):
-        mids.append(_say(runtime, f"s{n}", statement, AT + n * DAY))
+        _say(runtime, f"s{n}", statement, AT + n * DAY)
         finalise(lc, user_id="u1", tenant_id=ns, session_id=f"s{n}", now=AT + n * DAY + 3600)
     report = consolidate_owner(lc, tenant_id=ns, user_id="u1", now=AT + 3 * DAY)
     [entity] = report.entities
-    # When recall is asked about one of the statements, without the name
-    out = _ask(runtime, "Which cake with poppy seeds was baked for my birthday?", as_of=None,
-               explain=True)  # fmt: skip
-    assert out.explain is not None
-    # Then the entity card is found by what its cards say (indexed with their statements,
-    # which it does not store) ...
-    [view] = [s for s in out.explain.candidates if s.candidate.memory_id == entity]
-    # ... and stands for the statement asked for (its focused line, read from its card)
-    assert "lemon cake" in view.candidate.summary and mids[2] in view.candidate.message_ids
-    assert "half marathon" not in view.candidate.summary
-    # ... and is kept only if it adds a message the lines kept above it do not have
-    kept = [s.candidate for s in out.explain.candidates if s.verdict.value == "kept"]
-    if view.verdict.value == "kept":
-        above = {m for c in kept[: kept.index(view.candidate)] for m in c.message_ids}
-        assert not above.issuperset(view.candidate.message_ids)
-    else:
-        assert view.verdict.value == "duplicate", view
-        assert {m for c in kept for m in c.message_ids}.issuperset(view.candidate.message_ids)
-    # When asked as of a moment before the consolidation, no entity card answers
+    view = runtime.ledger.cards([entity])[entity]
+    named = runtime.ledger.cards(view.source_card_ids)
+    by_text = {c.summary: c.memory_id for c in named.values()}
+    assert set(said) <= set(by_text), by_text
+    cake, marathon = by_text[said[2]], by_text[said[1]]
+    filters = RetrievalFilters(tenant_id=ns, user_id="u1", project_ids=())
     query = "What cake did Anna bake for my birthday?"
-    then = _ask(runtime, query, as_of=AT + 2 * DAY + 7200)
-    assert entity not in {line.memory_id for line in then.memory.long_term}
-    # When a fourth session rebuilds the card, an as-of read of a moment between the two
-    # builds leaves it out (it now holds a statement said later), the statements answer
-    _say(runtime, "s3", "On Sunday my sister Anna made another lemon cake for us.", AT + 4 * DAY)
-    finalise(lc, user_id="u1", tenant_id=ns, session_id="s3", now=AT + 4 * DAY + 3600)
-    assert consolidate_owner(lc, tenant_id=ns, user_id="u1", now=AT + 5 * DAY).entities == (
-        entity,
-    )
-    between = _ask(runtime, query, as_of=AT + 4 * DAY + 7200, explain=True)
-    assert between.explain is not None
-    assert entity not in {s.candidate.memory_id for s in between.explain.candidates}
-    assert any("lemon cake" in line.text for line in between.memory.long_term), between.text
-    now = _ask(runtime, query, as_of=None, explain=True)
-    assert now.explain is not None
-    assert entity in {s.candidate.memory_id for s in now.explain.candidates}
+
+    def found(ranks: Sequence[str], at: float | None = None) -> list[tuple[str, int | None]]:
+        searcher = LedgerBackedSearcher(FixedRanks(ranks), runtime.ledger)
+        hits = searcher.search(query=query, mode=LtmMode.HYBRID, filters=filters, k=10, as_of=at)
+        return [(c.memory_id, c.layer_rank) for c in hits]
+
+    # When the search ranks the entity card first, then the marathon statement
+    # Then the statement asked for takes the entity card's rank, as the memory it is
+    # (its own id, text and date), and the entity card itself is not a memory to inject
+    got = found([entity, marathon])
+    assert got == [(cake, 0), (marathon, 1)], [(named[m].summary if m in named else m, r)
+                                               for m, r in got]  # fmt: skip
+    searcher = LedgerBackedSearcher(FixedRanks([entity]), runtime.ledger)
+    [hit] = searcher.search(query=query, mode=LtmMode.HYBRID, filters=filters, k=10)
+    assert hit.summary == said[2] and hit.said_at == AT + 2 * DAY
+    # ... a statement found again below is not repeated; found above, it keeps its rank
+    assert found([entity, cake]) == [(cake, 0)]
+    assert found([cake, entity]) == [(cake, 0)]
+    # When asked as of a moment, the entity card (its cards as they are now) is left out
+    assert found([entity, marathon], at=AT + 4 * DAY) == [(marathon, 1)]
+    # And through the whole recall, the entity card is never a candidate of its own
+    out = _ask(runtime, query, as_of=None, explain=True)
+    assert out.explain is not None
+    assert entity not in {s.candidate.memory_id for s in out.explain.candidates}
+    assert sum(line.text == said[2] for line in out.memory.long_term) == 1, out.text

@@ -153,9 +153,9 @@ def build_pool(
     covered: set[str] = set()  # source messages of what is kept so far
     for score, parts, c in live:
         tokens = estimate_tokens(c.summary)
-        view = c.source_type is SourceType.RAW_HISTORY or c.memory_type in policy.view_types
-        if view and c.message_ids and covered.issuperset(c.message_ids):
-            # the fallback and views only add what the curated memories above do not say
+        raw = c.source_type is SourceType.RAW_HISTORY
+        if raw and c.message_ids and covered.issuperset(c.message_ids):
+            # the fallback only adds what the curated memories above it do not say
             rest.append(
                 Scored(
                     candidate=c,

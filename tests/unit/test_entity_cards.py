@@ -13,8 +13,8 @@ from memstrata.core.lifecycle.entity_cards import (
     gathered,
     names_of,
 )
-from memstrata.core.ltm.card import ENTITY, member_lines
-from memstrata.core.ltm.views import view_content
+from memstrata.core.ltm.card import ENTITY
+from memstrata.core.ltm.views import focused
 
 
 @pytest.mark.parametrize(
@@ -95,24 +95,40 @@ def test_the_entity_card_names_its_cards_and_copies_no_statement() -> None:
     assert draft.entities == ["Anna"] and draft.tags == [ENTITY]
 
 
-def test_a_view_reads_its_statements_from_its_own_owners_cards() -> None:
-    from memstrata.core.ltm.card import LtmCard
+def test_a_view_stands_for_its_own_owners_active_cards_the_query_is_about() -> None:
+    from memstrata.core.ltm.card import CardStatus, LtmCard
 
-    def card(mid: str, text: str, user: str = "u1", sources: list[str] | None = None) -> LtmCard:
+    def card(mid: str, text: str, user: str = "u1", sources: list[str] | None = None,
+             status: CardStatus = CardStatus.ACTIVE) -> LtmCard:  # fmt: skip
         return LtmCard(memory_id=mid, user_id=user, tenant_id="t1", memory_type="episode",
                        title=text[:20], summary=text, source_type="session_episode",
                        source_message_ids=[f"m_{mid}"], source_card_ids=sources or [],
                        bm25_text=text, created_at=1.0, updated_at=1.0, importance=0.5,
-                       confidence=0.5, canonical_key=f"episode:{mid}")  # fmt: skip
+                       confidence=0.5, canonical_key=f"episode:{mid}", status=status)  # fmt: skip
 
-    view = card("ltm_v", "Anna: stated on 3 cards", sources=["ltm_b", "ltm_a", "ltm_x", "ltm_o"])
-    found = {c.memory_id: c for c in (card("ltm_a", "Anna keeps horses"),
-                                      card("ltm_b", "Anna ran a marathon"),
-                                      card("ltm_o", "Anna is a cat", user="u2"))}  # fmt: skip
-    # in the view's order; a card gone (ltm_x) or another owner's (ltm_o) adds nothing
-    assert member_lines(view_content(view, found)) == [
-        (("m_ltm_b",), "Anna ran a marathon"), (("m_ltm_a",), "Anna keeps horses")
-    ]  # fmt: skip
+    named = ["ltm_b", "ltm_a", "ltm_c", "ltm_x", "ltm_o", "ltm_h"]
+    view = card("ltm_v", "Anna: stated on 5 cards", sources=named).model_copy(
+        update={"entities": ["Anna"]}
+    )
+    found = {c.memory_id: c for c in (
+        card("ltm_a", "Anna keeps horses on her farm"),
+        card("ltm_b", "Anna ran the Lisbon marathon"),
+        card("ltm_c", "Anna baked a lemon cake"),
+        card("ltm_o", "Anna the cat keeps horses", user="u2"),  # another owner's
+        card("ltm_h", "Anna keeps horses and a farm", status=CardStatus.SUPERSEDED),  # merged
+    )}  # fmt: skip
+
+    def ids(query: str, keep: int = 2) -> list[str]:
+        return [c.memory_id for c in focused(view, found, query, keep=keep)]
+
+    # the cards sharing the most terms with the query besides the name (every one states
+    # it), in the view's order; a card gone (ltm_x), another owner's (ltm_o) or one a
+    # merge hides (ltm_h) is never among them
+    assert ids("does Anna keep horses on the farm?") == ["ltm_a"]
+    assert ids("Did Anna run a marathon or bake a cake?") == ["ltm_b", "ltm_c"]
+    assert ids("Did Anna run a marathon or bake a cake?", keep=1) == ["ltm_c"]  # 2 terms
+    assert ids("Tell me about Anna") == ["ltm_b"]  # the first, when none shares a term
+    assert focused(card("ltm_w", "empty view", sources=["ltm_x"]), found, "Anna") == []
 
 
 def test_index_contexts_combine_per_card() -> None:

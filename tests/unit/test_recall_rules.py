@@ -300,27 +300,6 @@ def test_a_raw_message_already_in_a_kept_memory_is_a_duplicate_and_costs_no_rank
     assert verdicts["ltm_1"][0] is Verdict.KEPT and verdicts["raw_2"][0] is Verdict.KEPT
 
 
-def test_an_entity_card_adds_only_statements_the_kept_memories_do_not_say() -> None:
-    # Given an episode card (d1), an entity card whose focused lines are d1 alone, and an
-    # entity card that also brings d3
-    episode = cand("ltm_1", SourceType.LTM, "k1", "f1", similarity=0.9, message_ids=("d1",))
-    same = cand("ltm_e1", SourceType.LTM, "entity:anna", "f2", similarity=0.8,
-                memory_type="entity", message_ids=("d1",))  # fmt: skip
-    more = cand("ltm_e2", SourceType.LTM, "entity:lisbon", "f3", similarity=0.7,
-                memory_type="entity", message_ids=("d1", "d3"))  # fmt: skip
-    pool = build_pool([more, same, episode], query_entities=[], now=NOW,
-                      policy=PoolPolicy(top_k=3, token_budget=1000))  # fmt: skip
-    verdicts = {s.candidate.memory_id: s.verdict for s in pool}
-    # Then the first view is a duplicate that costs no rank; the second is kept
-    assert verdicts == {"ltm_1": Verdict.KEPT, "ltm_e1": Verdict.DUPLICATE,
-                        "ltm_e2": Verdict.KEPT}  # fmt: skip
-    # ... and an ordinary card with the same messages is not a view: it is kept
-    plain = cand("ltm_2", SourceType.LTM, "k2", "f4", similarity=0.8, message_ids=("d1",))
-    pool = build_pool([plain, episode], query_entities=[], now=NOW,
-                      policy=PoolPolicy(top_k=3, token_budget=1000))  # fmt: skip
-    assert {s.verdict for s in pool} == {Verdict.KEPT}
-
-
 def test_raw_history_renders_last_with_the_date_it_was_said() -> None:
     from memstrata.core.recall.render import RenderedMemory, render
 
