@@ -14,11 +14,11 @@ the consolidation run and its transaction (:func:`gather`):
   the other speaker's, says nothing particular; a small scope keeps up to
   ``summarise_over`` + 1), gets one **entity card**: the name, the ids of the cards that
   state it in the order they were written (``source_card_ids``: a view, not a copy; the
-  indexes and recall read the statements from those cards, ``core.ltm.views``, and
-  recall injects the ones a query is about, as for a merged card: ``core.ltm.card.focus``),
-  every source message id, the name as its entity.  At most ``entity_max_cards`` per
-  owner, the most stated first.  A copy of the statements held 45% more curated tokens on
-  LoCoMo (memory ratio 1.03 → 0.72) for no recall (docs/QUALITY.md, "Sixth wave").
+  indexes read the statements from those cards, and recall puts the ones a query is
+  about in the view's place, ``core.ltm.views``), every source message id, the name as
+  its entity.  At most ``entity_max_cards`` per owner, the most stated first.  A copy of
+  the statements held 44% more curated tokens on LoCoMo (memory ratio 1.03 → 0.71) for
+  no recall (docs/QUALITY.md, "Sixth wave").
 
 An entity card is a view, not a merge: its sources stay as they are (nothing is hidden),
 so retracting it takes nothing away, and a retracted entity card is not built again.

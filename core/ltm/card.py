@@ -173,7 +173,7 @@ CONSOLIDATED = "consolidated"
 ENTITY = "entity"
 """memory_type and source_type of an entity card (``core.lifecycle.entity_cards``): a view
 over the cards that state one name (``source_card_ids``); their statements are read from
-them when the card is indexed (:class:`ViewContext`) and recalled."""
+them when the card is indexed and recalled (``core.ltm.views``)."""
 MEMBER_SEP = "\t"
 """A merged card's content: one line per member statement, ``<id>,<id>\\t<statement>``."""
 

@@ -2,7 +2,7 @@
 
 An entity card (``core.lifecycle.entity_cards``) gathers what is known about one name
 from the owner's other cards; it keeps their ids instead of copies of their statements
-(a copy held 45% more curated tokens on LoCoMo for no recall), and the indexes and
+(a copy held 44% more curated tokens on LoCoMo for no recall), and the indexes and
 recall read the statements from those cards.  Every other card has none.
 
 Revision ID: ltm_0006
