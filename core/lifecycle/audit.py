@@ -121,6 +121,23 @@ class AuditEvent:
         }
 
 
+def latest_sources(
+    conn: Connection, tenant_id: str, user_id: str, action: Action
+) -> dict[str, list[str]]:
+    """Target → ``inputs.sources`` of its latest ``action`` row, for one owner (what each
+    merged card holds, what each entity card gathers)."""
+    stmt = (
+        select(audit_table.c.target, audit_table.c.inputs)
+        .where(audit_table.c.tenant_id == tenant_id, audit_table.c.user_id == user_id,
+               audit_table.c.action == action.value)
+        .order_by(audit_table.c.id.desc())
+    )  # fmt: skip
+    out: dict[str, list[str]] = {}
+    for target, inputs in conn.execute(stmt):
+        out.setdefault(str(target), [str(s) for s in (inputs or {}).get("sources", [])])
+    return out
+
+
 def record(conn: Connection, events: Sequence[AuditEvent]) -> None:
     """Append events in the caller's transaction (so the audit row and the move commit together)."""
     if events:

@@ -43,7 +43,13 @@ from sqlalchemy import Connection, select
 from memstrata.core.adapters.pg import pg_errors
 from memstrata.core.errors import NotFound
 from memstrata.core.ids import validate_id
-from memstrata.core.lifecycle.audit import Action, AuditEvent, audit_table, record
+from memstrata.core.lifecycle.audit import (
+    Action,
+    AuditEvent,
+    audit_table,
+    latest_sources,
+    record,
+)
 from memstrata.core.lifecycle.config import ConsolidatePolicy
 from memstrata.core.lifecycle.entity_cards import Statement, gather, gathered_state, names_of
 from memstrata.core.lifecycle.owner_lock import OwnerBusy, owner_lock
@@ -290,16 +296,7 @@ def _members(conn: Connection, tenant: str, user: str, ids: Iterable[str] | None
 
 def _merged_state(conn: Connection, tenant: str, user: str) -> dict[str, list[str]]:
     """Merged card id → its sources, from each merged card's latest consolidate row."""
-    stmt = (
-        select(audit_table.c.target, audit_table.c.inputs)
-        .where(audit_table.c.tenant_id == tenant, audit_table.c.user_id == user,
-               audit_table.c.action == Action.CONSOLIDATE.value)
-        .order_by(audit_table.c.id.desc())
-    )  # fmt: skip
-    out: dict[str, list[str]] = {}
-    for target, inputs in conn.execute(stmt):
-        out.setdefault(str(target), [str(s) for s in (inputs or {}).get("sources", [])])
-    return out
+    return latest_sources(conn, tenant, user, Action.CONSOLIDATE)
 
 
 def sources_of(

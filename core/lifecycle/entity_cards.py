@@ -36,7 +36,7 @@ from dataclasses import dataclass
 
 from sqlalchemy import Connection, select
 
-from memstrata.core.lifecycle.audit import Action, AuditEvent, audit_table
+from memstrata.core.lifecycle.audit import Action, AuditEvent, latest_sources
 from memstrata.core.lifecycle.config import ConsolidatePolicy
 from memstrata.core.lifecycle.runtime import Lifecycle
 from memstrata.core.ltm.card import ENTITY, CardDraft, CardStatus, card_id
@@ -184,16 +184,7 @@ def reason(g: Gathered, pol: ConsolidatePolicy) -> str:
 # ------------------------------------------------------------------ ledger and audit
 def gathered_state(conn: Connection, tenant: str, user: str) -> dict[str, list[str]]:
     """Entity card id → its sources, from each entity card's latest gather row."""
-    stmt = (
-        select(audit_table.c.target, audit_table.c.inputs)
-        .where(audit_table.c.tenant_id == tenant, audit_table.c.user_id == user,
-               audit_table.c.action == Action.GATHER.value)
-        .order_by(audit_table.c.id.desc())
-    )  # fmt: skip
-    out: dict[str, list[str]] = {}
-    for target, inputs in conn.execute(stmt):
-        out.setdefault(str(target), [str(s) for s in (inputs or {}).get("sources", [])])
-    return out
+    return latest_sources(conn, tenant, user, Action.GATHER)
 
 
 @dataclass(frozen=True)
