@@ -71,7 +71,7 @@ def build_schedule(settings: Settings) -> dict[str, dict[str, Any]]:
             "schedule": maintain_s,
             "options": {"queue": "maintenance", "expires": maintain_s * 0.9},
         },
-        "lifecycle-ltm-consolidate": {  # issue 13.3: topic merges, near-duplicates
+        "lifecycle-ltm-consolidate": {  # issue 13.3: topic merges, near-duplicates, entity cards
             "task": names.LIFECYCLE_CONSOLIDATE,
             "schedule": consolidate_s,
             "options": {"queue": "maintenance", "expires": consolidate_s * 0.9},
