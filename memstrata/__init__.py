@@ -29,6 +29,7 @@ _EXPORTS = {
     "TurnReceipt": "memstrata.core.models.transcript",
     "MemoryItem": "memstrata.core.models.memory",
     "MemoryView": "memstrata.core.models.memory",
+    "CardView": "memstrata.core.ltm.card",
     "WriteDecision": "memstrata.core.models.candidate",
     "UnknownTenant": "memstrata.core.authority.errors",
     "UnknownUser": "memstrata.core.authority.errors",
@@ -59,6 +60,7 @@ if TYPE_CHECKING:
         TransientError,
         Unauthorized,
     )
+    from memstrata.core.ltm.card import CardView
     from memstrata.core.models.candidate import WriteDecision
     from memstrata.core.models.memory import MemoryItem, MemoryView
     from memstrata.core.models.owners import TenantInfo, UserInfo
@@ -84,6 +86,7 @@ except PackageNotFoundError:  # a source tree that was never installed
 
 __all__ = [
     "AsyncMemory",
+    "CardView",
     "Conflict",
     "EraseResult",
     "Forbidden",

@@ -33,6 +33,7 @@ from pydantic import BaseModel, TypeAdapter
 
 from memstrata.core.errors import MemstrataError, StoreUnavailable, missing_extra
 from memstrata.core.ids import owner_tenant, user_key
+from memstrata.core.ltm.card import CardView
 from memstrata.core.models.candidate import WriteDecision
 from memstrata.core.models.memory import MemoryView
 from memstrata.core.models.owners import NewApiKey, Scope, TenantInfo, UserInfo
@@ -58,6 +59,7 @@ P = ParamSpec("P")
 T = TypeVar("T")
 Messages = Sequence[MessageIn | Mapping[str, Any]]
 _ITEMS = TypeAdapter(list[MemoryView])
+_CARDS = TypeAdapter(list[CardView])
 _DECISIONS = TypeAdapter(list[WriteDecision])
 _TENANTS = TypeAdapter(list[TenantInfo])
 _USERS = TypeAdapter(list[UserInfo])
@@ -178,6 +180,16 @@ class Embedded:
         else:
             items = stm.recent(key, limit=limit, tenant_id=t)
         return [MemoryView.of(i) for i in items]
+
+    def cards(
+        self, user_id: str, *, memory_type: str | None, superseded: bool, limit: int,
+        tenant: str,
+    ) -> list[CardView]:  # fmt: skip
+        found = self.rt.ledger.owned(
+            tenant, user_key(user_id), memory_type=memory_type, active_only=not superseded,
+            limit=limit,
+        )  # fmt: skip
+        return [CardView.of(c) for c in found]
 
     def explain(
         self, user_id: str, session_id: str, verdict: Verdict | None, *, tenant: str
@@ -419,6 +431,24 @@ class Memory:
         }  # fmt: skip
         return _ITEMS.validate_python(self._call("GET", "/v1/memories", params=params))
 
+    def cards(
+        self,
+        *,
+        user_id: str,
+        memory_type: str | None = None,
+        superseded: bool = False,
+        limit: int = 50,
+    ) -> list[CardView]:
+        """A user's long-term cards, most recently changed first: episodes, session
+        summaries, merged and entity cards (``memory_type``: one kind); ``superseded``:
+        also those merged away, replaced or retracted."""
+        if (e := self._embedded) is not None:
+            return e.cards(user_id, memory_type=memory_type, superseded=superseded,
+                           limit=limit, tenant=e.tenant)  # fmt: skip
+        params = {"user_id": user_id, "type": memory_type, "superseded": superseded,
+                  "limit": limit}  # fmt: skip
+        return _CARDS.validate_python(self._call("GET", "/v1/cards", params=params))
+
     def explain(
         self, *, user_id: str, session_id: str, verdict: Verdict | None = None
     ) -> list[WriteDecision]:
@@ -604,6 +634,21 @@ class AsyncMemory:
             "entity": entity, "type": memory_type, "limit": limit,
         }  # fmt: skip
         return _ITEMS.validate_python(await self._call("GET", "/v1/memories", params=params))
+
+    async def cards(
+        self,
+        *,
+        user_id: str,
+        memory_type: str | None = None,
+        superseded: bool = False,
+        limit: int = 50,
+    ) -> list[CardView]:
+        if self._http is None:
+            return await self._run(self._sync.cards, user_id=user_id, memory_type=memory_type,
+                                   superseded=superseded, limit=limit)  # fmt: skip
+        params = {"user_id": user_id, "type": memory_type, "superseded": superseded,
+                  "limit": limit}  # fmt: skip
+        return _CARDS.validate_python(await self._call("GET", "/v1/cards", params=params))
 
     async def explain(
         self, *, user_id: str, session_id: str, verdict: Verdict | None = None

@@ -15,7 +15,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
-from memstrata.core.ids import SafeId
+from memstrata.core.ids import SafeId, external_user_id
 from memstrata.core.ltm.text import cut_tokens, normalise
 
 BM25_TEXT_MAX_BYTES = 60_000
@@ -158,6 +158,38 @@ class LtmCard(BaseModel):
             "importance": self.importance,
             "updated_at": self.updated_at,
         }
+
+
+class CardView(BaseModel):
+    """An LTM card as the public surfaces show it (client, REST, CLI ``--json``): no index
+    text or hash, and ``user_id`` the caller's external id, not the stored key part."""
+
+    memory_id: str
+    tenant_id: str
+    user_id: str
+    project_id: str | None = None
+    memory_type: str
+    status: CardStatus
+    title: str
+    summary: str
+    content: str = ""
+    entities: list[str] = Field(default_factory=list)
+    tags: list[str] = Field(default_factory=list)
+    source_type: str
+    source_message_ids: list[str] = Field(default_factory=list)
+    source_card_ids: list[str] = Field(default_factory=list)
+    occurred_at: float | None = None
+    created_at: float
+    updated_at: float
+    importance: float
+    confidence: float
+    access_count: int = 0
+    version: int = 1
+
+    @classmethod
+    def of(cls, card: LtmCard) -> CardView:
+        values = card.model_dump(include=set(cls.model_fields))
+        return cls.model_validate(values | {"user_id": external_user_id(card.user_id)})
 
 
 def build_bm25_text(draft: CardDraft | LtmCard) -> str:

@@ -11,6 +11,7 @@ are its SQL, each on a Core ``Connection``.
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -32,12 +33,14 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import insert
 
 from memstrata.core.adapters.pg import pg_errors
-from memstrata.core.errors import CorruptRecord, NotFound, PayloadTooLarge
+from memstrata.core.errors import CorruptRecord, InvalidInput, NotFound, PayloadTooLarge
 from memstrata.core.ids import validate_id
 from memstrata.core.ltm.asof import HISTORY_SOURCE, history_prefix
 from memstrata.core.ltm.card import CardDraft, CardStatus, LtmCard
 from memstrata.core.ltm.projection import ProjectionState
 from memstrata.core.ltm.tables import INDEX_NAMES, cards, projections
+
+_LABEL = re.compile(r"[a-z][a-z0-9_]{0,63}")  # a card's memory_type (core.ltm.card.Label)
 
 
 @dataclass(frozen=True)
@@ -484,6 +487,8 @@ class Ledger:
         active ones unless ``active_only`` is off (then also superseded, never deleted)."""
         validate_id(tenant_id, kind="tenant_id")
         validate_id(user_id, kind="user_id")
+        if memory_type is not None and not _LABEL.fullmatch(memory_type):
+            raise InvalidInput(f"memory_type {memory_type[:64]!r}: lower snake case, e.g. entity")
         stmt = select(cards).where(cards.c.tenant_id == tenant_id, cards.c.user_id == user_id)
         if memory_type is not None:
             stmt = stmt.where(cards.c.memory_type == memory_type)

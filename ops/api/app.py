@@ -62,6 +62,7 @@ from memstrata.core.errors import (
 )
 from memstrata.core.exposition import metrics_asgi_app
 from memstrata.core.ids import user_key
+from memstrata.core.ltm.card import CardView
 from memstrata.core.models.candidate import WriteDecision
 from memstrata.core.models.memory import MemoryView
 from memstrata.core.models.owners import NewApiKey, TenantInfo, UserInfo
@@ -246,6 +247,23 @@ async def memories(
     return await run_in_threadpool(
         m.inspect, user_id, session_id=session_id, task_id=task_id, entity=entity,
         memory_type=type, limit=limit, tenant=key.tenant_id,
+    )  # fmt: skip
+
+
+@router.get("/v1/cards", response_model=list[CardView], tags=["memory"])
+async def long_term_cards(
+    key: Read,
+    m: Mem,
+    user_id: UserQ,
+    type: Annotated[str | None, Query(min_length=1, max_length=64)] = None,
+    superseded: bool = False,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 50,
+) -> list[CardView]:
+    """A user's long-term cards, most recently changed first (``superseded``: those
+    merged away, replaced or retracted too)."""
+    return await run_in_threadpool(
+        m.cards, user_id, memory_type=type, superseded=superseded, limit=limit,
+        tenant=key.tenant_id,
     )  # fmt: skip
 
 

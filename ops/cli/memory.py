@@ -62,10 +62,10 @@ def _inspect_ltm(args: argparse.Namespace, res: Runtime, tenant: str, user: str)
     found = res.ledger.owned(
         tenant, user, memory_type=args.type, active_only=not args.all, limit=args.limit
     )
-    if args.json:
-        # the user as given (alice@example.com), not its key part, as for STM items
-        shown = [c.model_dump(mode="json", exclude={"bm25_text"}) | {"user_id": args.user}
-                 for c in found]  # fmt: skip
+    if args.json:  # the user as given (alice@example.com), not its key part
+        from memstrata.core.ltm.card import CardView
+
+        shown = [CardView.of(c).model_dump(mode="json") for c in found]
         print(json.dumps(shown, ensure_ascii=False, indent=1))
         return 0
     what = f"type {args.type}" if args.type else "every type"

@@ -117,6 +117,37 @@ def test_recall_as_of_a_moment_leaves_out_what_was_written_later(
         ask(float("nan"))
 
 
+def test_long_term_cards_are_listed_for_the_caller_and_only_theirs(
+    memory: Memory, res: Runtime
+) -> None:
+    from memstrata import CardView
+    from memstrata.core.ltm.card import CardDraft, CardStatus
+
+    # Given an episode card, an entity card, a superseded card of alice, and bob's card
+    def card(user: str, n: int, kind: str, status: CardStatus = CardStatus.ACTIVE) -> str:
+        draft = CardDraft(tenant_id=memory.tenant, user_id=user_key(user),
+                          canonical_key=f"{kind}:{n}", memory_type=kind, title=f"card {n}",
+                          summary=f"statement {n}", source_type=kind, status=status,
+                          source_message_ids=[f"m{n}"])  # fmt: skip
+        return res.ledger.write(draft, now=1_700_000_000.0 + n).memory_id
+
+    user = "alice@example.com"
+    res.owners.ensure(memory.tenant, user_key(user))
+    episode, entity = card(user, 1, "episode"), card(user, 2, "entity")
+    old = card(user, 3, "episode", CardStatus.SUPERSEDED)
+    card("bob", 4, "episode")
+    # When the client lists alice's cards: the active ones, newest change first
+    cards = memory.cards(user_id=user)
+    assert [c.memory_id for c in cards] == [entity, episode]
+    assert all(isinstance(c, CardView) and c.user_id == user for c in cards)
+    assert "bm25_text" not in cards[0].model_dump()
+    # ... of one kind, or the superseded too
+    assert [c.memory_id for c in memory.cards(user_id=user, memory_type="entity")] == [entity]
+    assert old in {c.memory_id for c in memory.cards(user_id=user, superseded=True)}
+    with pytest.raises(InvalidInput):
+        memory.cards(user_id=user, memory_type="Not A Type")
+
+
 def test_tenants_are_isolated(res: Runtime) -> None:
     ns = res.settings.key_namespace
     a = Memory(runtime=res, tenant="a-" + ns, kicker=Kicks())

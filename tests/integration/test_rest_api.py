@@ -139,7 +139,8 @@ def test_health_needs_no_key_and_every_v1_route_does(service: Service) -> None:
     assert httpx.get(service.url + "/healthz").json() == {"status": "ok"}
     assert httpx.get(service.url + "/readyz").json() == {"status": "ready"}
     for method, path in [("POST", "/v1/turns"), ("POST", "/v1/recall"),
-                         ("GET", "/v1/memories?user_id=u"), ("GET", "/v1/decisions"),
+                         ("GET", "/v1/memories?user_id=u"), ("GET", "/v1/cards?user_id=u"),
+                         ("GET", "/v1/decisions"),
                          ("DELETE", "/v1/users/u"), ("GET", "/v1/admin/users"),
                          ("GET", "/v1/tenants"), ("POST", "/v1/tenants"),
                          ("POST", "/v1/tenants/x/apikeys")]:  # fmt: skip
@@ -168,6 +169,23 @@ def test_the_remote_client_round_trips_through_the_service(service: Service) -> 
         raw = httpx.get(service.url + "/v1/memories", params={"user_id": user},
                         headers=bearer(service.keys["all"])).json()  # fmt: skip
         assert raw and {i["user_id"] for i in raw} == {user}
+        # long-term cards: none yet (no session ended); one written is listed for the
+        # caller's id, of the key's tenant only; a bad kind is a typed error
+        assert m.cards(user_id=user) == []
+        from memstrata.core.ltm.card import CardDraft
+
+        card = service.rt.ledger.write(CardDraft(
+            tenant_id=service.tenant, user_id=user_key(user), canonical_key="entity:anna",
+            memory_type="entity", title="Anna: 3 memories", summary="Anna: stated on 3 cards",
+            source_type="entity", source_card_ids=["ltm_a", "ltm_b", "ltm_c"],
+        )).memory_id  # fmt: skip
+        [listed] = m.cards(user_id=user, memory_type="entity")
+        assert (listed.memory_id, listed.user_id, listed.source_card_ids) == (
+            card, user, ["ltm_a", "ltm_b", "ltm_c"])  # fmt: skip
+        with Memory(url=service.url, api_key=service.keys["b"]) as other:
+            assert other.cards(user_id=user) == []
+        with pytest.raises(InvalidInput, match="memory_type"):
+            m.cards(user_id=user, memory_type="NOT A TYPE")
         assert m.explain(user_id=user, session_id="s_123", verdict="written")
         assert [u.user_id for u in m.admin.list_users()] == [user]
         assert m.admin.get_user(user).key == user_key(user)
