@@ -54,7 +54,7 @@ class McpSettings(BaseModel):
     port: int = Field(8765, ge=1, le=65535)
     max_request_bytes: int = Field(4 * 1024 * 1024, ge=1024, le=256 * 1024 * 1024)
     max_fact_chars: int = Field(8000, ge=16, le=1024 * 1024)  # `remember` of one fact
-    stm_resource_limit: int = Field(50, ge=1, le=1000)  # items a STM resource lists
+    stm_resource_limit: int = Field(50, ge=1, le=1000)  # items (cards) an STM (LTM) resource lists
 
     @field_validator("tenant")
     @classmethod

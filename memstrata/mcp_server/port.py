@@ -4,11 +4,12 @@ The server is written against this small protocol, not against the stores.
 :class:`EmbeddedMemory` implements it on the product's in-process client
 (:class:`memstrata.client.Embedded`, the one ``memstrata.Memory`` and the REST service
 use, tenant per call): ``record_turn`` (with the unknown-owner policy,
-:mod:`memstrata.core.owners`), ``recall``, ``inspect``, ``explain`` and ``erase`` are its
-methods, so user ids are external ids (emails, ``user:42``, ``张三``) mapped to key parts
-by :func:`memstrata.core.ids.user_key` exactly as everywhere else.  Only ``retract`` (one
-item: an STM item deleted, an LTM card superseded) is the MCP's own, through
-:mod:`memstrata.core.lifecycle.retract`; the client has no single-item removal.
+:mod:`memstrata.core.owners`), ``recall``, ``inspect``, ``cards``, ``explain`` and
+``erase`` are its methods, so user ids are external ids (emails, ``user:42``, ``张三``)
+mapped to key parts by :func:`memstrata.core.ids.user_key` exactly as everywhere else.
+Only ``retract`` (one item: an STM item deleted, an LTM card superseded) is the MCP's
+own, through :mod:`memstrata.core.lifecycle.retract`; the client has no single-item
+removal.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from memstrata.client import Embedded
 from memstrata.core.api import Kicker
 from memstrata.core.errors import InvalidInput, NotFound
 from memstrata.core.ids import owner_tenant, user_key, validate_id
+from memstrata.core.ltm.card import CardView
 from memstrata.core.models.candidate import WriteDecision
 from memstrata.core.models.memory import MemoryView
 from memstrata.core.models.transcript import MessageIn, TurnReceipt
@@ -78,6 +80,10 @@ class MemoryPort(Protocol):
         session_id: str | None = None,
         limit: int = 50,
     ) -> list[MemoryView]: ...
+
+    def cards(
+        self, *, user_id: str, tenant_id: str | None = None, limit: int = 50
+    ) -> list[CardView]: ...
 
     def explain(
         self, *, user_id: str, session_id: str, tenant_id: str | None = None
@@ -151,6 +157,12 @@ class EmbeddedMemory:
             user_id, session_id=session_id, task_id=None, entity=None, memory_type=None,
             limit=limit, tenant=owner_tenant(tenant_id),
         )  # fmt: skip
+
+    def cards(
+        self, *, user_id: str, tenant_id: str | None = None, limit: int = 50
+    ) -> list[CardView]:
+        return self.client.cards(user_id, memory_type=None, superseded=False, limit=limit,
+                                 tenant=owner_tenant(tenant_id))  # fmt: skip
 
     def explain(
         self, *, user_id: str, session_id: str, tenant_id: str | None = None

@@ -11,7 +11,9 @@ Tools (typed inputs, JSON Schema from pydantic, structured results):
 * ``explain``: the write decisions of a session (or of one turn): why each candidate was
   stored or refused.
 
-Resource template ``memstrata://{tenant}/{user}/stm``: the user's current STM items.
+Resource templates ``memstrata://{tenant}/{user}/stm``: the user's current STM items;
+``memstrata://{tenant}/{user}/ltm``: their active long-term cards (episodes, session
+summaries, merged and entity cards).
 
 User ids are external ids (emails, ``user:42``, ``张三``), mapped to key parts by
 :func:`memstrata.core.ids.user_key` in the product client the tools call
@@ -68,6 +70,7 @@ ID_CHARS = 128
 MAX_MESSAGES = 1000  # the schema's bound; MEMSTRATA_MAX_TURN_MESSAGES is the real one
 MAX_CONTENT_CHARS = 1024 * 1024  # likewise; MEMSTRATA_MAX_MESSAGE_CHARS
 STM_URI = "memstrata://{tenant}/{user}/stm"
+LTM_URI = "memstrata://{tenant}/{user}/ltm"
 
 UserId = Annotated[
     str, Field(min_length=1, max_length=ID_CHARS, description="the user's id (e.g. an email)")
@@ -441,13 +444,28 @@ class MemoryTools:
         ]
         return Explained(session_id=session_id, decisions=out)
 
+    def _resource_owner(self, ctx: Context, tenant: str, user: str, uri: str) -> str:
+        """The caller's tenant when ``tenant`` is it (the SDK percent-decoded the ids once);
+        another tenant's data does not exist for the caller."""
+        caller = self.owners.caller(ctx.headers, "read")
+        if tenant != caller.tenant_id:
+            raise NotFound(f"no resource {uri.format(tenant=tenant, user=user)}")
+        return tenant
+
+    def ltm_cards(self, tenant: str, user: str, ctx: Context) -> str:
+        """The user's active long-term cards, most recently changed first."""
+        with _as_tool_error(ResourceError):
+            tenant_id = self._resource_owner(ctx, tenant, user, LTM_URI)
+            found = self.memory.cards(
+                user_id=user, tenant_id=tenant_id, limit=self.settings.stm_resource_limit
+            )
+        return json.dumps([c.model_dump(mode="json") for c in found], ensure_ascii=False)
+
     def stm_items(self, tenant: str, user: str, ctx: Context) -> str:
         """The user's current short-term memory items, newest first (ids percent-encoded)."""
         with _as_tool_error(ResourceError):
-            caller = self.owners.caller(ctx.headers, "read")
-            tenant_id, user_id = tenant, user  # the SDK percent-decoded them (once)
-            if tenant_id != caller.tenant_id:  # another tenant's data does not exist for you
-                raise NotFound(f"no resource {STM_URI.format(tenant=tenant, user=user)}")
+            tenant_id = self._resource_owner(ctx, tenant, user, STM_URI)
+            user_id = user
             items = self.memory.inspect(
                 tenant_id=tenant_id, user_id=user_id, limit=self.settings.stm_resource_limit
             )
@@ -487,6 +505,7 @@ def build_server(memory: MemoryPort, *, settings: McpSettings, owners: Owners) -
     for fn in (tools.remember, tools.recall, tools.forget, tools.explain):
         server.tool(structured_output=True)(fn)
     server.resource(STM_URI, mime_type="application/json")(tools.stm_items)
+    server.resource(LTM_URI, mime_type="application/json")(tools.ltm_cards)
     server.custom_route("/healthz", methods=["GET"])(_healthz)
     return server
 
@@ -500,6 +519,7 @@ def http_app(server: MCPServer[Any], *, settings: McpSettings, verifier: KeyVeri
 
 
 __all__ = [
+    "LTM_URI",
     "STM_URI",
     "BearerKeyAuth",
     "MemoryTools",

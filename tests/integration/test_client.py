@@ -223,5 +223,9 @@ def test_async_memory_embedded(res: Runtime) -> None:
             out = await m.recall("does it still time out?", user_id="f@x.io", session_id="s1")
             assert "database is not the cause" in out.text
             assert await m.inspect(user_id="f@x.io")
+            # no session ended yet: no long-term card; a bad kind is the same typed error
+            assert await m.cards(user_id="f@x.io") == []
+            with pytest.raises(InvalidInput, match="memory_type"):
+                await m.cards(user_id="f@x.io", memory_type="Bad Kind")
 
     asyncio.run(run())

@@ -121,8 +121,10 @@ async def call_error(session: ClientSession, tool: str, **args: Any) -> str:
     return message
 
 
-async def stm_resource(session: ClientSession, tenant: str, user: str) -> list[dict[str, Any]]:
-    out = await session.read_resource(f"memstrata://{tenant}/{user}/stm")
+async def stm_resource(
+    session: ClientSession, tenant: str, user: str, layer: str = "stm"
+) -> list[dict[str, Any]]:
+    out = await session.read_resource(f"memstrata://{tenant}/{user}/{layer}")
     (content,) = out.contents
     assert isinstance(content, TextResourceContents)
     items: list[dict[str, Any]] = json.loads(content.text)
@@ -140,7 +142,9 @@ async def whole_way(
     tools = {t.name for t in (await session.list_tools()).tools}
     assert tools == {"remember", "recall", "forget", "explain"}
     templates = (await session.list_resource_templates()).resource_templates
-    assert [t.uri_template for t in templates] == ["memstrata://{tenant}/{user}/stm"]
+    assert sorted(t.uri_template for t in templates) == [
+        "memstrata://{tenant}/{user}/ltm", "memstrata://{tenant}/{user}/stm"
+    ]  # fmt: skip
 
     # remember a turn; the real worker extracts it
     before_turn = time.time()
@@ -182,6 +186,18 @@ async def whole_way(
     assert item_id in {i["memory_id"] for i in await stm_resource(session, tenant, "alice")}
     with pytest.raises(Exception, match="no resource"):
         await stm_resource(session, "someone-else", "alice")
+    # the LTM resource lists her long-term cards (one written here: no session ended)
+    from memstrata.core.ltm.card import CardDraft
+
+    card = res.ledger.write(CardDraft(
+        tenant_id=tenant, user_id=user_key("alice"), canonical_key="episode:mcp",
+        memory_type="episode", title="prod database", summary="Never restart the prod database",
+        source_type="session_episode", source_message_ids=["turn-1.0"],
+    )).memory_id  # fmt: skip
+    cards = await stm_resource(session, tenant, "alice", "ltm")
+    assert [(c["memory_id"], c["user_id"]) for c in cards] == [(card, "alice")]
+    with pytest.raises(Exception, match="no resource"):
+        await stm_resource(session, "someone-else", "alice", "ltm")
 
     # errors are one line: bad arguments, unknown user, unknown item
     assert "top_k" in await call_error(session, "recall", user_id="alice", session_id="s1",

@@ -318,6 +318,7 @@ def test_async_memory_over_http(service: Service) -> None:
             out = await m.recall("does it still time out?", user_id="张三", session_id="s9")
             assert "database is not the cause" in out.text
             assert await m.inspect(user_id="张三")
+            assert await m.cards(user_id="张三", superseded=True) == []
             assert (await m.admin.get_user("张三")).user_id == "张三"
 
     asyncio.run(run())

@@ -16,6 +16,7 @@ from memstrata.core.settings import McpSettings
 from memstrata.mcp_server.auth import ApiKeyVerifier
 from memstrata.mcp_server.port import MemoryPort
 from memstrata.mcp_server.server import (
+    LTM_URI,
     STM_URI,
     BearerKeyAuth,
     Owners,
@@ -45,7 +46,7 @@ def test_the_documented_tools_and_resource_are_the_servers() -> None:
     tools = asyncio.run(server.list_tools())
     documented = set(re.findall(r"^\| `([a-z_]+)` \|", mcp_section(), flags=re.M))
     assert documented == {t.name for t in tools} == {"remember", "recall", "explain", "forget"}
-    assert f"`{STM_URI}`" in mcp_section()
+    assert f"`{STM_URI}`" in mcp_section() and f"`{LTM_URI}`" in mcp_section()
     for tool in tools:  # every argument the table names is in the tool's schema
         row = re.search(rf"^\| `{tool.name}` \| (.+?) \|", mcp_section(), flags=re.M)
         assert row is not None
