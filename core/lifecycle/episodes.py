@@ -78,9 +78,7 @@ def session_tag(session_id: str) -> str:
     return f"{SESSION_TAG}{session_id}"[:MAX_TAG]
 
 
-def exchange_of(
-    message_ids: Sequence[str], context: Mapping[str, tuple[str, str]]
-) -> str:
+def exchange_of(message_ids: Sequence[str], context: Mapping[str, tuple[str, str]]) -> str:
     """The indexed context of a statement: the message its first source message answers
     and the one answering its last, from :func:`message_context` ("" when none)."""
     before = next((context[m][0] for m in message_ids if m in context), "")
@@ -136,9 +134,7 @@ def without_statements(summary: str, statements: Iterable[str]) -> str:
 
 def draft_of(card: LtmCard, **changes: object) -> CardDraft:
     """The draft that writes ``card`` again, with ``changes``."""
-    return CardDraft.model_validate(
-        card.model_dump(include=set(CardDraft.model_fields)) | changes
-    )
+    return CardDraft.model_validate(card.model_dump(include=set(CardDraft.model_fields)) | changes)
 
 
 def history_draft(old: LtmCard) -> CardDraft:

@@ -61,8 +61,6 @@ def _rewritten_merge(card: LtmCard, at: float) -> bool:
     return card.memory_type == CONSOLIDATED and card.updated_at > at
 
 
-
-
 class LedgerBackedSearcher:
     """``LtmSearcher`` for recall: ``LtmSearch`` ranks, the ``Ledger`` supplies the details."""
 
