@@ -41,6 +41,7 @@ from memstrata.core.ltm.projection import ProjectionState
 from memstrata.core.ltm.tables import INDEX_NAMES, cards, projections
 
 _LABEL = re.compile(r"[a-z][a-z0-9_]{0,63}")  # a card's memory_type (core.ltm.card.Label)
+MAX_LISTED = 1000  # cards one listing returns at most (as the REST route's limit)
 
 
 @dataclass(frozen=True)
@@ -489,12 +490,14 @@ class Ledger:
         validate_id(user_id, kind="user_id")
         if memory_type is not None and not _LABEL.fullmatch(memory_type):
             raise InvalidInput(f"memory_type {memory_type[:64]!r}: lower snake case, e.g. entity")
+        if not 1 <= limit <= MAX_LISTED:
+            raise InvalidInput(f"limit: between 1 and {MAX_LISTED}, got {limit}")
         stmt = select(cards).where(cards.c.tenant_id == tenant_id, cards.c.user_id == user_id)
         if memory_type is not None:
             stmt = stmt.where(cards.c.memory_type == memory_type)
         wanted = [CardStatus.ACTIVE] if active_only else [CardStatus.ACTIVE, CardStatus.SUPERSEDED]
         stmt = stmt.where(cards.c.status.in_([w.value for w in wanted]))
-        stmt = stmt.order_by(cards.c.updated_at.desc(), cards.c.memory_id).limit(max(1, limit))
+        stmt = stmt.order_by(cards.c.updated_at.desc(), cards.c.memory_id).limit(limit)
         with pg_errors("list cards"), self._reader.connect() as conn:
             return [_card_of(row) for row in conn.execute(stmt).mappings()]
 

@@ -144,8 +144,10 @@ def test_long_term_cards_are_listed_for_the_caller_and_only_theirs(
     # ... of one kind, or the superseded too
     assert [c.memory_id for c in memory.cards(user_id=user, memory_type="entity")] == [entity]
     assert old in {c.memory_id for c in memory.cards(user_id=user, superseded=True)}
-    with pytest.raises(InvalidInput):
+    with pytest.raises(InvalidInput, match="memory_type"):
         memory.cards(user_id=user, memory_type="Not A Type")
+    with pytest.raises(InvalidInput, match="limit"):
+        memory.cards(user_id=user, limit=0)
 
 
 def test_tenants_are_isolated(res: Runtime) -> None:
