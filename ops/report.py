@@ -58,7 +58,8 @@ def card_line(card: LtmCard) -> str:
     when = datetime.fromtimestamp(card.updated_at, tz=UTC).strftime("%Y-%m-%d %H:%M")
     said = len(card.source_message_ids)
     head = f"  {card.memory_id}  {card.memory_type} [{card.status.value}] v{card.version} {when}"
-    return f"{head}  {said} source message(s)\n      {_short(card.summary)}"
+    named = f", names {len(card.source_card_ids)} card(s)" if card.source_card_ids else ""
+    return f"{head}  {said} source message(s){named}\n      {_short(card.summary)}"
 
 
 def cards_block(found: Iterable[LtmCard]) -> str:

@@ -101,9 +101,11 @@ def test_inspect_ltm_lists_the_long_term_cards(cli: Run, res: Runtime, namespace
     res.owners.ensure(t, key)
 
     def card(n: int, kind: str, text: str, status: CardStatus = CardStatus.ACTIVE) -> str:
+        named = ["ltm_a", "ltm_b"] if kind == "entity" else []
         draft = CardDraft(tenant_id=t, user_id=key, canonical_key=f"{kind}:{n}",
                           memory_type=kind, title=text[:40], summary=text, source_type=kind,
-                          source_message_ids=[f"m{n}"], status=status)  # fmt: skip
+                          source_message_ids=[f"m{n}"], status=status,
+                          source_card_ids=named)  # fmt: skip
         return res.ledger.write(draft, now=1_700_000_000.0 + n).memory_id
 
     episode = card(1, "episode", "My sister Anna keeps 3 horses")
@@ -114,7 +116,7 @@ def test_inspect_ltm_lists_the_long_term_cards(cli: Run, res: Runtime, namespace
     assert code == 0, err
     assert "2 card(s)" in out.splitlines()[0], out
     assert out.index(entity) < out.index(episode) and old not in out
-    assert "Anna ran a marathon" in out and "1 source message(s)" in out
+    assert "Anna ran a marathon" in out and "1 source message(s), names 2 card(s)" in out
     # ... by type, as JSON with the user as given
     code, out, err = cli(["memstrata", "inspect", "--tenant", t, "--user", "张三", "--ltm",
                           "--type", "entity", "--json"])  # fmt: skip
