@@ -47,6 +47,12 @@ class ConsolidatePolicy(BaseModel):
     entity_sessions: int = Field(2, ge=1, le=1000)
     entity_max_cards: int = Field(100, ge=1, le=10_000)  # per owner, the most stated first
 
+    def df_cap(self, cards: int) -> int:
+        """On how many of a scope's ``cards`` a term or name may be and still say what a
+        card is about: ``max_df`` of them, but never fewer than one summarised topic holds
+        (``summarise_over`` + 1), so a small scope keeps its words."""
+        return max(self.summarise_over + 1, int(self.max_df * cards))
+
 
 class LifecycleSettings(BaseSettings):
     """Promotion, batch queue, sessions and LTM maintenance knobs."""

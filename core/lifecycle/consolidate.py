@@ -68,9 +68,7 @@ from memstrata.core.models.identity import EPISODE, SESSION_TAG, text_fingerprin
 
 KIND_TOPIC = "topic"
 KIND_DUPLICATE = "duplicate"
-NOT_MERGED = frozenset(
-    {CONSOLIDATED, ENTITY, "topic_summary", "session_summary", "raw_history"}
-)
+NOT_MERGED = frozenset({CONSOLIDATED, ENTITY, "topic_summary", "session_summary", "raw_history"})
 """Cards that are digests or views already (or raw history): never a member of a cluster."""
 MAX_SOURCE_IDS = 512
 
@@ -115,7 +113,7 @@ def topical(members: Sequence[Member], pol: ConsolidatePolicy) -> list[Member]:
     about (a speaker's name, "the"), unless it is on no more cards than one summarised
     topic holds (``summarise_over`` + 1), so a small scope's topic keeps its words."""
     df = Counter(t for m in members for t in m.terms)
-    cap = max(pol.summarise_over + 1, int(pol.max_df * len(members)))
+    cap = pol.df_cap(len(members))
     return [
         Member(**{**m.__dict__, "terms": frozenset(t for t in m.terms if df[t] <= cap)})
         for m in members

@@ -134,7 +134,7 @@ def gathered(statements: Sequence[Statement], pol: ConsolidatePolicy) -> list[Ga
             key = name.casefold()
             by_key.setdefault(key, []).append(s)
             surface.setdefault(key, Counter())[name] += 1
-    cap = max(pol.summarise_over + 1, int(pol.max_df * len(statements)))
+    cap = pol.df_cap(len(statements))
     out = []
     for key, members in by_key.items():
         ordered = tuple(sorted(members, key=lambda m: (m.created_at, m.memory_id)))

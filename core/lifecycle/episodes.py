@@ -140,14 +140,11 @@ def draft_of(card: LtmCard, **changes: object) -> CardDraft:
 def history_draft(old: LtmCard) -> CardDraft:
     """The replaced statement, kept as a superseded card: never indexed; recall reads it
     only for a moment before its replacement (``RecallRequest.as_of``, ``core.ltm.asof``)."""
-    return CardDraft(
-        tenant_id=old.tenant_id, user_id=old.user_id, project_id=old.project_id,
-        canonical_key=f"{history_prefix(old.memory_id)}{old.version}",
-        memory_type=old.memory_type, title=old.title, summary=old.summary[:2000],
-        content=old.content, entities=old.entities[:64], tags=old.tags[:32],
-        source_type=HISTORY_SOURCE, source_message_ids=old.source_message_ids[:512],
-        fingerprint=old.fingerprint, importance=old.importance, confidence=old.confidence,
-        occurred_at=old.occurred_at, status=CardStatus.SUPERSEDED,
+    return draft_of(
+        old, canonical_key=f"{history_prefix(old.memory_id)}{old.version}",
+        source_type=HISTORY_SOURCE, status=CardStatus.SUPERSEDED, summary=old.summary[:2000],
+        entities=old.entities[:64], tags=old.tags[:32],
+        source_message_ids=old.source_message_ids[:512],
     )  # fmt: skip
 
 

@@ -21,7 +21,8 @@ from memstrata.core.ltm.text import cut_tokens, normalise
 BM25_TEXT_MAX_BYTES = 60_000
 """Milvus VARCHAR fields hold at most 65,535 bytes; the rest is cut at a token boundary."""
 
-Label = Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9_]{0,63}$")]
+LABEL_PATTERN = r"^[a-z][a-z0-9_]{0,63}$"
+Label = Annotated[str, StringConstraints(pattern=LABEL_PATTERN)]
 """memory_type / source_type: lower snake case, so it is safe inside a filter."""
 
 

@@ -36,11 +36,11 @@ from memstrata.core.adapters.pg import pg_errors
 from memstrata.core.errors import CorruptRecord, InvalidInput, NotFound, PayloadTooLarge
 from memstrata.core.ids import validate_id
 from memstrata.core.ltm.asof import HISTORY_SOURCE, history_prefix
-from memstrata.core.ltm.card import CardDraft, CardStatus, LtmCard
+from memstrata.core.ltm.card import LABEL_PATTERN, CardDraft, CardStatus, LtmCard
 from memstrata.core.ltm.projection import ProjectionState
 from memstrata.core.ltm.tables import INDEX_NAMES, cards, projections
 
-_LABEL = re.compile(r"[a-z][a-z0-9_]{0,63}")  # a card's memory_type (core.ltm.card.Label)
+_LABEL = re.compile(LABEL_PATTERN)  # a card's memory_type (core.ltm.card.Label)
 MAX_LISTED = 1000  # cards one listing returns at most (as the REST route's limit)
 
 

@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from memstrata.core.ltm.card import CardStatus, LtmCard
 from memstrata.core.ltm.ledger import Ledger
 from memstrata.core.ltm.ports import ContextRead, IndexContext
+from memstrata.core.ltm.text import tokens
 
 
 def view_sources(views: Sequence[LtmCard]) -> list[str]:
@@ -36,8 +37,6 @@ def focused(
     ``keep``, each sharing at least half as many as the best ("my" alone does not make
     a second one), in the view's order; the first when none shares any.  A card a merge
     hides (superseded) is left out: the merged card is that memory now."""
-    from memstrata.core.ltm.text import tokens
-
     live = [s for s in _owned(view, sources) if s.status is CardStatus.ACTIVE]
     if not live:
         return []

@@ -465,9 +465,8 @@ class MemoryTools:
         """The user's current short-term memory items, newest first (ids percent-encoded)."""
         with _as_tool_error(ResourceError):
             tenant_id = self._resource_owner(ctx, tenant, user, STM_URI)
-            user_id = user
             items = self.memory.inspect(
-                tenant_id=tenant_id, user_id=user_id, limit=self.settings.stm_resource_limit
+                tenant_id=tenant_id, user_id=user, limit=self.settings.stm_resource_limit
             )
         out = [
             StmItem(
