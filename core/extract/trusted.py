@@ -20,14 +20,17 @@ _ORDER: dict[type[BaseModel], tuple[str, ...]] = {}  # ``model_fields`` is slow 
 def trusted(cls: type[M], fields: dict[str, Any]) -> M:
     """An instance of ``cls`` holding exactly ``fields`` (every field of the model, each
     already of its type): what ``cls(**fields)`` returns for valid fields, unchecked.
+    ``fields`` must be a fresh dict: in field order, it becomes the instance's own.
 
     ``tests/unit/test_trusted.py`` pins that it equals the validated model."""
     order = _ORDER.get(cls)
     if order is None:
         order = _ORDER[cls] = tuple(cls.model_fields)
     obj = cls.__new__(cls)
-    # in the model's field order, as validation leaves them (serialisation follows it)
-    object.__setattr__(obj, "__dict__", {name: fields[name] for name in order})
+    # in the model's field order, as validation leaves them (serialisation follows it);
+    # a dict built in that order (the callers') becomes the instance's own, uncopied
+    values = fields if tuple(fields) == order else {name: fields[name] for name in order}
+    object.__setattr__(obj, "__dict__", values)
     object.__setattr__(obj, "__pydantic_fields_set__", set(fields))
     object.__setattr__(obj, "__pydantic_extra__", None)
     object.__setattr__(obj, "__pydantic_private__", None)

@@ -262,11 +262,11 @@ class IngestPipeline:
             expires_at=ptr.at + ttl_s,
             fingerprint=fp,
             canonical_fact_key=cand.canonical_fact_key,
-            seen_sessions=[ptr.session_id],
-            # every field given: model_construct inspects default factories per call
+            # every field given, in the model's order (``trusted`` then keeps this dict)
             version=1,
             status=MemoryStatus.ACTIVE,
             mention_count=1,
+            seen_sessions=[ptr.session_id],
             history=[],
             agent_id=None,
             owner_agent=None,
