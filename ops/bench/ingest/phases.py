@@ -28,6 +28,7 @@ from memstrata.ops.bench.ingest.load import (
     visibility,
     watcher,
 )
+from memstrata.ops.bench.ingest.profile import drain_profile
 
 TARGET_E2E_P95_MS = 50.0
 TARGET_RATE = 200.0
@@ -333,7 +334,7 @@ def ladder(
 def run_phases(env: dict[str, str], client: redis.Redis, logs: Path, quick: bool) -> dict[str, Any]:
     out: dict[str, Any] = {}
     took: dict[str, float] = {}
-    phases = os.environ.get("MEMSTRATA_BENCH_PHASES", "steady,backlog,ladder").split(",")
+    phases = os.environ.get("MEMSTRATA_BENCH_PHASES", "steady,backlog,ladder,profile").split(",")
     steady_s = 4.0 if quick else 20.0
     backlog_turns = int(os.environ.get("MEMSTRATA_BENCH_BACKLOG_TURNS", 400 if quick else 10_000))
     # (a) + (b): steady 200 turns/s with 1 and 2 worker processes
@@ -385,5 +386,13 @@ def run_phases(env: dict[str, str], client: redis.Redis, logs: Path, quick: bool
         finally:
             group.stop()
         took["ladder_w2"] = r3(time.perf_counter() - t0)
+    # (d) where the CPU of a drained turn goes: the drain loop in process, no Celery
+    if "profile" in phases:
+        t0 = time.perf_counter()
+        from memstrata.core.runtime import get_runtime  # the settings under test
+
+        batch = get_runtime().settings.ingest_batch
+        out["profile"] = drain_profile(client, turns=400 if quick else 2_000, batch=batch)
+        took["profile"] = r3(time.perf_counter() - t0)
     out["phase_seconds"] = took
     return out

@@ -15,6 +15,7 @@ from memstrata.ops.bench.ingest.phases import (
     TARGET_RECORD_TURN_P50_MS,
     TARGET_SUSTAINED,
 )
+from memstrata.ops.bench.ingest.profile import markdown as profile_lines
 
 SCALING_FIELDS = ("workers", "pool", "concurrency", "batch", "drain_turns_per_s",
                   "cpu_ms_per_turn_workers", "cpu_ms_per_turn_redis")  # fmt: skip
@@ -144,6 +145,8 @@ def markdown(figures: dict[str, Any]) -> str:
                 f"{v['cpu_ms_per_turn_redis']} | {v['machine_busy_share']} | "
                 f"{v['other_jobs_cores']} |"
             )
+    if f.get("profile"):
+        lines += profile_lines(f["profile"])
     if not f["ladder_w2"]:
         lines += [
             "",
