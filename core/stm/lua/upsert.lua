@@ -187,11 +187,7 @@ else
     redis.call('HSET', ikey, 'history', cjson.encode(hist))
     return {'stale', id, cur.version, owner_items()}
   end
-  redis.call('ZREM', P .. 'expire', id)
-  for _, suffix in ipairs(cjson.decode(cur._idx)) do
-    redis.call('ZREM', P .. suffix, id)
-    if string.sub(suffix, 1, 8) == 'session:' then redis.call('ZREM', evict_key(suffix), id) end
-  end
+  local old_suffixes = cjson.decode(cur._idx)
   local merged = {}
   for k, v in pairs(cur) do merged[k] = v end
   local sessions = union(cjson.decode(cur.seen_sessions), cjson.decode(new.seen_sessions), 32)
@@ -234,6 +230,17 @@ else
   end
   merged.mention_count = tostring(tonumber(cur.mention_count) + 1)
   merged.canonical_fact_key = cur.canonical_fact_key
+  -- index() re-scores the entries the item keeps (ZADD updates in place, the expire
+  -- entry too); only an index the item leaves is removed from (issue 17: one command
+  -- per index instead of a ZREM and a ZADD each)
+  local kept = {}
+  for _, suffix in ipairs(cjson.decode(merged._idx)) do kept[suffix] = true end
+  for _, suffix in ipairs(old_suffixes) do
+    if not kept[suffix] then
+      redis.call('ZREM', P .. suffix, id)
+      if string.sub(suffix, 1, 8) == 'session:' then redis.call('ZREM', evict_key(suffix), id) end
+    end
+  end
   index(id, merged)
   version = merged.version
   write_hash(ikey, compact(merged))
