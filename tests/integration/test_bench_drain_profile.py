@@ -41,6 +41,13 @@ def test_the_profile_splits_the_drain_loops_cpu_by_stage_command_and_function() 
     # And the functions are the pipeline's, with shares
     assert any("core/extract" in r["function"] for r in p["functions"])
     assert all(0 <= r["self_share"] <= 1 for r in p["functions"])
+    # And the shipped sorted-set encoding is measured beside smaller ones, on scratch
+    # servers with ops/redis.conf
+    enc = p["redis_cpu_by_zset_encoding"]
+    assert [r["shipped"] for r in enc].count(True) == 1
+    assert {r["zset_max_listpack_entries"] for r in enc} >= {0, 128}
+    assert all(r["redis_cpu_ms_per_turn"] > 0 for r in enc)
     # And the markdown names the three views
     text = "\n".join(markdown(p))
     assert "by stage" in text and "`evalsha`" in text and "self share" in text
+    assert "(shipped)" in text

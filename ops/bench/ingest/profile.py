@@ -14,7 +14,9 @@ instrument inflates another's figures:
   other clients only add what they did meanwhile), per turn: the upsert script and the
   commands it runs inside (Redis counts a script's inner commands too);
 - **functions**: cProfile with a CPU timer, the top functions by self time (profiled
-  times are inflated by the profiler's per-call cost: read them as shares).
+  times are inflated by the profiler's per-call cost: read them as shares);
+- **sorted-set encoding**: the Redis CPU of the same loop on scratch servers with the
+  shipped ``ops/redis.conf`` at several ``zset-max-listpack-entries``.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from memstrata.core.models.transcript import MessageIn, TranscriptRecord, TurnPo
 from memstrata.core.policy.write import WritePolicy
 from memstrata.core.stm.store import StmStore
 from memstrata.core.transcript.store import TranscriptStore
+from memstrata.ops.bench.common import scratch_redis
 from memstrata.ops.bench.common.env import new_namespace, purge
 from memstrata.ops.bench.common.fixtures import turn_messages
 from memstrata.ops.bench.common.stats import r3
@@ -88,7 +91,8 @@ def _timed(obj: Any, name: str, spent: defaultdict[str, float], label: str) -> I
 
 
 def _pass(client: redis.Redis, turns: int, batch: int, mode: str) -> dict[str, Any]:
-    """One pass over fresh state: ``mode`` is ``stages``, ``commands`` or ``functions``."""
+    """One pass over fresh state: ``mode`` is ``stages``, ``commands``, ``functions`` or
+    ``plain`` (no instrument)."""
     ns = new_namespace("benchprof")
     store = StmStore(client, namespace=ns)
     extractor = RuleExtractor(conversation_facts=True)
@@ -100,6 +104,7 @@ def _pass(client: redis.Redis, turns: int, batch: int, mode: str) -> dict[str, A
             spent: defaultdict[str, float] = defaultdict(float)
             stats0: dict[str, Any] = client.info("commandstats") if mode == "commands" else {}
             profiler = cProfile.Profile(time.process_time) if mode == "functions" else None
+            server0 = _server_cpu_s(client)
             cpu0 = time.process_time()
             if mode == "stages":
                 with (
@@ -121,7 +126,9 @@ def _pass(client: redis.Redis, turns: int, batch: int, mode: str) -> dict[str, A
                 if profiler is not None:
                     profiler.disable()
             cpu = time.process_time() - cpu0
+            server = _server_cpu_s(client) - server0
         out["cpu_ms_per_turn"] = r3(cpu * 1e3 / turns)
+        out["redis_cpu_ms_per_turn"] = r3(server * 1e3 / turns)
         if mode == "stages":
             # the upsert figure holds the encoding: report the round trip on its own
             spent["upserts"] -= spent["item encoding"]
@@ -134,6 +141,38 @@ def _pass(client: redis.Redis, turns: int, batch: int, mode: str) -> dict[str, A
     finally:
         purge(client, ns)
     return out
+
+
+def _server_cpu_s(client: redis.Redis) -> float:
+    info: dict[str, Any] = client.info("cpu")
+    return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
+
+
+def _by_zset_encoding(turns: int, batch: int) -> list[dict[str, Any]]:
+    """Redis CPU per turn of the same loop on a scratch server with ``ops/redis.conf``, at
+    its ``zset-max-listpack-entries`` and at smaller ones: a listpack sorted set is
+    compact but an insert into it is linear in its entries, and an owner's ``recent``
+    and ``expire`` indexes hold one entry per item (the trade-off ``ops/redis.conf``
+    documents).  Only this loop uses a scratch server, so its CPU is exact."""
+    rows: list[dict[str, Any]] = []
+    if not scratch_redis.available():
+        return rows
+    shipped = _conf_value(scratch_redis.SHIPPED_CONF, "zset-max-listpack-entries")
+    for entries in dict.fromkeys([shipped, "128", "0"]):
+        with scratch_redis.scratch_redis("--zset-max-listpack-entries", entries,
+                                         conf=scratch_redis.SHIPPED_CONF) as client:  # fmt: skip
+            got = _pass(client, turns, batch, "plain")
+        rows.append({"zset_max_listpack_entries": int(entries), "shipped": entries == shipped,
+                     "redis_cpu_ms_per_turn": got["redis_cpu_ms_per_turn"]})  # fmt: skip
+    return rows
+
+
+def _conf_value(path: Path, name: str) -> str:
+    for line in path.read_text(encoding="utf-8").splitlines():
+        parts = line.split()
+        if len(parts) == 2 and parts[0] == name:
+            return parts[1]
+    return "128"  # Redis's default
 
 
 def _command_deltas(
@@ -170,6 +209,7 @@ def drain_profile(client: redis.Redis, *, turns: int, batch: int) -> dict[str, A
     stages = _pass(client, turns, batch, "stages")
     commands = _pass(client, turns, batch, "commands")
     functions = _pass(client, turns, batch, "functions")
+    encodings = _by_zset_encoding(turns, batch)
     return {
         "turns": turns,
         "batch": batch,
@@ -178,6 +218,7 @@ def drain_profile(client: redis.Redis, *, turns: int, batch: int) -> dict[str, A
         "redis_commands": commands["redis_commands"],
         "functions": functions["functions"],
         "profiled_cpu_ms_per_turn": functions["cpu_ms_per_turn"],
+        "redis_cpu_by_zset_encoding": encodings,
     }
 
 
@@ -198,6 +239,19 @@ def markdown(p: dict[str, Any]) -> list[str]:
     ]
     lines += [f"| `{r['command']}` | {r['calls_per_turn']} | {r['us_per_call']} | "
               f"{r['us_per_turn']} |" for r in p["redis_commands"]]  # fmt: skip
+    enc = p.get("redis_cpu_by_zset_encoding") or []
+    if enc:
+        lines += [
+            "",
+            "Redis CPU per drained turn of the same loop on a scratch server with "
+            "`ops/redis.conf`, by `zset-max-listpack-entries` (listpack sorted sets are "
+            "compact, but an insert into one is linear in its entries):",
+            "",
+            "| zset-max-listpack-entries | Redis CPU ms/turn |",
+            "|---|---:|",
+        ]
+        lines += [f"| {r['zset_max_listpack_entries']}{' (shipped)' if r['shipped'] else ''} | "
+                  f"{r['redis_cpu_ms_per_turn']} |" for r in enc]  # fmt: skip
     lines += [
         "",
         f"Functions by self time (cProfile, CPU timer; {p['profiled_cpu_ms_per_turn']} ms "
