@@ -35,12 +35,27 @@ below, benchmarks one after the other in a single process:
 Single benchmarks: `memstrata bench <name> [--quick] [--json]` with `<name>` one of
 {names}. The machine is small and shared: figures are medians and high percentiles of
 many repetitions measured within one run, and ratios are taken between figures of the
-same run. Raw figures: [`benchmarks.json`](benchmarks.json).
+same run. Raw figures: [`benchmarks.json`](benchmarks.json). Before/after measurements of
+single changes, made outside `bench all`, are kept in [PERFORMANCE.md](PERFORMANCE.md).
 
 ## Machine
 
 {machine}
 """
+
+
+SKIP_ENV = "MEMSTRATA_BENCH_SKIP"
+
+
+def skip_list(benches: Mapping[str, str]) -> set[str]:
+    """The benchmarks ``MEMSTRATA_BENCH_SKIP`` (comma-separated names) leaves out of
+    ``bench all``; an unknown name is an error, not a silently full run."""
+    names = {n.strip() for n in os.environ.get(SKIP_ENV, "").split(",") if n.strip()}
+    unknown = sorted(names - set(benches))
+    if unknown:
+        raise ValueError(f"{SKIP_ENV}: unknown benchmark(s) {', '.join(unknown)}; "
+                         f"choose from {', '.join(benches)}")  # fmt: skip
+    return names
 
 
 def _machine_block(info: Mapping[str, Any]) -> str:
@@ -74,9 +89,15 @@ def run_all(
     count (a terminal's progress bar)."""
     results: dict[str, Any] = {}
     sections: list[str] = []
+    skipped = skip_list(benches)
     for done, (name, module_name) in enumerate(benches.items()):
         if on_progress is not None:
             on_progress(done, len(benches))
+        if name in skipped:
+            results[name] = {"skipped": True}
+            sections.append(f"## {name}\n\nNot run by this `bench all` ({SKIP_ENV}); "
+                            f"`memstrata bench {name}` runs it alone.")  # fmt: skip
+            continue
         progress(f"[bench all] {name} … (load average {load_average()[0]:.2f})")
         t0 = time.monotonic()
         try:

@@ -90,3 +90,23 @@ def test_bench_all_writes_the_plots_into_docs_figures_and_the_page(
         assert f"![{png}](figures/{png}.png)" in page
         assert _valid_png(tmp_path / "figures" / f"{png}.png")
     assert json.loads((tmp_path / "benchmarks.json").read_text())["results"]["ingest"]
+
+
+def test_bench_all_leaves_out_what_memstrata_bench_skip_names_and_says_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given two benchmarks, one of them named in MEMSTRATA_BENCH_SKIP
+    monkeypatch.setitem(sys.modules, "fake_ingest_bench", _FakeBench)
+    monkeypatch.setenv("MEMSTRATA_BENCH_SKIP", "embedders")
+    benches = {"ingest": "fake_ingest_bench", "embedders": "no.such.module"}
+    # When bench all runs
+    results = report.run_all(benches, quick=True, out_dir=tmp_path, progress=lambda m: None)
+    # Then the skipped one is not imported or run, and the page says it was left out
+    assert results["embedders"] == {"skipped": True} and "error" not in results["ingest"]
+    page = (tmp_path / "BENCHMARKS.md").read_text()
+    assert "## embedders\n\nNot run by this `bench all` (MEMSTRATA_BENCH_SKIP)" in page
+    assert "MEMSTRATA_BENCH_SKIP=embedders memstrata bench all --quick" in page
+    # And a name that is no benchmark fails before anything runs
+    monkeypatch.setenv("MEMSTRATA_BENCH_SKIP", "embedder")
+    with pytest.raises(ValueError, match="unknown benchmark"):
+        report.run_all(benches, quick=True, out_dir=tmp_path, progress=lambda m: None)
