@@ -76,18 +76,16 @@ def _encode_payload(fields: Mapping[str, str]) -> str:
 
 
 def _json_value(value: object) -> str:
-    """A nested field as compact JSON; values plain JSON cannot take (a ``detail`` of
-    dates, say) go through pydantic's conversion, as ``model_dump(mode="json")`` would."""
-    try:
-        return _compact_json(value)
-    except (TypeError, ValueError):
-        return _compact_json(to_jsonable_python(value))
+    """A nested field (``detail``) as compact JSON, converted exactly as
+    ``model_dump(mode="json")`` converts it: dates to strings, NaN to null, keys to str."""
+    return _compact_json(to_jsonable_python(value, inf_nan_mode="null"))
 
 
 def _number(value: float) -> str:
+    """A float field as ``to_redis_hash`` writes it (``str`` of the float)."""
     if not math.isfinite(value):
         raise InvalidInput(f"not a finite number: {value!r}")
-    return str(value)
+    return str(float(value))
 
 
 def payload_fields(item: MemoryItem) -> dict[str, str]:

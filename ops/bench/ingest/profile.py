@@ -121,10 +121,12 @@ def _pass(client: redis.Redis, turns: int, batch: int, mode: str) -> dict[str, A
             else:
                 if profiler is not None:
                     profiler.enable()
-                for part in batches:
-                    pipeline.process(part)
-                if profiler is not None:
-                    profiler.disable()
+                try:
+                    for part in batches:
+                        pipeline.process(part)
+                finally:  # a failed pass must not leave the hook on for what runs next
+                    if profiler is not None:
+                        profiler.disable()
             cpu = time.process_time() - cpu0
             server = _server_cpu_s(client) - server0
         out["cpu_ms_per_turn"] = r3(cpu * 1e3 / turns)
@@ -153,7 +155,8 @@ def _by_zset_encoding(turns: int, batch: int) -> list[dict[str, Any]]:
     its ``zset-max-listpack-entries`` and at smaller ones: a listpack sorted set is
     compact but an insert into it is linear in its entries, and an owner's ``recent``
     and ``expire`` indexes hold one entry per item (the trade-off ``ops/redis.conf``
-    documents).  Only this loop uses a scratch server, so its CPU is exact."""
+    documents).  Only this loop uses a scratch server: its CPU is this loop's (plus the
+    server's idle ticks and one script load)."""
     rows: list[dict[str, Any]] = []
     if not scratch_redis.available():
         return rows

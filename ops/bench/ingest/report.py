@@ -145,7 +145,9 @@ def markdown(figures: dict[str, Any]) -> str:
                 f"{v['cpu_ms_per_turn_redis']} | {v['machine_busy_share']} | "
                 f"{v['other_jobs_cores']} |"
             )
-    if f.get("profile"):
+    if f.get("profile", {}).get("error"):
+        lines += ["", f"Profile of the drain loop: FAILED in this run: `{f['profile']['error']}`"]
+    elif f.get("profile"):
         lines += profile_lines(f["profile"])
     if not f["ladder_w2"]:
         lines += [
