@@ -62,8 +62,8 @@ def _stm_hit(
 
 # built once: ``json.dumps`` with options builds a new encoder per call
 _compact_json = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
-# the C string encoder behind both: a list or map of strings is encoded without the
-# encoder's per-call set-up (a quarter of an item's encoding, issue 17); same output
+# the C string encoder that encoder uses (``ensure_ascii=False``): lists and maps of
+# strings are joined around it, without the encoder's set-up per call (issue 17)
 _string: Callable[[str], str] = json.encoder.encode_basestring
 
 
@@ -262,8 +262,8 @@ class StmStore:
     def _encode(self, item: MemoryItem) -> str:
         """The upsert script's payload: the item's hash fields as one JSON object.
 
-        Built from the item's attributes, not ``model_dump`` (issue 17: a third of the
-        write path's Python time was this), and without the fields the script would only
+        Built from the item's attributes, not ``model_dump`` (issue 17: about a fifth of
+        the write path's Python time was this), and without the fields the script would only
         compact away again (what the key says, every default; docs/KEYS.md "Compact
         items"): the script's ``expand`` puts defaults back where it merges."""
         if item.status is not MemoryStatus.ACTIVE:
