@@ -50,6 +50,7 @@ from memstrata.ops.bench.common.scratch_redis import RedisServer
 from memstrata.ops.bench.common.workers import WorkerGroup, celery_follow_env
 
 CONVERGE_LIMIT_S = 180.0
+OWNERS = 5  # users the milvus_sigkill cards are spread over; the indexes are counted per owner
 
 
 def letters(n: int) -> str:
@@ -389,7 +390,7 @@ def _milvus_fault(cards: int, kills: int, down_s: float, folder: Path) -> dict[s
                         server.proc.send_signal(signal.SIGKILL)
                         server.proc.wait(15)
                     drafts = [CardDraft.model_validate({
-                        "tenant_id": "bench", "user_id": f"u{k % 5}", "project_id": "p1",
+                        "tenant_id": "bench", "user_id": f"u{k % OWNERS}", "project_id": "p1",
                         "canonical_key": f"case.b{letters(n)}x{letters(k)}",
                         "title": f"incident {n}/{k}",
                         "summary": f"bench card {n} {k}: the deploy of service {k} failed"})
@@ -415,7 +416,8 @@ def _milvus_fault(cards: int, kills: int, down_s: float, folder: Path) -> dict[s
                                              max_attempts=50, limit=1).memory_ids  # fmt: skip
                 converge = round(time.monotonic() - last_up, 1) if settled else None
                 rt.lexical.refresh()
-                in_index = {"vector": rt.vector.count(), "lexical": _lexical_count(rt)}
+                in_index = {"vector": _indexed_count(rt.vector, OWNERS),
+                            "lexical": _indexed_count(rt.lexical, OWNERS)}
                 indexed = {k: counts[k].get("indexed", 0) for k in ("vector", "lexical")}
                 lost = max(len(ids) - min(indexed.values()), len(ids) - min(in_index.values()))
                 dup = max(0, max(in_index.values()) - len(ids))
@@ -432,11 +434,9 @@ def _milvus_fault(cards: int, kills: int, down_s: float, folder: Path) -> dict[s
         server.stop()
 
 
-def _lexical_count(rt: Any) -> int:
-    rows = rt.lexical.conn.client.query(rt.lexical.collection, filter="",
-                                        output_fields=["count(*)"],
-                                        consistency_level="Strong")  # fmt: skip
-    return int(rows[0]["count(*)"])
+def _indexed_count(index: Any, owners: int) -> int:
+    """Cards one index holds for the bench's owners, through the port (generations included)."""
+    return sum(index.count_owner("bench", f"u{k}") for k in range(owners))
 
 
 def run(quick: bool) -> dict[str, Any]:
