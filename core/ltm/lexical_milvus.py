@@ -8,6 +8,7 @@ returning card text (seed 七.2: the lexical index returns the body).
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -27,6 +28,9 @@ from memstrata.core.ltm.vector import add_scalar_fields, hits_of
 
 _OUT = ["importance", "updated_at", "title", "summary"]
 _MAX_BYTES = 65_535
+# how long a collection found empty is answered as empty without asking again: a card
+# another process projects meanwhile is found by lexical search at most this much later
+EMPTY_RECHECK_S = 1.0
 
 
 def _clip(text: str) -> str:
@@ -65,6 +69,11 @@ class MilvusLexicalIndex:
         self.collection = collection
         self.timeout_s = timeout_s
         self._rpc_timeout = rpc_timeout(timeout_s)
+        # milvus-lite 2.5.1 computes BM25 over an empty corpus as NaN and fails the search
+        # (logging an ERROR each time): until the collection is known to hold rows, its
+        # size is asked first, at most once per EMPTY_RECHECK_S
+        self._has_rows = False
+        self._empty_at = -EMPTY_RECHECK_S
 
     def ensure_schema(self) -> None:
         with milvus_errors("ensure lexical schema", self.conn):
@@ -107,12 +116,14 @@ class MilvusLexicalIndex:
         if cards:
             with milvus_errors("upsert lexical", self.conn):
                 self.conn.client.upsert(self.collection, _rows(cards), timeout=self._rpc_timeout)
+            self._has_rows = True
 
     def insert(self, cards: Sequence[LtmCard]) -> None:
         """Cards the collection has never held: no lookup of the id (ports.py)."""
         if cards:
             with milvus_errors("insert lexical", self.conn):
                 self.conn.client.insert(self.collection, _rows(cards), timeout=self._rpc_timeout)
+            self._has_rows = True
 
     def delete(self, memory_ids: Sequence[str]) -> None:
         ids = [validate_id(m, kind="memory_id") for m in memory_ids]
@@ -121,7 +132,7 @@ class MilvusLexicalIndex:
                 self.conn.client.delete(self.collection, ids=ids, timeout=self._rpc_timeout)
 
     def search(self, normalised_query: str, flt: CardFilter, limit: int) -> list[Hit]:
-        if not normalised_query.strip():
+        if not normalised_query.strip() or not self._holds_rows():
             return []
         try:
             with milvus_errors("lexical search", self.conn):
@@ -138,10 +149,26 @@ class MilvusLexicalIndex:
         except MemstrataError as exc:
             # milvus-lite 2.5.1 computes BM25 over an empty corpus as NaN and refuses the
             # query: an empty collection simply has no lexical hits
-            if "NaN or Inf" in str(exc):
+            if "NaN or Inf" in str(exc):  # emptied since (every row deleted)
+                self._has_rows, self._empty_at = False, time.monotonic()
                 return []
             raise
         return hits_of(result)
+
+    def _holds_rows(self) -> bool:
+        """Whether the collection holds a row; asked of Milvus only while it did not."""
+        if self._has_rows:
+            return True
+        now = time.monotonic()
+        if now - self._empty_at < EMPTY_RECHECK_S:
+            return False
+        with milvus_errors("lexical row count", self.conn):
+            rows = self.conn.client.query(self.collection, filter="", output_fields=["count(*)"],
+                                          timeout=self._rpc_timeout)  # fmt: skip
+        self._has_rows = bool(rows) and int(rows[0]["count(*)"]) > 0
+        if not self._has_rows:
+            self._empty_at = now
+        return self._has_rows
 
     def get(self, memory_ids: Sequence[str]) -> list[Hit]:
         ids = [validate_id(m, kind="memory_id") for m in memory_ids]
