@@ -225,6 +225,12 @@ def drain_profile(client: redis.Redis, *, turns: int, batch: int) -> dict[str, A
     }
 
 
+def _table(intro: str, header: str, rows: list[str]) -> list[str]:
+    """A paragraph, then a Markdown table: ``header``'s first column left, the rest right."""
+    columns = header.count("|") - 1
+    return ["", intro, "", header, "|---" + "|---:" * (columns - 1) + "|", *rows]
+
+
 def markdown(p: dict[str, Any]) -> list[str]:
     """The profile's lines for the ingest section."""
     stages = " · ".join(f"{k} {v}" for k, v in p["stages_ms_per_turn"].items())
@@ -233,36 +239,29 @@ def markdown(p: dict[str, Any]) -> list[str]:
         f"**Profile of the drain loop** (in process, no Celery: {p['turns']} bench turns in "
         f"batches of {p['batch']}, `ops/bench/ingest/profile.py`). Worker CPU "
         f"{p['cpu_ms_per_turn']} ms per turn, by stage (ms): {stages}.",
-        "",
+    ]
+    lines += _table(
         "Redis, per drained turn (`INFO commandstats` deltas; a script's inner commands are "
         "counted inside `evalsha` and again on their own rows):",
-        "",
         "| command | calls per turn | µs per call | µs per turn |",
-        "|---|---:|---:|---:|",
-    ]
-    lines += [f"| `{r['command']}` | {r['calls_per_turn']} | {r['us_per_call']} | "
-              f"{r['us_per_turn']} |" for r in p["redis_commands"]]  # fmt: skip
+        [f"| `{r['command']}` | {r['calls_per_turn']} | {r['us_per_call']} | "
+         f"{r['us_per_turn']} |" for r in p["redis_commands"]],
+    )  # fmt: skip
     enc = p.get("redis_cpu_by_zset_encoding") or []
     if enc:
-        lines += [
-            "",
+        lines += _table(
             "Redis CPU per drained turn of the same loop on a scratch server with "
             "`ops/redis.conf`, by `zset-max-listpack-entries` (listpack sorted sets are "
             "compact, but an insert into one is linear in its entries):",
-            "",
             "| zset-max-listpack-entries | Redis CPU ms/turn |",
-            "|---|---:|",
-        ]
-        lines += [f"| {r['zset_max_listpack_entries']}{' (shipped)' if r['shipped'] else ''} | "
-                  f"{r['redis_cpu_ms_per_turn']} |" for r in enc]  # fmt: skip
-    lines += [
-        "",
+            [f"| {r['zset_max_listpack_entries']}{' (shipped)' if r['shipped'] else ''} | "
+             f"{r['redis_cpu_ms_per_turn']} |" for r in enc],
+        )  # fmt: skip
+    lines += _table(
         f"Functions by self time (cProfile, CPU timer; {p['profiled_cpu_ms_per_turn']} ms "
         "per turn profiled, so read shares):",
-        "",
         "| function | calls per turn | self share | cumulative share |",
-        "|---|---:|---:|---:|",
-    ]
-    lines += [f"| `{r['function']}` | {r['calls_per_turn']} | {r['self_share']:.1%} | "
-              f"{r['cumulative_share']:.1%} |" for r in p["functions"]]  # fmt: skip
+        [f"| `{r['function']}` | {r['calls_per_turn']} | {r['self_share']:.1%} | "
+         f"{r['cumulative_share']:.1%} |" for r in p["functions"]],
+    )  # fmt: skip
     return lines
