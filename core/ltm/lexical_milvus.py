@@ -19,6 +19,7 @@ from memstrata.core.ltm.filters import CardFilter, milvus_expr
 from memstrata.core.ltm.milvus import (
     MilvusConnection,
     count_owner,
+    count_rows,
     delete_owner,
     milvus_errors,
     rpc_timeout,
@@ -162,10 +163,8 @@ class MilvusLexicalIndex:
         now = time.monotonic()
         if now - self._empty_at < EMPTY_RECHECK_S:
             return False
-        with milvus_errors("lexical row count", self.conn):
-            rows = self.conn.client.query(self.collection, filter="", output_fields=["count(*)"],
-                                          timeout=self._rpc_timeout)  # fmt: skip
-        self._has_rows = bool(rows) and int(rows[0]["count(*)"]) > 0
+        self._has_rows = count_rows(self.conn, self.collection, "lexical",
+                                    timeout=self._rpc_timeout) > 0  # fmt: skip
         if not self._has_rows:
             self._empty_at = now
         return self._has_rows

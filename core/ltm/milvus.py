@@ -128,6 +128,17 @@ class MilvusConnection:
     close = reset
 
 
+def count_rows(conn: MilvusConnection, collection: str, what: str, *, timeout: int,
+               expr: str = "", strong: bool = False) -> int:  # fmt: skip
+    """How many records of a collection match ``expr`` (every record by default);
+    ``strong`` waits for every write acknowledged before the count."""
+    consistency = {"consistency_level": "Strong"} if strong else {}
+    with milvus_errors(f"count {what}", conn):
+        rows = conn.client.query(collection, filter=expr, output_fields=["count(*)"],
+                                 timeout=timeout, **consistency)  # fmt: skip
+    return int(rows[0]["count(*)"]) if rows else 0
+
+
 def count_owner(conn: MilvusConnection, collection: str, tenant_id: str, user_id: str,
                 what: str) -> int:  # fmt: skip
     """How many records of one owner a collection holds (0 if it does not exist)."""
@@ -137,14 +148,8 @@ def count_owner(conn: MilvusConnection, collection: str, tenant_id: str, user_id
     with milvus_errors(f"count {what} of an owner", conn):
         if not conn.client.has_collection(collection, timeout=timeout):
             return 0
-        rows = conn.client.query(
-            collection,
-            filter=milvus_expr(owner_filter(tenant_id, user_id)),
-            output_fields=["count(*)"],
-            consistency_level="Strong",
-            timeout=timeout,
-        )
-    return int(rows[0]["count(*)"]) if rows else 0
+    return count_rows(conn, collection, f"{what} of an owner", timeout=timeout,
+                      expr=milvus_expr(owner_filter(tenant_id, user_id)), strong=True)  # fmt: skip
 
 
 def delete_owner(conn: MilvusConnection, collection: str, tenant_id: str, user_id: str,

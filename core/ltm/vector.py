@@ -22,6 +22,7 @@ from memstrata.core.ltm.filters import CardFilter, milvus_expr
 from memstrata.core.ltm.milvus import (
     MilvusConnection,
     count_owner,
+    count_rows,
     delete_owner,
     milvus_errors,
     rpc_timeout,
@@ -170,11 +171,7 @@ class MilvusVectorIndex:
         delete_owner(self.conn, self.collection, tenant_id, user_id, "vectors")
 
     def count(self) -> int:
-        with milvus_errors("count vectors", self.conn):
-            rows = self.conn.client.query(
-                self.collection, filter="", output_fields=["count(*)"], timeout=self._rpc_timeout
-            )
-        return int(rows[0]["count(*)"])
+        return count_rows(self.conn, self.collection, "vectors", timeout=self._rpc_timeout)
 
     def drop(self) -> None:
         with milvus_errors("drop vector collection", self.conn):
