@@ -349,18 +349,23 @@ class Runtime:
         """Build LTM now, outside any recall's time budget; the reason if it cannot be.
 
         A one-shot process (the CLI) would otherwise spend its first recall's LTM budget
-        loading the embedder and checking four collections, and report LTM as degraded.
+        loading the embedder, its weights and the Chinese analyzer's dictionary and checking
+        four collections, and report LTM as degraded (:meth:`LtmRuntime.warm`).
         """
         if not self.settings.ltm.enabled:
             return None
         try:
-            self.ltm  # noqa: B018 - built for its side effect
+            ltm = self.ltm
         except (MemstrataError, OSError, ValueError) as exc:
             why = redact(f"{type(exc).__name__}: {exc}")
             log.warning("long-term memory unavailable: %s", why)
             for layer in (LTM, HISTORY):  # recall then skips them instead of building again
                 self.breakers[layer].failure(why)
             return why
+        try:  # a remote embedder that fails its probe may answer later: recall will tell
+            ltm.warm()
+        except (MemstrataError, OSError, ValueError) as exc:
+            log.warning("long-term memory not warmed: %s", redact(f"{type(exc).__name__}: {exc}"))
         return None
 
     def recaller(self, *, settings: RecallSettings | None = None, ltm: bool = True) -> Recaller:

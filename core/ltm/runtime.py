@@ -21,6 +21,9 @@ from memstrata.core.ltm.indexer import Projector
 from memstrata.core.ltm.ledger import Ledger
 from memstrata.core.ltm.milvus import MilvusConnection
 from memstrata.core.ltm.search import LtmSearch
+from memstrata.core.ltm.text import warm as warm_analyzer
+
+WARM_UP_QUERY = "warm-up 预热"
 
 
 @dataclass
@@ -48,6 +51,17 @@ class LtmRuntime:
         if self.history is not None:
             self.history.ensure_schema()
         return self
+
+    def warm(self) -> None:
+        """Load now what the first search would load inside recall's time budget.
+
+        Every local embedder reads its weights on its first call (1.1 s for the default
+        model on this machine) and the analyzer loads jieba's dictionary on its first
+        Chinese query (0.6 s): together they overran the 2 s budget of a fresh process's
+        first long-term recall.  The probe goes to the model, not the query cache.
+        """
+        warm_analyzer()
+        self.embedder.inner.embed_queries([WARM_UP_QUERY])
 
     def close(self) -> None:
         """Close the index clients and worker threads; the PostgreSQL pool is the runtime's."""

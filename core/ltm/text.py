@@ -47,14 +47,25 @@ ENGLISH_STOP_WORDS = frozenset({
 """Lucene's ``EnglishAnalyzer`` stop set (33 words), matched on the lower-cased word."""
 
 
-def _segment(run: str) -> list[str]:
+def warm() -> None:
+    """Load the Chinese segmenter's dictionary now (0.6 s, once per process).
+
+    Otherwise the first Chinese text normalised pays it: inside a recall, that is the
+    long-term search's time budget (core.ltm.runtime.LtmRuntime.warm).
+    """
     global _jieba_ready
-    import jieba  # imported lazily: 0.6 s dictionary load, paid once per process
+    import jieba  # imported lazily: most processes never see a Chinese run
 
     if not _jieba_ready:
         jieba.setLogLevel(60)
         jieba.initialize()
         _jieba_ready = True
+
+
+def _segment(run: str) -> list[str]:
+    import jieba
+
+    warm()
     return [w for w in jieba.lcut(run) if w.strip()]
 
 
