@@ -248,12 +248,12 @@ class _RuntimeHistory:
         as_of: float | None = None,
     ) -> list[PoolCandidate]:  # fmt: skip
         try:
-            index = self._runtime.ltm.history
+            ltm = self._runtime.ltm
         except (OSError, ValueError) as exc:
             raise StoreUnavailable(f"long-term memory unavailable: {exc}") from exc
-        if index is None:
+        if ltm.history is None:
             return []
-        return HistoryBackedSearcher(index).search(
+        return HistoryBackedSearcher(ltm.history, curated=ltm.ledger.curated).search(
             query=query, tenant_id=tenant_id, user_id=user_id, k=k, now=now, as_of=as_of
         )
 

@@ -26,6 +26,7 @@ from memstrata.core.ids import owner_tenant
 from memstrata.core.ltm.card import CardStatus, LtmCard
 from memstrata.core.ltm.embedding import CachedEmbedder
 from memstrata.core.ltm.filters import CardFilter
+from memstrata.core.ltm.ledger import RAW_HISTORY_SOURCE
 from memstrata.core.ltm.policy import Fusion, SearchMode, SearchPolicy
 from memstrata.core.ltm.ports import LexicalIndex, VectorIndex
 from memstrata.core.ltm.search import LtmSearch
@@ -72,7 +73,7 @@ def history_record(rec: TranscriptRecord, *, max_chars: int) -> LtmCard | None:
         memory_type=HISTORY_TYPE,
         title=rec.message_id,  # provenance: stored and returned, never embedded
         summary=text,
-        source_type="raw_history",
+        source_type=RAW_HISTORY_SOURCE,
         source_message_ids=[rec.message_id],
         bm25_text=normalise(text),
         created_at=rec.at,

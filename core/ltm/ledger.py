@@ -30,7 +30,7 @@ from sqlalchemy import (
     tuple_,
     update,
 )
-from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy.dialects.postgresql import array, insert
 
 from memstrata.core.adapters.pg import pg_errors
 from memstrata.core.errors import CorruptRecord, InvalidInput, NotFound, PayloadTooLarge
@@ -39,6 +39,8 @@ from memstrata.core.ltm.asof import HISTORY_SOURCE, history_prefix
 from memstrata.core.ltm.card import LABEL_PATTERN, CardDraft, CardStatus, LtmCard
 from memstrata.core.ltm.projection import ProjectionState
 from memstrata.core.ltm.tables import INDEX_NAMES, cards, projections
+
+RAW_HISTORY_SOURCE = "raw_history"  # a card of L0's raw text (core.ltm.history), not curated
 
 _LABEL = re.compile(LABEL_PATTERN)  # a card's memory_type (core.ltm.card.Label)
 MAX_LISTED = 1000  # cards one listing returns at most (as the REST route's limit)
@@ -500,6 +502,28 @@ class Ledger:
         stmt = stmt.order_by(cards.c.updated_at.desc(), cards.c.memory_id).limit(limit)
         with pg_errors("list cards"), self._reader.connect() as conn:
             return [_card_of(row) for row in conn.execute(stmt).mappings()]
+
+    def curated(self, tenant_id: str, user_id: str, message_ids: Sequence[str]) -> set[str]:
+        """Which of ``message_ids`` an active curated card of the owner holds (raw-history
+        records and kept versions are not curated); one statement.
+
+        Recall asks it of its raw-history hits: a message no card holds cannot be voted
+        for by the long-term layer (``core.recall.pool.corroborate``)."""
+        wanted = list(dict.fromkeys(m for m in message_ids if m))
+        if not wanted:
+            return set()
+        validate_id(tenant_id, kind="tenant_id")
+        validate_id(user_id, kind="user_id")
+        stmt = select(cards.c.source_message_ids).where(
+            cards.c.source_message_ids.has_any(array(wanted)),  # ix_ltm_cards_sources (GIN)
+            cards.c.tenant_id == tenant_id,
+            cards.c.user_id == user_id,
+            cards.c.status == CardStatus.ACTIVE.value,
+            cards.c.source_type.not_in((RAW_HISTORY_SOURCE, HISTORY_SOURCE)),
+        )
+        asked = set(wanted)
+        with pg_errors("read curated messages"), self._reader.connect() as conn:
+            return {str(m) for (ids,) in conn.execute(stmt) for m in ids if m in asked}
 
     def stating(
         self,

@@ -8,10 +8,12 @@ authority layer's :class:`RetrievalFilters`, never from the query text.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
 
 from memstrata.core.authority.filters import RetrievalFilters
+from memstrata.core.errors import TransientError
 from memstrata.core.ltm.asof import version_at
 from memstrata.core.ltm.card import CONSOLIDATED, LtmCard, focus
 from memstrata.core.ltm.filters import CardFilter
@@ -23,10 +25,22 @@ from memstrata.core.ltm.views import focused, view_sources
 from memstrata.core.models.identity import memory_key, text_fingerprint
 from memstrata.core.recall.pool import PoolCandidate, SourceType
 from memstrata.core.recall.route import LtmMode
+from memstrata.core.recall.text import query_terms, snippet
+from memstrata.core.redact import redact
+
+log = logging.getLogger(__name__)
 
 _MODES = {LtmMode.LEXICAL: SearchMode.LEXICAL, LtmMode.VECTOR: SearchMode.VECTOR,
           LtmMode.HYBRID: SearchMode.HYBRID}  # fmt: skip
 
+
+Curated = Callable[[str, str, Sequence[str]], set[str]]
+"""(tenant, user, message ids) → the ids an active curated card holds."""
+
+HISTORY_SNIPPET_CHARS = 300
+"""What recall injects of one raw message at most: the sentences around the one the query
+matched best (``core.recall.text.snippet``), about 75 tokens; the message id still points
+to the whole message in L0."""
 
 RANK_SCALE = 10.0
 UNJUDGED_IMPORTANCE = 0.3
@@ -167,10 +181,22 @@ class LedgerBackedSearcher:
 
 
 class HistoryBackedSearcher:
-    """``HistorySearcher`` for recall over the raw-history index: one candidate per message."""
+    """``HistorySearcher`` for recall over the raw-history index: one candidate per message.
 
-    def __init__(self, index: HistoryIndex) -> None:
+    ``curated`` (the ledger's :meth:`~core.ltm.ledger.Ledger.curated`) says which hits a
+    curated card holds; the others are marked ``uncurated`` for the pool's fusion.
+    """
+
+    def __init__(
+        self,
+        index: HistoryIndex,
+        *,
+        curated: Curated | None = None,
+        snippet_chars: int = HISTORY_SNIPPET_CHARS,
+    ) -> None:
         self.index = index
+        self.curated = curated
+        self.snippet_chars = snippet_chars
 
     def search(
         self, *, query: str, tenant_id: str, user_id: str, k: int, now: float,
@@ -179,11 +205,13 @@ class HistoryBackedSearcher:
         hits = self.index.search(
             query, tenant_id=tenant_id, user_id=user_id, k=k, now=now, as_of=as_of
         )
+        held = self._held(tenant_id, user_id, [h.message_id for h in hits])
+        asked = query_terms(query)
         return [
             PoolCandidate(
                 memory_id=h.record_id,
                 source_type=SourceType.RAW_HISTORY,
-                summary=h.text,
+                summary=snippet(h.text, asked, self.snippet_chars),
                 canonical_fact_key=f"raw:{h.message_id}",
                 fingerprint=text_fingerprint(user_id, h.text),
                 memory_type=HISTORY_TYPE,
@@ -194,6 +222,20 @@ class HistoryBackedSearcher:
                 message_ids=(h.message_id,),
                 tenant_id=tenant_id,
                 said_at=h.at,
+                uncurated=held is not None and h.message_id not in held,
             )
             for rank, h in enumerate(hits)
         ]
+
+    def _held(self, tenant_id: str, user_id: str, message_ids: list[str]) -> set[str] | None:
+        """The curated ones of ``message_ids``; None when unknown: the ledger lives in
+        PostgreSQL, and the raw-history floor must answer while PostgreSQL is down (its
+        hits are then ranked as curated ones, without a stand-in vote)."""
+        if self.curated is None or not message_ids:
+            return None
+        try:
+            return self.curated(tenant_id, user_id, message_ids)
+        except TransientError as exc:
+            why = redact(str(exc))
+            log.warning("raw-history hits not checked against the card ledger: %s", why)
+            return None

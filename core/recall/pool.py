@@ -54,6 +54,9 @@ class PoolCandidate(BaseModel):
     # when what it says was said (a raw message, a dated card): its line shows the date,
     # and the budget counts it (DATE_TOKENS)
     said_at: float | None = None
+    # a raw message no curated card holds: the long-term layer cannot vote for it, so its
+    # silence is no evidence against it (:func:`corroborate`)
+    uncurated: bool = False
 
     @property
     def source_priority(self) -> int:
@@ -77,6 +80,9 @@ class RescoreWeights(BaseModel):
     long_term_half_life_s: float = Field(30 * 24 * 3600.0, gt=0)
     # reciprocal-rank constant of :func:`corroborate` (the LTM search's for long queries)
     rank_fusion_k: int = Field(10, ge=1)
+    # the share of an uncurated raw message's own vote that stands in for the long-term
+    # layer's, which holds no card of it (docs/QUALITY.md, seventh wave)
+    uncurated_vote: float = Field(0.5, ge=0.0, le=1.0)
 
 
 class PoolPolicy(BaseModel):
@@ -131,7 +137,9 @@ def estimate_tokens(text: str) -> int:
     return cjk + max(1, (len(text) - cjk) // 4) + 2
 
 
-def corroborate(candidates: Sequence[PoolCandidate], k: int) -> list[PoolCandidate]:
+def corroborate(
+    candidates: Sequence[PoolCandidate], k: int, uncurated_vote: float = 0.0
+) -> list[PoolCandidate]:
     """The long-term candidates' similarity from every layer's vote for their messages.
 
     LTM cards and raw-history messages come as two ranked lists over mostly the same
@@ -143,7 +151,12 @@ def corroborate(candidates: Sequence[PoolCandidate], k: int) -> list[PoolCandida
     id, so a card and the raw message it came from support each other instead of
     competing.  A card never borrows the vote of a better card of its own layer that
     shares a message (a session summary holding the top card's message stays where its
-    layer put it).  Candidates without a ``layer_rank`` (STM) keep their similarity."""
+    layer put it).  Candidates without a ``layer_rank`` (STM) keep their similarity.
+
+    A raw message that no curated card holds (``uncurated``: an assistant's answer, a
+    statement the write path did not keep) can get no vote from the long-term layer, so
+    the sum would halve it against a message that has a card: it gets ``uncurated_vote``
+    times its own vote for the layer that cannot see it."""
     ranked = [c for c in candidates if c.layer_rank is not None]
     if not ranked:
         return list(candidates)
@@ -163,6 +176,8 @@ def corroborate(candidates: Sequence[PoolCandidate], k: int) -> list[PoolCandida
         for m in c.message_ids:
             votes = sum(1.0 / (k + best[(o, m)] + 1) for o in others if (o, m) in best)
             support = max(support, votes)
+        if c.uncurated and not support and others:
+            support = uncurated_vote * own
         relevance[c.memory_id] = max(own + support, relevance.get(c.memory_id, 0.0))
     top = max(relevance.values())
     out = []
@@ -323,7 +338,8 @@ def build_pool(
     query: str = "",
 ) -> list[Scored]:
     """Rank the pool; the result lists every candidate, kept ones first in rank order."""
-    unique, dups = dedup(corroborate(list(candidates), policy.weights.rank_fusion_k))
+    w = policy.weights
+    unique, dups = dedup(corroborate(list(candidates), w.rank_fusion_k, w.uncurated_vote))
     score_of = _Rescorer(query_entities, now, policy.weights, query)
     out: list[Scored] = []
     live: list[tuple[float, dict[str, float], PoolCandidate]] = []

@@ -86,7 +86,7 @@ from memstrata.core.recall.route import (
     with_ltm_fallback,
     with_pg_fallback,
 )
-from memstrata.core.recall.text import coverage, terms
+from memstrata.core.recall.text import coverage, query_terms, terms
 from memstrata.core.stm.store import RecallMark, RecallRead, StmHit, StmStore
 from memstrata.core.tracing import span
 
@@ -194,6 +194,7 @@ def _stm_fields(hit: StmHit) -> tuple[frozenset[str], dict[str, object]]:
         "tenant_id": None,
         "project_id": None,
         "said_at": None,  # this session's state: its lines are not dated
+        "uncurated": False,
     }  # fmt: skip
 
 
@@ -370,7 +371,7 @@ class Recaller:
         )
         # LTM runs on a worker thread, concurrently with STM ranking and the PG blocks
         ltm_future = self._start_ltm(req, route, filters, degraded) if route.need_ltm else None
-        q_terms = terms(req.query)
+        q_terms = query_terms(req.query)
 
         # STM when routed there, or as the default layer of a query no rule claimed
         stm_needed = route.need_redis or not (route.need_pg or route.need_ltm)

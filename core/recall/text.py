@@ -6,9 +6,14 @@ import itertools
 import re
 from collections.abc import Set as AbstractSet
 
+from memstrata.core.ltm.text import ENGLISH_STOP_WORDS
+
 _WORD = re.compile(r"[a-z0-9_]+|[\u4e00-\u9fff]")
 _CJK_RUN = re.compile(r"[\u4e00-\u9fff]{2,}")
 _CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
+# a sentence ends at . ! ? ; (and their CJK forms) before a space, or at a line break
+_SENTENCE_END = re.compile(r"(?<=[.!?;])\s+|(?<=[。！？；])|\n+")
+ELLIPSIS = "…"
 
 
 def terms(text: str) -> set[str]:
@@ -22,6 +27,64 @@ def terms(text: str) -> set[str]:
     return out
 
 
+# English words that say how a question is asked, not what it is about: Lucene's stop set
+# (core.ltm.text.ENGLISH_STOP_WORDS) plus pronouns, auxiliaries, question words and
+# quantifiers.  Counted as query terms, they made an unrelated STM item "relevant": "How
+# much does my subscription to the service cost each month?" and "I'm trying to manage my
+# relocation logistics…" share how / my / to / the / i / m, half the question's terms.
+FUNCTION_WORDS = ENGLISH_STOP_WORDS | frozenset({
+    "i", "m", "s", "t", "d", "ll", "ve", "re", "me", "my", "mine", "myself", "we", "us",
+    "our", "you", "your", "yours", "he", "him", "his", "she", "her", "its", "them", "those",
+    "what", "when", "where", "which", "who", "whom", "whose", "why", "how",
+    "am", "been", "being", "were", "do", "does", "did", "have", "has", "had", "can",
+    "could", "would", "should", "shall", "may", "might", "must",
+    "about", "from", "any", "some", "all", "each", "every", "much", "many", "more", "most",
+    "so", "just", "also", "very", "too", "than", "up", "out", "over", "again", "ever",
+})  # fmt: skip
+
+
+def query_terms(text: str) -> set[str]:
+    """What a question is about: :func:`terms` without :data:`FUNCTION_WORDS`, or all its
+    terms when nothing else is left ("what did I do?")."""
+    found = terms(text)
+    content = found - FUNCTION_WORDS
+    return content or found
+
+
 def coverage(query: AbstractSet[str], doc: AbstractSet[str]) -> float:
     """Share of the query's terms that the document contains, in [0, 1]."""
     return len(query & doc) / len(query) if query else 0.0
+
+
+def snippet(text: str, query: AbstractSet[str], max_chars: int) -> str:
+    """The run of sentences of ``text`` around the one that covers most of ``query``,
+    within ``max_chars``, with ``…`` where text was left out; ``text`` when it fits.
+
+    A raw message is the lowest layer's evidence, not a memory: a long assistant answer
+    injected whole cost the agent up to 500 tokens for the one sentence a question
+    matched (seed 1 第0层: never injected whole)."""
+    if len(text) <= max_chars:
+        return text
+    parts = [p.strip() for p in _SENTENCE_END.split(text) if p and p.strip()]
+    if not parts:
+        return text[: max_chars - 1] + ELLIPSIS
+    hits = [len(query & terms(p)) for p in parts]
+    best = max(range(len(parts)), key=lambda i: (hits[i], -i))
+    room = max_chars - 4  # what the two "… " marks leave
+    lo = hi = best
+    size = len(parts[best])
+    while True:  # grow towards the neighbour that matches more, the earlier on a tie
+        options = [i for i in (lo - 1, hi + 1) if 0 <= i < len(parts)]
+        options = [i for i in options if size + 1 + len(parts[i]) <= room]
+        if not options:
+            break
+        nxt = max(options, key=lambda i: (hits[i], -i))
+        size += 1 + len(parts[nxt])
+        lo, hi = min(lo, nxt), max(hi, nxt)
+    body = " ".join(parts[lo : hi + 1])
+    cut = len(body) > room  # one sentence longer than the snippet: its head
+    if cut:
+        body = body[:room].rstrip()
+    head = ELLIPSIS + " " if lo > 0 else ""
+    tail = " " + ELLIPSIS if cut or hi < len(parts) - 1 else ""
+    return head + body + tail

@@ -11,6 +11,7 @@ from sqlalchemy import Engine, create_engine, inspect, text
 
 from memstrata.core import migrations
 from memstrata.core.errors import NotFound, PayloadTooLarge
+from memstrata.core.ltm.card import CardStatus
 from memstrata.core.ltm.ledger import Ledger
 from memstrata.core.ltm.projection import ProjectionState
 from memstrata.core.ltm.tables import ltm_metadata
@@ -183,3 +184,25 @@ def test_promoting_a_deleted_card_again_brings_it_back(ledger: Ledger, tenant: s
     again = ledger.write(ltm_env.card_draft(tenant, "k1", "t", "s"), now=102.0)
     assert (again.op, again.version) == ("updated", 3)
     assert ledger.cards([mid])[mid].status.value == "active"
+
+
+def test_curated_names_the_messages_an_active_card_of_the_owner_holds(
+    ledger: Ledger, tenant: str
+) -> None:
+    # Given the owner's cards: an active one holding m1 and m2, a superseded one holding
+    # m3, a raw-history record of m4; and another user's card holding m5
+    held = ledger.write(ltm_env.card_draft(tenant, "k1", "t", "s", source_message_ids=["m1", "m2"]),
+                        now=100.0)  # fmt: skip
+    gone = ledger.write(ltm_env.card_draft(tenant, "k2", "t", "s", source_message_ids=["m3"]),
+                        now=100.0)  # fmt: skip
+    ledger.set_status(gone.memory_id, CardStatus.SUPERSEDED, now=101.0)
+    ledger.write(ltm_env.card_draft(tenant, "k3", "t", "s", source_message_ids=["m4"],
+                                    source_type="raw_history"), now=100.0)  # fmt: skip
+    ledger.write(ltm_env.card_draft(tenant, "k4", "t", "s", source_message_ids=["m5"],
+                                    user_id="u_other"), now=100.0)  # fmt: skip
+    assert held.op == "inserted"
+    # When recall asks which of its raw-history hits are curated
+    asked = ["m1", "m3", "m4", "m5", "m6", "m1"]
+    # Then only the active curated card of this owner counts
+    assert ledger.curated(tenant, "u_42", asked) == {"m1"}
+    assert ledger.curated(tenant, "u_42", []) == set()

@@ -91,6 +91,8 @@ def test_what_no_curated_layer_kept_comes_back_from_raw_history(runtime: Runtime
     assert out.explain is not None
     raw = [s for s in out.explain.candidates if s.candidate.source_type is SourceType.RAW_HISTORY]
     assert raw[0].candidate.memory_id == history_id(runtime.settings.key_namespace, "u1", ids[1])
+    # and it is marked as no curated card's: the card layer's silence is not held against it
+    assert all(s.candidate.uncurated for s in raw)
 
 
 def test_a_raw_message_a_curated_memory_already_holds_is_not_injected_twice(
@@ -126,6 +128,8 @@ def test_a_raw_message_a_curated_memory_already_holds_is_not_injected_twice(
         s.verdict is Verdict.DUPLICATE for s in raw if ids[0] in s.candidate.message_ids
     )
     assert out.text.count("Lisbon") == 1
+    # and the raw copy of the carded message is known to be curated
+    assert [s.candidate.uncurated for s in raw if ids[0] in s.candidate.message_ids] == [False]
 
 
 def test_the_index_is_rebuilt_from_l0_alone(runtime: Runtime) -> None:

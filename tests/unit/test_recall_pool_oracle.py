@@ -109,7 +109,7 @@ def test_a_trusted_candidate_equals_a_validated_one() -> None:
         "canonical_fact_key": "k", "fingerprint": "f", "memory_type": "fact",
         "similarity": 0.5, "importance": 0.25, "updated_at": NOW, "entities": ("a",),
         "message_ids": ("t1",), "task_id": None, "layer_rank": None, "tenant_id": None,
-        "project_id": None, "said_at": None,
+        "project_id": None, "said_at": None, "uncurated": False,
     }  # fmt: skip
     fast = trusted(PoolCandidate, dict(fields))
     slow = PoolCandidate(**fields)

@@ -23,6 +23,7 @@ from memstrata.core.recall.route import (
     ltm_mode,
     with_ltm_fallback,
 )
+from memstrata.core.recall.text import coverage, query_terms, terms
 
 NOW = 1_700_000_000.0
 DEBUGGING = RuntimeState(
@@ -383,6 +384,28 @@ def test_a_message_both_long_term_layers_found_outranks_one_found_by_one_layer()
     assert kept == ["ltm_2", "ltm_1"]
 
 
+def test_a_raw_message_no_card_holds_is_not_outvoted_by_the_layer_that_cannot_see_it() -> None:
+    from memstrata.core.recall.pool import corroborate
+
+    # Given the raw index's first result, an assistant answer no curated card holds (d9),
+    # and a card with its raw copy at ranks 5 and 4 (d2)
+    raw9 = cand("raw_9", SourceType.RAW_HISTORY, "raw:d9", "f1", layer_rank=0,
+                message_ids=("d9",), uncurated=True)  # fmt: skip
+    raw2 = cand("raw_2", SourceType.RAW_HISTORY, "raw:d2", "f2", layer_rank=4, message_ids=("d2",))
+    card = cand("ltm_2", SourceType.LTM, "k2", "f3", layer_rank=5, message_ids=("d2",))
+    # When the layers vote without standing in for the card layer, d2 wins on two votes
+    plain = {c.memory_id: c.similarity for c in corroborate([raw9, raw2, card], k=10)}
+    assert plain["raw_9"] < plain["ltm_2"] == 1.0
+    # Then with half its own vote standing in for the layer that cannot see it, d9 leads
+    fair = {c.memory_id: c.similarity for c in corroborate([raw9, raw2, card], 10, 0.5)}
+    assert fair["raw_9"] == 1.0 > fair["ltm_2"]
+    assert fair["ltm_2"] == pytest.approx((1 / 16 + 1 / 15) / (1.5 / 11))
+    # And a raw message that is curated, or one with the card layer absent, gets no stand-in
+    assert fair["raw_2"] == fair["ltm_2"]
+    alone = {c.memory_id: c.similarity for c in corroborate([raw9, raw2], 10, 0.5)}
+    assert alone == {"raw_9": 1.0, "raw_2": pytest.approx(11 / 15)}
+
+
 def test_unranked_candidates_keep_their_similarity_a_card_without_sources_its_own_vote() -> None:
     from memstrata.core.recall.pool import corroborate
 
@@ -488,3 +511,45 @@ def test_every_lexicon_pattern_s_own_words_get_the_same_answer_combined() -> Non
     for name, patterns in lx.patterns.items():
         for text in texts:
             assert lx.hit(name, text) is any(p.search(text) for p in patterns), (name, text)
+
+
+def test_function_words_do_not_make_an_unrelated_stm_item_relevant() -> None:
+    # Given a question about a subscription, and an STM item about something else that
+    # shares only how / my / to / the / i / m / for with it (BEAM chat 6: three such items
+    # of the last session outranked the answer)
+    question = (
+        "How much does my subscription to the service I'm using for my resume cost each month?"
+    )
+    unrelated = terms(
+        "I'm trying to manage my relocation logistics, how do I plan the move for it?"
+    )
+    related = terms("My Canva Pro subscription for the resume service costs $12.99 each month")
+    # Then the question's terms are what it is about, and only the related item covers them
+    q = query_terms(question)
+    assert q == {"subscription", "service", "using", "resume", "cost", "month"}
+    assert coverage(q, unrelated) == 0.0
+    assert coverage(q, related) >= RoutingPolicy().min_relevance
+    # And a question of function words alone keeps them: it still matches something
+    assert query_terms("what did I do?") == terms("what did I do?")
+    assert query_terms("那个接口还是超时") == terms("那个接口还是超时")  # CJK: untouched
+
+
+def test_a_long_raw_message_is_injected_as_the_sentences_the_question_matched() -> None:
+    from memstrata.core.recall.text import snippet
+
+    answer = (
+        "Certainly! Let's look at this together. The probability of drawing an ace is 4/52, "
+        "which is 1/13. Drawing two cards changes things. You should also consider whether "
+        "you replace the first card. Dice work the same way."
+    )
+    q = query_terms("What probability of drawing an ace did you give me?")
+    # A message that fits is kept whole
+    assert snippet(answer, q, len(answer)) == answer
+    # A long one gives the matching sentence and its neighbours, marked where cut, in bounds
+    short = snippet(answer, q, 120)
+    assert "The probability of drawing an ace is 4/52, which is 1/13." in short
+    assert short.startswith("… ") and short.endswith(" …") and len(short) <= 120
+    # One sentence longer than the snippet gives its head; Chinese sentences split too
+    assert snippet("x" * 500, q, 100) == "x" * 96 + " …"
+    zh = snippet("第一句话。概率是四分之一。第三句话很长很长很长。", query_terms("概率是多少"), 12)
+    assert zh == "… 概率是四分之一。 …"
