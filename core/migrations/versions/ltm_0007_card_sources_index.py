@@ -22,9 +22,11 @@ depends_on = None
 
 
 def upgrade() -> None:
+    # fastupdate off: no pending list, which a read after a bulk write scans linearly
     op.create_index(
-        "ix_ltm_cards_sources", "ltm_cards", ["source_message_ids"], postgresql_using="gin"
-    )
+        "ix_ltm_cards_sources", "ltm_cards", ["source_message_ids"], postgresql_using="gin",
+        postgresql_with={"fastupdate": "off"},
+    )  # fmt: skip
 
 
 def downgrade() -> None:
