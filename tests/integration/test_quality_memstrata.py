@@ -40,6 +40,9 @@ def _chat() -> Dataset:
         Question("c:ie:1", "How do I deploy the budget tracker?", ("3",),
                  "information_extraction", "", ("Docker",)),
         Question("c:x:0", "What did the drawing show?", ("2",), "information_extraction"),
+        # the evidence is an assistant message no card keeps: the raw-history floor's line
+        Question("c:ie:2", "What did you say about Docker on Fridays?", ("4",),
+                 "information_extraction"),
     ]  # fmt: skip
     return Dataset("chat", "beam", [Space("chat", turns, questions)],
                    frozenset({"information_extraction"}))  # fmt: skip
@@ -49,7 +52,10 @@ def test_a_refused_message_is_an_error_and_the_rest_is_measured(
     settings: Settings, pg_url: str
 ) -> None:
     # Given a message record_turn refuses (its role)
-    tight = settings.model_copy(update={"postgres_url": pg_url, "transcript_fsync": False})
+    history = settings.ltm.model_copy(update={"history_enabled": True})
+    tight = settings.model_copy(
+        update={"postgres_url": pg_url, "transcript_fsync": False, "ltm": history}
+    )
     # When memstrata runs beside bm25_raw
     figures: dict[str, Any] = evaluate(
         _chat(), ("memstrata", "bm25_raw"), system_kw={"memstrata": {"settings": tight}}
@@ -72,6 +78,9 @@ def test_a_refused_message_is_an_error_and_the_rest_is_measured(
     assert row["evidence@128"] == 1.0 and row["containment@128"] == 1.0
     assert 0 < row["tokens@128"] <= 128
     assert figures["per_question_budget"]["memstrata"]["c:x:0"]["containment@128"] is None
+    # a raw message recall injects is evidence like any rendered memory
+    floor = figures["per_question_budget"]["memstrata"]["c:ie:2"]
+    assert floor["evidence@1024"] == 1.0
     budget = mem["budget"]
     assert set(budget) == {"128", "256", "512", "1024"}
     assert budget["128"]["answer_questions"] == 2  # c:x:0 has no answer to look for

@@ -495,7 +495,8 @@ class MemstrataSystem:
         for layer, why in result.degraded.items():
             self.stats.degraded[f"budget recall, {layer}: {why}"] += 1
         turns: list[str] = []
-        for line in (*result.memory.short_term, *result.memory.long_term):
+        memory = result.memory  # every rendered line, the raw-history floor's included
+        for line in (*memory.short_term, *memory.long_term, *memory.history):
             for m in line.message_ids:
                 t = st.turn_of.get(m, m)
                 if t not in turns:
