@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable, Sequence
 from enum import StrEnum
 from functools import lru_cache
 from operator import attrgetter
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -89,7 +89,9 @@ class PoolPolicy(BaseModel):
     model_config = ConfigDict(frozen=True)
 
     top_k: int = Field(8, ge=1, le=200)
-    token_budget: int = Field(600, ge=16)
+    # what the memory lines may cost; the recall service passes what its request's budget
+    # leaves after the profile block, which may be nothing
+    token_budget: int = Field(600, ge=0)
     weights: RescoreWeights = RescoreWeights()
     # active constraints bind whatever the question: they rank first (seed 三: "当前约束")
     pinned_types: frozenset[str] = frozenset({"constraint"})
@@ -111,7 +113,16 @@ class Scored(BaseModel):
     parts: dict[str, float]
     verdict: Verdict
     reason: str
+    # what its line costs: as rendered (:class:`LineCost`) for the candidates the budget
+    # weighed, the cheap estimate (:func:`line_tokens`) for those it never reached
     tokens: int
+
+
+class LineCost(Protocol):
+    """Tokens a kept candidate adds to the rendered block: its line, plus its section's
+    title when it is the first line of its section (``opens_section``)."""
+
+    def __call__(self, c: PoolCandidate, opens_section: bool) -> int: ...
 
 
 _CJK = re.compile(r"[\u4e00-\u9fff]")
@@ -124,8 +135,13 @@ injection overflow its budget: LoCoMo's 512-token injections averaged 534 tokens
 
 
 def line_tokens(c: PoolCandidate) -> int:
-    """A candidate's cost as rendered: its text, and its date when it has one."""
+    """A candidate's estimated cost: its text, and its date when it has one."""
     return estimate_tokens(c.summary) + (DATE_TOKENS if c.said_at is not None else 0)
+
+
+def estimated_cost(c: PoolCandidate, opens_section: bool) -> int:
+    """The :class:`LineCost` of a pool built without a renderer: the line's estimate."""
+    return line_tokens(c)
 
 
 @lru_cache(maxsize=16_384)
@@ -336,8 +352,12 @@ def build_pool(
     policy: PoolPolicy,
     authority: Override | None = None,
     query: str = "",
+    cost: LineCost = estimated_cost,
 ) -> list[Scored]:
-    """Rank the pool; the result lists every candidate, kept ones first in rank order."""
+    """Rank the pool; the result lists every candidate, kept ones first in rank order.
+
+    ``cost``: what a line costs as rendered (the recall service's counts cl100k tokens of
+    the printed line and section title), so the kept lines fit ``policy.token_budget``."""
     w = policy.weights
     unique, dups = dedup(corroborate(list(candidates), w.rank_fusion_k, w.uncurated_vote))
     score_of = _Rescorer(query_entities, now, policy.weights, query)
@@ -359,23 +379,25 @@ def build_pool(
     used = 0
     rank = -1
     covered: set[str] = set()  # source messages of what is kept so far
+    opened: set[SourceType] = set()  # sections with a kept line (their title is paid)
     top_k, budget = policy.top_k, policy.token_budget
     for score, parts, c in live:
-        tokens = line_tokens(c)
         raw = c.source_type is SourceType.RAW_HISTORY
         if raw and c.message_ids and covered.issuperset(c.message_ids):
             # the fallback only adds what the curated memories above it do not say
             rest.append(_scored(c, score, parts, Verdict.DUPLICATE,
-                                "its message is already in a kept memory", tokens))  # fmt: skip
+                                "its message is already in a kept memory"))  # fmt: skip
             continue
         rank += 1
-        if rank >= top_k:
+        if rank >= top_k:  # never rendered: not worth an exact count
+            tokens = line_tokens(c)
             verdict, reason = Verdict.BELOW_TOP_K, f"rank {rank + 1} > top_k {top_k}"
-        elif used + tokens > budget:
+        elif used + (tokens := cost(c, c.source_type not in opened)) > budget:
             verdict, reason = Verdict.OVER_BUDGET, f"{used}+{tokens} > {budget} tokens"
         else:
             used += tokens
             covered.update(c.message_ids)
+            opened.add(c.source_type)
             verdict, reason = Verdict.KEPT, f"rank {rank + 1}"
         s = _scored(c, score, parts, verdict, reason, tokens)
         (kept if verdict is Verdict.KEPT else rest).append(s)

@@ -18,6 +18,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict
 
 from memstrata.core.authority.blocks import AuthorityBlocks
+from memstrata.core.compress.tokens import TokenCounter
 from memstrata.core.recall.pool import PoolCandidate, SourceType, trusted
 
 Lang = Literal["zh", "en"]
@@ -102,26 +103,66 @@ def _label(memory_type: str, lang: Lang) -> str:
     return _TYPE_LABEL.get(memory_type, {}).get(lang, memory_type)
 
 
+def line_text(source: SourceType, memory_type: str, text: str, at: float | None, lang: Lang) -> str:
+    """One memory as its section prints it: STM lines carry their type, long-term and
+    raw-history lines their date."""
+    if source is SourceType.REDIS_STM:
+        return f"- [{_label(memory_type, lang)}] {text}"
+    return f"- {_dated(at)}{text}"
+
+
+def section_header(source: SourceType, lang: Lang, task_id: str | None) -> str:
+    """A section's title (and, for STM, the task it is the state of)."""
+    if source is SourceType.REDIS_STM:
+        title = _TITLES["stm"][lang]
+        if task_id:
+            sep = "：" if lang == "zh" else ": "
+            return f"{title}\n- {_TITLES['task'][lang]}{sep}{task_id}"
+        return title
+    return _TITLES["ltm" if source is SourceType.LTM else "history"][lang]
+
+
+_SECTIONS = (SourceType.REDIS_STM, SourceType.LTM, SourceType.RAW_HISTORY)
+
+
 def render(blocks: AuthorityBlocks | None, memory: RenderedMemory, lang: Lang) -> str:
     """The prompt text; sections without content are left out entirely."""
-    sections: list[str] = []
-    if blocks is not None:
-        profile = blocks.render(lang)
-        if profile:
-            sections.append(profile)
-    sep = "：" if lang == "zh" else ": "
-    if memory.short_term:
-        lines = [_TITLES["stm"][lang]]
-        if memory.task_id:
-            lines.append(f"- {_TITLES['task'][lang]}{sep}{memory.task_id}")
-        lines += [f"- [{_label(m.memory_type, lang)}] {m.text}" for m in memory.short_term]
-        sections.append("\n".join(lines))
-    if memory.long_term:
-        lines = [_TITLES["ltm"][lang]]
-        lines += [f"- {_dated(m.at)}{m.text}" for m in memory.long_term]
-        sections.append("\n".join(lines))
-    if memory.history:
-        lines = [_TITLES["history"][lang]]
-        lines += [f"- {_dated(m.at)}{m.text}" for m in memory.history]
-        sections.append("\n".join(lines))
+    profile = blocks.render(lang) if blocks is not None else ""
+    sections = [profile] if profile else []
+    by_source = {
+        SourceType.REDIS_STM: memory.short_term,
+        SourceType.LTM: memory.long_term,
+        SourceType.RAW_HISTORY: memory.history,
+    }
+    for source in _SECTIONS:
+        lines = by_source[source]
+        if lines:
+            head = section_header(source, lang, memory.task_id)
+            body = (line_text(source, m.memory_type, m.text, m.at, lang) for m in lines)
+            sections.append("\n".join((head, *body)))
     return "\n\n".join(sections)
+
+
+class RenderCost:
+    """The pool's :class:`~memstrata.core.recall.pool.LineCost` for one recall: what each
+    line adds to :func:`render`'s text in ``counter``'s tokens (cl100k), so the kept lines
+    fit the request's budget as printed, not as estimated (the estimate let Chinese
+    injections overflow a 512-token budget by a quarter, docs/QUALITY.md).
+
+    A line is charged its printed text plus its line break; a section's first line also
+    pays the title and the blank line before it.  The tokenizer splits at each line
+    start, so the parts' sum bounds the whole text's count."""
+
+    def __init__(self, counter: TokenCounter, lang: Lang, task_id: str | None) -> None:
+        self._count = counter.count
+        self._lang = lang
+        self._titles = {s: counter.count(section_header(s, lang, task_id)) + 2 for s in _SECTIONS}
+
+    def __call__(self, c: PoolCandidate, opens_section: bool) -> int:
+        text = line_text(c.source_type, c.memory_type, c.summary, c.said_at, self._lang)
+        n = self._count(text) + 1
+        return n + self._titles[c.source_type] if opens_section else n
+
+    def profile(self, text: str) -> int:
+        """What the profile block costs ahead of the memory sections (0 when empty)."""
+        return self._count(text) + 2 if text else 0

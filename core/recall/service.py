@@ -58,6 +58,7 @@ from memstrata.core.authority.filters import RetrievalFilters, filters_for
 from memstrata.core.authority.read import read_snapshot, read_version
 from memstrata.core.authority.snapshot import AuthoritySnapshot, owner_only
 from memstrata.core.breaker import Breakers, describe, tripping
+from memstrata.core.compress.tokens import TokenCounter, default_counter
 from memstrata.core.errors import InvalidInput, MemstrataError, TransientError
 from memstrata.core.extract.entities import extract_entities
 from memstrata.core.extract.lexicon import default_lexicon
@@ -76,7 +77,7 @@ from memstrata.core.recall.pool import (
     trusted,
 )
 from memstrata.core.recall.profile import QueryProfile, RuntimeState, build_query_profile
-from memstrata.core.recall.render import RenderedMemory, language_for, render
+from memstrata.core.recall.render import RenderCost, RenderedMemory, language_for, render
 from memstrata.core.recall.result import Explain, RecallResult
 from memstrata.core.recall.route import (
     LtmMode,
@@ -277,8 +278,10 @@ class Recaller:
         executor: ThreadPoolExecutor | None = None,
         clock: Callable[[], float] = time.time,
         breakers: Breakers | None = None,
+        counter: TokenCounter | None = None,
     ) -> None:
-        """``breakers``: the process's layer breakers (the runtime's); a private set if None."""
+        """``breakers``: the process's layer breakers (the runtime's); a private set if None.
+        ``counter``: the tokenizer ``token_budget`` is counted in (cl100k by default)."""
         self.stm = stm
         self.cache = profile_cache
         self.engine = autocommit_reader(engine)  # one-statement reads need no transaction
@@ -288,6 +291,7 @@ class Recaller:
         self.pool = executor or ThreadPoolExecutor(max_workers=4, thread_name_prefix="recall")
         self.clock = clock
         self.breakers = breakers or Breakers()
+        self.counter = counter or default_counter()
         self.access_log = AccessLog(stm)
         # owner -> project ids of its last snapshot: the query entities of the first read
         self._known_guess: dict[tuple[str, str], tuple[str, ...]] = {}
@@ -403,17 +407,6 @@ class Recaller:
 
         all_cands = stm_cands + [c for c in ltm_cands + history_cands if _in_scope(c, filters)]
         decisions, overridden = self._authority(all_cands, snapshot, filters)
-        scored = build_pool(
-            all_cands,
-            query_entities=profile.entities,
-            now=now,
-            policy=PoolPolicy(
-                top_k=req.top_k, token_budget=req.token_budget, weights=self.settings.weights
-            ),
-            authority=lambda c: overridden.get(c.memory_id),
-            query=req.query,
-        )
-        kept = [s.candidate for s in scored if s.verdict is Verdict.KEPT]
         lang = language_for(snapshot.profile_value("language"), req.query)
         blocks = None
         # PG's blocks when PG was asked, or when PG's word replaced a recalled item (a warm
@@ -423,6 +416,19 @@ class Recaller:
                 snapshot, project_id=filters.project_id, workspace_id=filters.workspace_id,
                 agent_id=req.agent_id,
             )  # fmt: skip
+        # the budget holds the whole block as printed: the profile first, then the lines
+        cost = RenderCost(self.counter, lang, req.task_id)
+        left = max(0, req.token_budget - cost.profile(blocks.render(lang) if blocks else ""))
+        scored = build_pool(
+            all_cands,
+            query_entities=profile.entities,
+            now=now,
+            policy=PoolPolicy(top_k=req.top_k, token_budget=left, weights=self.settings.weights),
+            authority=lambda c: overridden.get(c.memory_id),
+            query=req.query,
+            cost=cost,
+        )
+        kept = [s.candidate for s in scored if s.verdict is Verdict.KEPT]
         memory = RenderedMemory.from_candidates(kept, task_id=req.task_id)
         text = render(blocks, memory, lang)
         timings["total"] = _ms(t0)
@@ -666,7 +672,11 @@ class Recaller:
         k = max(self.settings.history_candidates, req.top_k)
         return self.pool.submit(
             lambda: history.search(
-                query=req.query, tenant_id=req.tenant_id, user_id=req.user_id, k=k, now=now,
+                query=req.query,
+                tenant_id=req.tenant_id,
+                user_id=req.user_id,
+                k=k,
+                now=now,
                 as_of=req.as_of,
             )
         )

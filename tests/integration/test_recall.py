@@ -239,6 +239,34 @@ def test_the_answer_fits_top_k_and_the_token_budget(
     )
 
 
+@pytest.mark.parametrize("budget", [32, 48, 64, 96, 160, 600])
+def test_the_printed_block_fits_the_token_budget_profile_included(
+    res: Runtime, world: World, recaller: Recaller, budget: int
+) -> None:
+    from memstrata.core.compress.tokens import default_counter
+
+    # Given a Chinese task state in STM and a profile in PG (cl100k spends more than one
+    # token on many CJK characters: an estimate of one let a block overflow by a quarter)
+    ingest(res, world, world.alice, "s1", ZH_DEBUG)
+    # When a question asks for both within a token budget
+    q = "我的回答偏好是什么？那个接口还是超时"
+    out = recaller.recall(req(world, q, project_id="shop", token_budget=budget))
+    assert out.route.need_pg and out.route.need_redis
+    count = default_counter().count
+    profile = out.blocks.render("zh") if out.blocks else ""
+    assert profile and out.text.startswith(profile)
+    if count(profile) + 2 > budget:
+        # Then a profile (authority: permissions, constraints) is never cut: alone over
+        # the budget, it is printed whole and no memory line is
+        assert out.text == profile and not out.memory.short_term
+    else:
+        # Then the block as printed, profile and titles included, fits the budget
+        assert count(out.text) <= budget
+    # ... the profile is paid first, and the room left goes to memory lines
+    if budget >= 160:
+        assert out.memory.short_term and "当前任务短期记忆：" in out.text
+
+
 # ---------------------------------------------------------------- scope isolation
 
 

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import time
+from typing import Literal
+
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from memstrata.core.recall.pool import (
@@ -553,3 +556,65 @@ def test_a_long_raw_message_is_injected_as_the_sentences_the_question_matched() 
     assert snippet("x" * 500, q, 100) == "x" * 96 + " …"
     zh = snippet("第一句话。概率是四分之一。第三句话很长很长很长。", query_terms("概率是多少"), 12)
     assert zh == "… 概率是四分之一。 …"
+
+
+_PIECES = st.sampled_from(
+    ["数据库", "线程池", "打满了", "，", "。", "！", "createOrder", " p99", " 2300ms", "...",
+     "?", " ", "  ", "\n", "🙂", "Caroline", " said", " yes", ":", "“引号”", "(", ")", "-", "42"]
+)  # fmt: skip
+_TEXTS = st.lists(_PIECES, min_size=1, max_size=40).map("".join)
+
+
+@settings(deadline=None, max_examples=300)  # the first example loads the tokenizer
+@given(
+    texts=st.lists(_TEXTS, min_size=1, max_size=30),
+    budget=st.integers(min_value=0, max_value=400),
+    lang=st.sampled_from(["zh", "en"]),
+    task=st.sampled_from([None, "bug456"]),
+)
+def test_the_printed_block_never_exceeds_the_token_budget(
+    texts: list[str], budget: int, lang: Literal["zh", "en"], task: str | None
+) -> None:
+    from memstrata.core.compress.tokens import default_counter
+    from memstrata.core.recall.render import RenderCost, RenderedMemory, render
+
+    # Given candidates of every layer with any mix of scripts, punctuation and spaces
+    sources = (SourceType.REDIS_STM, SourceType.LTM, SourceType.RAW_HISTORY)
+    cands = [
+        cand(f"m{i}", sources[i % 3], f"k{i}", f"f{i}", summary=t, similarity=1 / (i + 1),
+             said_at=NOW - i * 86_400 if i % 2 else None, message_ids=(f"d{i}",))
+        for i, t in enumerate(texts)
+    ]  # fmt: skip
+    counter = default_counter()
+    cost = RenderCost(counter, lang, task)
+    # When the pool keeps lines by their printed cost
+    scored = build_pool(cands, query_entities=(), now=NOW, cost=cost,
+                        policy=PoolPolicy(top_k=30, token_budget=budget))  # fmt: skip
+    kept = [s for s in scored if s.verdict is Verdict.KEPT]
+    text = render(None, RenderedMemory.from_candidates([s.candidate for s in kept], task_id=task),
+                  lang)  # fmt: skip
+    # Then the block as printed fits the budget, counted by the real tokenizer
+    assert counter.count(text) <= budget
+    assert counter.count(text) <= sum(s.tokens for s in kept)
+    # ... and a line left out did not fit what the lines above it left
+    used = sum(s.tokens for s in kept)
+    for s in scored:
+        if s.verdict is Verdict.OVER_BUDGET:
+            assert used + s.tokens > budget
+
+
+def test_chinese_lines_are_charged_their_real_tokens_not_the_estimate() -> None:
+    from memstrata.core.compress.tokens import default_counter
+    from memstrata.core.recall.render import RenderCost
+
+    # Given a Chinese raw message (cl100k spends more than one token on many CJK characters)
+    text = "我上周在杭州参加了一个关于机器学习的会议，认识了很多新朋友，下个月打算再去上海看展览。"
+    c = cand("raw_1", SourceType.RAW_HISTORY, "raw:d1", "f1", summary=text, said_at=NOW)
+    cost = RenderCost(default_counter(), "zh", None)
+    line = "- " + time.strftime("(%Y-%m-%d) ", time.gmtime(NOW)) + text
+    # Then its cost is the printed line's count (plus its line break), above the estimate
+    assert cost(c, opens_section=False) == default_counter().count(line) + 1
+    assert cost(c, opens_section=False) > estimate_tokens(text)
+    # ... and opening its section adds the title's tokens and the blank line before it
+    title = default_counter().count("相关原始对话：") + 2
+    assert cost(c, opens_section=True) == cost(c, opens_section=False) + title
