@@ -402,8 +402,11 @@ class Memory:
     ) -> RecallResult:
         """The memory block to inject before a model call (``.text``), typed (``.memory``).
 
+        ``token_budget``: cl100k tokens of ``.text`` as printed, the profile block included
+        (a profile alone over it is printed whole, with no memory line).
         ``as_of`` (seconds since the epoch): memory as it stood then, not now: what was
-        written by then, each statement as it read then (docs/RECALL.md, "As of")."""
+        written by then, each statement as it read then (docs/LIFECYCLE.md, "As of a
+        moment")."""
         body = _recall_body(locals())
         if (e := self._embedded) is not None:
             return e.recall(body, tenant=e.tenant)
