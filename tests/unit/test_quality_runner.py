@@ -138,6 +138,22 @@ def test_budget_figures_and_memory_ratio_per_system(systems: dict[str, dict[str,
     assert steady["errors"] == [] and not quality.failures(figures)
 
 
+def test_an_injection_over_its_budget_is_named_in_the_table(
+    systems: dict[str, dict[str, Any]],
+) -> None:
+    # Given a system that injects ~200 cl100k tokens whatever the budget
+    long = Turn("w1", "Ann", "Ann: " + "word " * 200, 0.0, "1")
+    q = Question("w:q1", "words?", ("w1",), "c", "word", ("word",))
+    ds = Dataset("x.json", "locomo", [Space("w", [long], [q])], frozenset({"c"}))
+    figures = runner.evaluate(ds, ("steady",))
+    budget = figures["systems"]["steady"]["budget"]
+    # Then the 128-token row records the overflow, the 256-token row none
+    assert budget["128"]["over_budget"] == 1.0 and budget["256"]["over_budget"] == 0.0
+    row = next(line for line in markdown(figures).splitlines() if line.startswith("| steady | 1 "))
+    cells = row.split(" | ")
+    assert cells[4].endswith(", 100% over budget)") and "over" not in cells[5]
+
+
 def _locomo_file(tmp_path: Path) -> Path:
     conv = {
         "session_1_date_time": "1:56 pm on 8 May, 2023",

@@ -86,8 +86,10 @@ def _budget_cell(row: dict[str, Any] | None) -> str:
         return "—"
     ans = row.get("answer_containment")
     tokens = row.get("injected_tokens")
+    over = row.get("over_budget")  # a share of injections longer than the budget: say so
+    said = f", {over:.0%} over budget" if over else ""
     return (f"{_f(row.get('evidence_recall'))} / {'—' if ans is None else _f(ans)}"
-            f" ({'—' if tokens is None else round(tokens)})")  # fmt: skip
+            f" ({'—' if tokens is None else round(tokens)}{said})")  # fmt: skip
 
 
 def _budget_table(figures: dict[str, Any]) -> list[str]:
@@ -102,7 +104,8 @@ def _budget_table(figures: dict[str, Any]) -> list[str]:
         "#### What an agent pays for: evidence and answer within a token budget",
         "",
         "Per injected-token budget (cl100k): evidence recall / answer containment (mean "
-        "tokens injected), headline questions"
+        "tokens injected; the share of injections over the budget when any is), headline "
+        "questions"
         + (f" (answer containment over the {answered} with an answer)" if answered else "")
         + ". Memory ratio = transcript tokens"
         + (f" ({transcript:,})" if isinstance(transcript, int) else "")
