@@ -87,15 +87,18 @@ class Cl100kCounter:
 
     def count_many(self, texts: Sequence[str]) -> list[int]:
         """Counts for many texts; misses are encoded in one batch on several threads."""
-        missing = list({t for t in texts if t and t not in self._cache})
+        # read the answers from a local map: another thread may clear the cache meanwhile
+        known = {t: n for t in set(texts) if t and (n := self._cache.get(t)) is not None}
+        missing = [t for t in set(texts) if t and t not in known]
         if self.threads > 1 and sum(map(len, missing)) >= BATCH_MIN_CHARS:
             encoded = self._enc.encode_ordinary_batch(missing, num_threads=self.threads)
-            for text, tokens in zip(missing, encoded, strict=True):
-                self._remember(text, len(tokens))
+            counts = [len(tokens) for tokens in encoded]
         else:  # a thread pool costs more than it saves on small inputs
-            for text in missing:
-                self._remember(text, len(self._enc.encode_ordinary(text)))
-        return [self._cache.get(t, 0) for t in texts]
+            counts = [len(self._enc.encode_ordinary(text)) for text in missing]
+        for text, n in zip(missing, counts, strict=True):
+            self._remember(text, n)
+            known[text] = n
+        return [known.get(t, 0) for t in texts]
 
     def clear(self) -> None:
         """Forget memoised counts (benchmarks measure the cold path with it)."""

@@ -52,7 +52,7 @@ class PoolCandidate(BaseModel):
     tenant_id: str | None = None  # LTM cards carry their scope; STM keys already are scoped
     project_id: str | None = None
     # when what it says was said (a raw message, a dated card): its line shows the date,
-    # and the budget counts it (DATE_TOKENS)
+    # and the budget pays for it as printed
     said_at: float | None = None
     # a raw message no curated card holds: the long-term layer cannot vote for it, so its
     # silence is no evidence against it (:func:`corroborate`)
@@ -130,8 +130,9 @@ _CJK = re.compile(r"[\u4e00-\u9fff]")
 
 DATE_TOKENS = 8
 """What a line's date, ``(2023-05-08) ``, costs in cl100k tokens (the digits split: 8
-tokens, where :func:`estimate_tokens`' four characters a token would say 3 and let an
-injection overflow its budget: LoCoMo's 512-token injections averaged 534 tokens)."""
+tokens, where :func:`estimate_tokens`' four characters a token would say 3), for the
+estimate of a pool built without a renderer; recall pays the printed line
+(``core.recall.render.RenderCost``)."""
 
 
 def line_tokens(c: PoolCandidate) -> int:

@@ -17,7 +17,6 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from memstrata.core.authority.blocks import AuthorityBlocks
 from memstrata.core.compress.tokens import TokenCounter
 from memstrata.core.recall.pool import PoolCandidate, SourceType, trusted
 
@@ -125,9 +124,10 @@ def section_header(source: SourceType, lang: Lang, task_id: str | None) -> str:
 _SECTIONS = (SourceType.REDIS_STM, SourceType.LTM, SourceType.RAW_HISTORY)
 
 
-def render(blocks: AuthorityBlocks | None, memory: RenderedMemory, lang: Lang) -> str:
-    """The prompt text; sections without content are left out entirely."""
-    profile = blocks.render(lang) if blocks is not None else ""
+def render(profile: str, memory: RenderedMemory, lang: Lang) -> str:
+    """The prompt text: ``profile`` (PostgreSQL's blocks as
+    :meth:`~memstrata.core.authority.blocks.AuthorityBlocks.render` prints them, or "")
+    then the memory sections; sections without content are left out entirely."""
     sections = [profile] if profile else []
     by_source = {
         SourceType.REDIS_STM: memory.short_term,
@@ -150,8 +150,11 @@ class RenderCost:
     injections overflow a 512-token budget by a quarter, docs/QUALITY.md).
 
     A line is charged its printed text plus its line break; a section's first line also
-    pays the title and the blank line before it.  The tokenizer splits at each line
-    start, so the parts' sum bounds the whole text's count."""
+    pays the title and the blank line before it.  cl100k's pre-tokenizer never joins a
+    line start to the line before, but it does fold a line break into the piece before
+    it; the sum bounds the text's count as long as that piece plus its break costs at most
+    one token more, true for every punctuation and space character (checked for each code
+    point, and by ``test_the_printed_block_never_exceeds_the_token_budget``)."""
 
     def __init__(self, counter: TokenCounter, lang: Lang, task_id: str | None) -> None:
         self._count = counter.count

@@ -13,6 +13,15 @@ from memstrata.core.recall.render import Lang, RenderedMemory
 from memstrata.core.recall.route import Route
 
 
+class BudgetSplit(BaseModel):
+    """How the request's token budget (cl100k, the block as printed) was spent: the
+    profile block first, the rest is what the memory lines' verdicts were weighed against."""
+
+    requested: int
+    profile: int
+    lines: int
+
+
 class Explain(BaseModel):
     profile: QueryProfile
     route: Route
@@ -20,6 +29,7 @@ class Explain(BaseModel):
     candidates: list[Scored]
     authority: list[AuthorityDecision]
     timings_ms: dict[str, float]
+    budget: BudgetSplit | None = None
 
 
 class RecallResult(BaseModel):

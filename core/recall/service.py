@@ -78,7 +78,7 @@ from memstrata.core.recall.pool import (
 )
 from memstrata.core.recall.profile import QueryProfile, RuntimeState, build_query_profile
 from memstrata.core.recall.render import RenderCost, RenderedMemory, language_for, render
-from memstrata.core.recall.result import Explain, RecallResult
+from memstrata.core.recall.result import BudgetSplit, Explain, RecallResult
 from memstrata.core.recall.route import (
     LtmMode,
     Route,
@@ -418,7 +418,9 @@ class Recaller:
             )  # fmt: skip
         # the budget holds the whole block as printed: the profile first, then the lines
         cost = RenderCost(self.counter, lang, req.task_id)
-        left = max(0, req.token_budget - cost.profile(blocks.render(lang) if blocks else ""))
+        profile_text = blocks.render(lang) if blocks is not None else ""
+        profile_tokens = cost.profile(profile_text)
+        left = max(0, req.token_budget - profile_tokens)
         scored = build_pool(
             all_cands,
             query_entities=profile.entities,
@@ -430,7 +432,7 @@ class Recaller:
         )
         kept = [s.candidate for s in scored if s.verdict is Verdict.KEPT]
         memory = RenderedMemory.from_candidates(kept, task_id=req.task_id)
-        text = render(blocks, memory, lang)
+        text = render(profile_text, memory, lang)
         timings["total"] = _ms(t0)
         if stm_needed and STM not in degraded and req.as_of is None:  # a look back is no use
             self._bookkeeping(req, kept, stm_count=relevant)
@@ -439,6 +441,8 @@ class Recaller:
             explain = Explain(
                 profile=profile, route=route, cache=lookup.status.value, candidates=scored,
                 authority=list(decisions), timings_ms=timings,
+                budget=BudgetSplit(requested=req.token_budget, profile=profile_tokens,
+                                   lines=left),
             )  # fmt: skip
         return RecallResult(
             text=text, language=lang, blocks=blocks, memory=memory, route=route,

@@ -351,7 +351,15 @@ class MemoryTools:
         query: Annotated[str, Field(min_length=1, max_length=MAX_QUERY_CHARS)],
         task_id: OptId = None,
         top_k: Annotated[int, Field(ge=1, le=100)] = 8,
-        token_budget: Annotated[int, Field(ge=32, le=32_000)] = 600,
+        token_budget: Annotated[
+            int,
+            Field(
+                ge=32,
+                le=32_000,
+                description="cl100k tokens of the returned text as printed, the profile "
+                "block included (a profile alone over it is returned whole)",
+            ),
+        ] = 600,
         as_of: Annotated[
             float | None,
             Field(description="memory as it stood at this time (seconds since the epoch)"),

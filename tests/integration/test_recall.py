@@ -250,11 +250,18 @@ def test_the_printed_block_fits_the_token_budget_profile_included(
     ingest(res, world, world.alice, "s1", ZH_DEBUG)
     # When a question asks for both within a token budget
     q = "我的回答偏好是什么？那个接口还是超时"
-    out = recaller.recall(req(world, q, project_id="shop", token_budget=budget))
+    out = recaller.recall(req(world, q, project_id="shop", token_budget=budget, explain=True))
     assert out.route.need_pg and out.route.need_redis
     count = default_counter().count
     profile = out.blocks.render("zh") if out.blocks else ""
     assert profile and out.text.startswith(profile)
+    # explain says how the budget was split: the profile first, the rest for the lines
+    assert out.explain is not None and out.explain.budget is not None
+    split = out.explain.budget
+    assert (split.requested, split.profile) == (budget, count(profile) + 2)
+    assert split.lines == max(0, budget - split.profile)
+    kept = [s for s in out.explain.candidates if s.verdict is Verdict.KEPT]
+    assert sum(s.tokens for s in kept) <= split.lines
     if count(profile) + 2 > budget:
         # Then a profile (authority: permissions, constraints) is never cut: alone over
         # the budget, it is printed whole and no memory line is

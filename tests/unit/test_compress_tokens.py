@@ -34,6 +34,22 @@ def test_batch_and_single_counts_agree() -> None:
     assert c.count_many(texts) == [Cl100kCounter().count(t) for t in texts]
 
 
+class _ClearedMeanwhile(Cl100kCounter):
+    """Another thread (a recall) fills the shared cache past its size between each store."""
+
+    def _remember(self, text: str, n: int) -> None:
+        super()._remember(text, n)
+        self.clear()
+
+
+def test_many_counts_survive_the_cache_being_cleared_meanwhile() -> None:
+    # Given a cache another thread empties while a batch is being counted
+    c = _ClearedMeanwhile()
+    texts = ["alpha beta", "数据库连接池", "alpha beta", ""]
+    # Then every count is still the text's own (it used to read 0 back from the cache)
+    assert c.count_many(texts) == [2, Cl100kCounter().count("数据库连接池"), 2, 0]
+
+
 def test_a_message_costs_its_content_calls_and_framing() -> None:
     rec = TranscriptRecord(
         message_id="m1",

@@ -151,7 +151,7 @@ def test_an_injection_over_its_budget_is_named_in_the_table(
     assert budget["128"]["over_budget"] == 1.0 and budget["256"]["over_budget"] == 0.0
     row = next(line for line in markdown(figures).splitlines() if line.startswith("| steady | 1 "))
     cells = row.split(" | ")
-    assert cells[4].endswith(", 100% over budget)") and "over" not in cells[5]
+    assert cells[4].endswith(", 100.0% over budget)") and "over" not in cells[5]
 
 
 def _locomo_file(tmp_path: Path) -> Path:

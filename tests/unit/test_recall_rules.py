@@ -312,7 +312,7 @@ def test_raw_history_renders_last_with_the_date_it_was_said() -> None:
     raw = cand("raw_1", SourceType.RAW_HISTORY, "raw:d1", "f2", summary="Caroline: I ran 5k",
                updated_at=at, message_ids=("d1",), said_at=at)  # fmt: skip
     memory = RenderedMemory.from_candidates([raw, card], task_id=None)
-    text = render(None, memory, "en")
+    text = render("", memory, "en")
     assert text == (
         "Related long-term experience:\n- likes hiking\n\n"
         "From earlier conversations:\n- (2023-05-07) Caroline: I ran 5k"
@@ -327,7 +327,7 @@ def test_a_dated_card_shows_when_it_was_said_and_the_budget_counts_the_date() ->
     said = cand("ltm_1", SourceType.LTM, "k1", "f1", summary="Caroline: I went to a support "
                 "group yesterday", said_at=1_683_500_000.0)  # fmt: skip
     plain = cand("ltm_2", SourceType.LTM, "k2", "f2", summary="likes hiking")
-    text = render(None, RenderedMemory.from_candidates([said, plain], task_id=None), "en")
+    text = render("", RenderedMemory.from_candidates([said, plain], task_id=None), "en")
     # Then the dated line carries its date ("yesterday" of that day), the other none
     assert text == (
         "Related long-term experience:\n"
@@ -591,7 +591,7 @@ def test_the_printed_block_never_exceeds_the_token_budget(
     scored = build_pool(cands, query_entities=(), now=NOW, cost=cost,
                         policy=PoolPolicy(top_k=30, token_budget=budget))  # fmt: skip
     kept = [s for s in scored if s.verdict is Verdict.KEPT]
-    text = render(None, RenderedMemory.from_candidates([s.candidate for s in kept], task_id=task),
+    text = render("", RenderedMemory.from_candidates([s.candidate for s in kept], task_id=task),
                   lang)  # fmt: skip
     # Then the block as printed fits the budget, counted by the real tokenizer
     assert counter.count(text) <= budget

@@ -87,7 +87,7 @@ def _budget_cell(row: dict[str, Any] | None) -> str:
     ans = row.get("answer_containment")
     tokens = row.get("injected_tokens")
     over = row.get("over_budget")  # a share of injections longer than the budget: say so
-    said = f", {over:.0%} over budget" if over else ""
+    said = f", {over:.1%} over budget" if over else ""
     return (f"{_f(row.get('evidence_recall'))} / {'—' if ans is None else _f(ans)}"
             f" ({'—' if tokens is None else round(tokens)}{said})")  # fmt: skip
 
