@@ -153,8 +153,9 @@ class RenderCost:
     pays the title and the blank line before it.  cl100k's pre-tokenizer never joins a
     line start to the line before, but it does fold a line break into the piece before
     it; the sum bounds the text's count as long as that piece plus its break costs at most
-    one token more, true for every punctuation and space character (checked for each code
-    point, and by ``test_the_printed_block_never_exceeds_the_token_budget``)."""
+    one token more: true for every punctuation and space code point at a line's end (an
+    exhaustive check by script, 2026-12-04), and what
+    ``test_the_printed_block_never_exceeds_the_token_budget`` keeps checking."""
 
     def __init__(self, counter: TokenCounter, lang: Lang, task_id: str | None) -> None:
         self._count = counter.count
