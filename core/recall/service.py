@@ -676,11 +676,7 @@ class Recaller:
         k = max(self.settings.history_candidates, req.top_k)
         return self.pool.submit(
             lambda: history.search(
-                query=req.query,
-                tenant_id=req.tenant_id,
-                user_id=req.user_id,
-                k=k,
-                now=now,
+                query=req.query, tenant_id=req.tenant_id, user_id=req.user_id, k=k, now=now,
                 as_of=req.as_of,
             )
         )
