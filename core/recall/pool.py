@@ -297,6 +297,10 @@ def _overlap(entities: tuple[str, ...], q: frozenset[str], folded_query: str) ->
     return overlap
 
 
+_PARTS = ("similarity", "importance", "recency", "entity_overlap", "source_priority")
+_Features = tuple[float, float, float, float, float]
+
+
 class _Rescorer:
     """:func:`rescore` with what depends on the query alone worked out once per pool."""
 
@@ -310,21 +314,26 @@ class _Rescorer:
         self.now = now
         self.w = weights
 
-    def __call__(self, c: PoolCandidate) -> tuple[float, dict[str, float]]:
+    def features(self, c: PoolCandidate) -> _Features:
+        """The weighted features in :data:`_PARTS` order (their sum is the score); a
+        tuple, as only the lines that get a verdict need them by name."""
         w = self.w
         age = max(0.0, self.now - c.updated_at)
         stm = c.source_type is SourceType.REDIS_STM
         half_life = w.recency_half_life_s if stm else w.long_term_half_life_s
         recency = math.exp(-_LN2 * age / half_life)
         overlap = _overlap(c.entities, self.q, self.folded)
-        parts = {
-            "similarity": w.similarity * c.similarity,
-            "importance": w.importance * c.importance,
-            "recency": w.recency * recency,
-            "entity_overlap": w.entity_overlap * overlap,
-            "source_priority": w.source_priority * SOURCE_PRIORITY[c.source_type] / 100.0,
-        }
-        return sum(parts.values()), parts
+        return (
+            w.similarity * c.similarity,
+            w.importance * c.importance,
+            w.recency * recency,
+            w.entity_overlap * overlap,
+            w.source_priority * SOURCE_PRIORITY[c.source_type] / 100.0,
+        )
+
+    def __call__(self, c: PoolCandidate) -> tuple[float, dict[str, float]]:
+        f = self.features(c)
+        return sum(f), dict(zip(_PARTS, f, strict=True))
 
 
 def rescore(
@@ -354,27 +363,47 @@ def build_pool(
     authority: Override | None = None,
     query: str = "",
     cost: LineCost = estimated_cost,
+    report: bool = True,
 ) -> list[Scored]:
     """Rank the pool; the result lists every candidate, kept ones first in rank order.
 
     ``cost``: what a line costs as rendered (the recall service's counts cl100k tokens of
-    the printed line and section title), so the kept lines fit ``policy.token_budget``."""
+    the printed line and section title), so the kept lines fit ``policy.token_budget``.
+    ``report=False``: the kept ones only, the same as the head of the full list, without
+    building a verdict for each of the others (recall without ``explain``: ~50 STM hits
+    for 8 lines; issue 17)."""
     w = policy.weights
     unique, dups = dedup(corroborate(list(candidates), w.rank_fusion_k, w.uncurated_vote))
-    score_of = _Rescorer(query_entities, now, policy.weights, query)
-    out: list[Scored] = []
-    live: list[tuple[float, dict[str, float], PoolCandidate]] = []
+    rescorer = _Rescorer(query_entities, now, policy.weights, query)
+    overridden: list[Scored] = []
+    live: list[tuple[float, _Features, PoolCandidate]] = []
     for c in unique:
-        score, parts = score_of(c)
+        f = rescorer.features(c)
         why = authority(c) if authority else None
-        if why:
-            out.append(_scored(c, score, parts, Verdict.OVERRIDDEN, why))
-        else:
-            live.append((score, parts, c))
+        if not why:
+            live.append((sum(f), f, c))
+        elif report:
+            overridden.append(_scored(c, sum(f), f, Verdict.OVERRIDDEN, why))
     pinned = policy.pinned_types
     live.sort(
         key=lambda x: (x[2].memory_type not in pinned, -x[0], -x[2].updated_at, x[2].memory_id)
     )
+    kept, rest = _fit(live, policy, cost, report)
+    if report:
+        for c, why in dups:
+            f = rescorer.features(c)
+            rest.append(_scored(c, sum(f), f, Verdict.DUPLICATE, why))
+    return kept + rest + overridden
+
+
+def _fit(
+    live: list[tuple[float, _Features, PoolCandidate]],
+    policy: PoolPolicy,
+    cost: LineCost,
+    report: bool,
+) -> tuple[list[Scored], list[Scored]]:
+    """Top-K, then the token budget, down the ranked ``live`` candidates: (kept, the
+    others' verdicts, empty unless ``report``)."""
     kept: list[Scored] = []
     rest: list[Scored] = []
     used = 0
@@ -382,15 +411,18 @@ def build_pool(
     covered: set[str] = set()  # source messages of what is kept so far
     opened: set[SourceType] = set()  # sections with a kept line (their title is paid)
     top_k, budget = policy.top_k, policy.token_budget
-    for score, parts, c in live:
+    for score, f, c in live:
         raw = c.source_type is SourceType.RAW_HISTORY
         if raw and c.message_ids and covered.issuperset(c.message_ids):
             # the fallback only adds what the curated memories above it do not say
-            rest.append(_scored(c, score, parts, Verdict.DUPLICATE,
-                                "its message is already in a kept memory"))  # fmt: skip
+            if report:
+                rest.append(_scored(c, score, f, Verdict.DUPLICATE,
+                                    "its message is already in a kept memory"))  # fmt: skip
             continue
         rank += 1
         if rank >= top_k:  # never rendered: not worth an exact count
+            if not report:
+                break  # nothing further down can be kept
             tokens = line_tokens(c)
             verdict, reason = Verdict.BELOW_TOP_K, f"rank {rank + 1} > top_k {top_k}"
         elif used + (tokens := cost(c, c.source_type not in opened)) > budget:
@@ -399,19 +431,17 @@ def build_pool(
             used += tokens
             covered.update(c.message_ids)
             opened.add(c.source_type)
-            verdict, reason = Verdict.KEPT, f"rank {rank + 1}"
-        s = _scored(c, score, parts, verdict, reason, tokens)
-        (kept if verdict is Verdict.KEPT else rest).append(s)
-    for c, why in dups:
-        score, parts = score_of(c)
-        rest.append(_scored(c, score, parts, Verdict.DUPLICATE, why))
-    return kept + rest + out
+            kept.append(_scored(c, score, f, Verdict.KEPT, f"rank {rank + 1}", tokens))
+            continue
+        if report:
+            rest.append(_scored(c, score, f, verdict, reason, tokens))
+    return kept, rest
 
 
 def _scored(
     c: PoolCandidate,
     score: float,
-    parts: dict[str, float],
+    features: _Features,
     verdict: Verdict,
     reason: str,
     tokens: int | None = None,
@@ -419,5 +449,6 @@ def _scored(
     """A verdict from values the pool computed itself (no re-validation of the candidate)."""
     if tokens is None:
         tokens = line_tokens(c)
+    parts = dict(zip(_PARTS, features, strict=True))
     return trusted(Scored, {"candidate": c, "score": score, "parts": parts, "verdict": verdict,
                             "reason": reason, "tokens": tokens})  # fmt: skip

@@ -200,10 +200,16 @@ def _stm_fields(hit: StmHit) -> tuple[frozenset[str], dict[str, object]]:
 
 
 def _stm_candidate(hit: StmHit, q_terms: set[str]) -> PoolCandidate:
+    return _scored_hit(hit, coverage(q_terms, _stm_fields(hit)[0]))
+
+
+@lru_cache(maxsize=16_384)
+def _scored_hit(hit: StmHit, similarity: float) -> PoolCandidate:
+    """The candidate of a hit at a similarity; cached, as a session's recalls find the
+    same items at the same few term coverages (candidates are frozen: sharing is safe)."""
     # typed fields straight from the store: no re-validation (trusted)
-    doc_terms, fields = _stm_fields(hit)
-    fields = fields.copy()  # each candidate owns its dict
-    fields["similarity"] = coverage(q_terms, doc_terms)
+    fields = _stm_fields(hit)[1].copy()  # each candidate owns its dict
+    fields["similarity"] = similarity
     return trusted(PoolCandidate, fields)
 
 
@@ -426,9 +432,10 @@ class Recaller:
             query_entities=profile.entities,
             now=now,
             policy=PoolPolicy(top_k=req.top_k, token_budget=left, weights=self.settings.weights),
-            authority=lambda c: overridden.get(c.memory_id),
+            authority=(lambda c: overridden.get(c.memory_id)) if overridden else None,
             query=req.query,
             cost=cost,
+            report=req.explain,  # every verdict only when someone reads them
         )
         kept = [s.candidate for s in scored if s.verdict is Verdict.KEPT]
         memory = RenderedMemory.from_candidates(kept, task_id=req.task_id)

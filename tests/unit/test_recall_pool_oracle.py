@@ -101,6 +101,9 @@ def test_the_new_pool_ranks_every_fixed_pool_as_the_old_one(seed: int) -> None:
         ref = old.build_pool(old_stm + others, **kw)
         assert _view(new) == _view(ref)
         assert any(s.verdict.value == "kept" for s in new)
+        # recall without explain: the same kept lines, in the same order, nothing else
+        kept_only = build_pool(new_stm + others, report=False, **kw)
+        assert _view(kept_only) == [v for v in _view(ref) if v[3].value == "kept"]
 
 
 def test_a_trusted_candidate_equals_a_validated_one() -> None:
