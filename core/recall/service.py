@@ -200,13 +200,14 @@ def _stm_fields(hit: StmHit) -> tuple[frozenset[str], dict[str, object]]:
 
 
 def _stm_candidate(hit: StmHit, q_terms: set[str]) -> PoolCandidate:
-    return _scored_hit(hit, coverage(q_terms, _stm_fields(hit)[0]))
+    return _hit_candidate(hit, coverage(q_terms, _stm_fields(hit)[0]))
 
 
-@lru_cache(maxsize=16_384)
-def _scored_hit(hit: StmHit, similarity: float) -> PoolCandidate:
+@lru_cache(maxsize=4_096)  # ~2 KB an entry: at most ~8 MB a process
+def _hit_candidate(hit: StmHit, similarity: float) -> PoolCandidate:
     """The candidate of a hit at a similarity; cached, as a session's recalls find the
-    same items at the same few term coverages (candidates are frozen: sharing is safe)."""
+    same items at the same few term coverages (candidates are frozen: sharing is safe;
+    ~60 sessions' worth of hits at ~70 a recall)."""
     # typed fields straight from the store: no re-validation (trusted)
     fields = _stm_fields(hit)[1].copy()  # each candidate owns its dict
     fields["similarity"] = similarity

@@ -274,6 +274,30 @@ def test_the_printed_block_fits_the_token_budget_profile_included(
         assert out.memory.short_term and "当前任务短期记忆：" in out.text
 
 
+@pytest.mark.parametrize("budget", [48, 96, 600])
+def test_recall_prints_the_same_block_with_or_without_explain(
+    res: Runtime, world: World, recaller: Recaller, budget: int
+) -> None:
+    # Given a Chinese task state in STM and a profile in PG
+    ingest(res, world, world.alice, "s1", ZH_DEBUG)
+    q = "我的回答偏好是什么？那个接口还是超时"
+
+    def ask(explain: bool) -> Any:  # as of a moment: no bookkeeping between the two calls
+        return recaller.recall(req(world, q, project_id="shop", token_budget=budget, top_k=2,
+                                   as_of=T0 + 600, explain=explain))  # fmt: skip
+
+    # When it is asked without explain (the pool builds verdicts for kept lines only),
+    # then with it (every candidate's verdict)
+    plain, explained = ask(False), ask(True)
+    # Then both print the same block from the same memories
+    assert plain.text == explained.text and plain.memory == explained.memory
+    assert plain.explain is None and explained.explain is not None
+    verdicts = [s.verdict for s in explained.explain.candidates]
+    assert set(verdicts) - {Verdict.KEPT}  # some were left out: the two paths differ there
+    if budget >= 96:  # at 48 the profile alone fills the budget
+        assert Verdict.KEPT in verdicts and plain.memory.short_term
+
+
 # ---------------------------------------------------------------- scope isolation
 
 

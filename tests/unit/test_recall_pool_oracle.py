@@ -17,7 +17,9 @@ from memstrata.core.recall.pool import (
     PoolPolicy,
     Scored,
     SourceType,
+    Verdict,
     build_pool,
+    line_tokens,
     trusted,
 )
 from memstrata.core.recall.route import RoutingPolicy
@@ -120,3 +122,63 @@ def test_a_trusted_candidate_equals_a_validated_one() -> None:
     assert fast.model_dump() == slow.model_dump()
     assert fast.model_fields_set == slow.model_fields_set
     assert fast.model_copy(update={"summary": "t"}).summary == "t"
+
+
+def _mixed_pool(rng: random.Random) -> list[PoolCandidate]:
+    """STM items, ranked LTM cards and raw messages sharing source messages (so the
+    fusion runs and raw lines duplicate kept ones), of uneven lengths (so a short line
+    can fit after a long one did not)."""
+    out = []
+    for i in range(rng.randint(0, 30)):
+        src = rng.choice(list(SourceType))
+        ranked = src is not SourceType.REDIS_STM and rng.random() < 0.7
+        out.append(PoolCandidate(
+            memory_id=f"c{i}", source_type=src, summary="word " * rng.randint(1, 40) + str(i),
+            canonical_fact_key=f"k{rng.randint(0, 12)}", fingerprint=f"f{rng.randint(0, 15)}",
+            memory_type=rng.choice(TYPES), similarity=rng.random(), importance=rng.random(),
+            updated_at=NOW - rng.uniform(0, 1e6),
+            message_ids=tuple(f"t{rng.randint(0, 6)}" for _ in range(rng.randint(0, 2))),
+            layer_rank=rng.randint(0, 10) if ranked else None,
+            said_at=rng.choice([None, NOW - 100]), uncurated=rng.random() < 0.2,
+        ))  # fmt: skip
+    return out
+
+
+def _superseded(c: PoolCandidate) -> str | None:
+    return "superseded by PG" if c.memory_id.endswith("3") else None
+
+
+def test_recall_without_explain_keeps_the_same_lines_and_pays_them_the_same() -> None:
+    """``report=False`` (recall without explain) against the full report, on pools with
+    every source, the fusion, raw duplicates, pinned types, tiny budgets and a cost that
+    charges each section's title with its first line: the same kept lines, and the cost
+    asked about the same lines in the same order (a printed-line cost may be stateful)."""
+    seen = {"over budget, then kept": 0, "raw duplicate": 0}
+    for seed in range(400):
+        rng = random.Random(seed)
+        cands = _mixed_pool(rng)
+        policy = PoolPolicy(top_k=rng.randint(1, 12), token_budget=rng.choice([0, 5, 20, 40, 400]))
+        authority = _superseded if rng.random() < 0.5 else None
+        calls: dict[bool, list[tuple[str, bool]]] = {True: [], False: []}
+        out: dict[bool, list[Scored]] = {}
+        for report in (True, False):
+
+            def cost(c: PoolCandidate, opens_section: bool, log: Any = calls[report]) -> int:
+                log.append((c.memory_id, opens_section))
+                return line_tokens(c) + (3 if opens_section else 0)
+
+            out[report] = build_pool(cands, query_entities=["word"], now=NOW, policy=policy,
+                                     authority=authority, query="word", cost=cost,
+                                     report=report)  # fmt: skip
+        kept = [v for v in _view(out[True]) if v[3] is Verdict.KEPT]
+        assert _view(out[False]) == kept, seed
+        assert calls[False] == calls[True], seed
+        verdict = {s.candidate.memory_id: s.verdict for s in out[True]}
+        weighed = [verdict[m] for m, _ in calls[True]]  # in rank order
+        if Verdict.OVER_BUDGET in weighed and Verdict.KEPT in weighed[
+            weighed.index(Verdict.OVER_BUDGET) :
+        ]:
+            seen["over budget, then kept"] += 1
+        if any(s.reason.startswith("its message is already") for s in out[True]):
+            seen["raw duplicate"] += 1
+    assert all(n >= 20 for n in seen.values()), seen  # the cases that matter did occur
