@@ -88,8 +88,9 @@ class Cl100kCounter:
     def count_many(self, texts: Sequence[str]) -> list[int]:
         """Counts for many texts; misses are encoded in one batch on several threads."""
         # read the answers from a local map: another thread may clear the cache meanwhile
-        known = {t: n for t in set(texts) if t and (n := self._cache.get(t)) is not None}
-        missing = [t for t in set(texts) if t and t not in known]
+        unique = set(texts)
+        known = {t: n for t in unique if t and (n := self._cache.get(t)) is not None}
+        missing = [t for t in unique if t and t not in known]
         if self.threads > 1 and sum(map(len, missing)) >= BATCH_MIN_CHARS:
             encoded = self._enc.encode_ordinary_batch(missing, num_threads=self.threads)
             counts = [len(tokens) for tokens in encoded]

@@ -301,6 +301,10 @@ _PARTS = ("similarity", "importance", "recency", "entity_overlap", "source_prior
 _Features = tuple[float, float, float, float, float]
 
 
+def _named(features: _Features) -> dict[str, float]:
+    return dict(zip(_PARTS, features, strict=True))
+
+
 class _Rescorer:
     """:func:`rescore` with what depends on the query alone worked out once per pool."""
 
@@ -331,10 +335,6 @@ class _Rescorer:
             w.source_priority * SOURCE_PRIORITY[c.source_type] / 100.0,
         )
 
-    def __call__(self, c: PoolCandidate) -> tuple[float, dict[str, float]]:
-        f = self.features(c)
-        return sum(f), dict(zip(_PARTS, f, strict=True))
-
 
 def rescore(
     c: PoolCandidate,
@@ -347,7 +347,8 @@ def rescore(
     """Weighted features of one candidate.  Entity overlap counts the query's extracted
     entities, and also the candidate's own entities that the query names: a person or
     project the extractor has no pattern for ("what did Caroline say…") still matches."""
-    return _Rescorer(query_entities, now, weights, query)(c)
+    f = _Rescorer(query_entities, now, weights, query).features(c)
+    return sum(f), _named(f)
 
 
 Override = Callable[[PoolCandidate], str | None]
@@ -449,6 +450,5 @@ def _scored(
     """A verdict from values the pool computed itself (no re-validation of the candidate)."""
     if tokens is None:
         tokens = line_tokens(c)
-    parts = dict(zip(_PARTS, features, strict=True))
-    return trusted(Scored, {"candidate": c, "score": score, "parts": parts, "verdict": verdict,
-                            "reason": reason, "tokens": tokens})  # fmt: skip
+    return trusted(Scored, {"candidate": c, "score": score, "parts": _named(features),
+                            "verdict": verdict, "reason": reason, "tokens": tokens})  # fmt: skip

@@ -174,18 +174,24 @@ def _doc_terms(summary: str, entities: tuple[str, ...]) -> frozenset[str]:
     return frozenset(terms(summary + " " + " ".join(entities)))
 
 
-@lru_cache(maxsize=16_384)
-def _stm_fields(hit: StmHit) -> tuple[frozenset[str], dict[str, object]]:
-    """An STM hit's terms and its candidate's fields but the query's similarity; cached
-    per hit (the store hands out the same hit objects for unchanged items, issue 17)."""
-    return _doc_terms(hit.summary, hit.entities), {
+def _stm_candidate(hit: StmHit, q_terms: set[str]) -> PoolCandidate:
+    return _hit_candidate(hit, coverage(q_terms, _doc_terms(hit.summary, hit.entities)))
+
+
+@lru_cache(maxsize=4_096)  # ~2 KB an entry: at most ~8 MB a process
+def _hit_candidate(hit: StmHit, similarity: float) -> PoolCandidate:
+    """The candidate of a hit at a similarity; cached, as a session's recalls find the
+    same items at the same few term coverages (candidates are frozen: sharing is safe;
+    ~60 sessions' worth of hits at ~70 a recall)."""
+    # typed fields straight from the store, every one given: no re-validation (trusted)
+    return trusted(PoolCandidate, {
         "memory_id": hit.memory_id,
         "source_type": SourceType.REDIS_STM,
         "summary": hit.summary,
         "canonical_fact_key": hit.canonical_fact_key,
         "fingerprint": hit.fingerprint,
         "memory_type": hit.memory_type,
-        "similarity": 0.0,  # the query's, set per call
+        "similarity": similarity,
         "importance": hit.importance,
         "updated_at": hit.updated_at,
         "entities": hit.entities,
@@ -196,22 +202,7 @@ def _stm_fields(hit: StmHit) -> tuple[frozenset[str], dict[str, object]]:
         "project_id": None,
         "said_at": None,  # this session's state: its lines are not dated
         "uncurated": False,
-    }  # fmt: skip
-
-
-def _stm_candidate(hit: StmHit, q_terms: set[str]) -> PoolCandidate:
-    return _hit_candidate(hit, coverage(q_terms, _stm_fields(hit)[0]))
-
-
-@lru_cache(maxsize=4_096)  # ~2 KB an entry: at most ~8 MB a process
-def _hit_candidate(hit: StmHit, similarity: float) -> PoolCandidate:
-    """The candidate of a hit at a similarity; cached, as a session's recalls find the
-    same items at the same few term coverages (candidates are frozen: sharing is safe;
-    ~60 sessions' worth of hits at ~70 a recall)."""
-    # typed fields straight from the store: no re-validation (trusted)
-    fields = _stm_fields(hit)[1].copy()  # each candidate owns its dict
-    fields["similarity"] = similarity
-    return trusted(PoolCandidate, fields)
+    })  # fmt: skip
 
 
 _QUESTION_WORDS = frozenset({
