@@ -138,6 +138,30 @@ def test_budget_figures_and_memory_ratio_per_system(systems: dict[str, dict[str,
     assert steady["errors"] == [] and not quality.failures(figures)
 
 
+def test_the_answer_ceiling_is_what_the_evidence_itself_contains() -> None:
+    turns = [Turn("1", "Ann", "Ann: my cat is called Tom", 0.0, "1"),
+             Turn("2", "Bob", "Bob: we moved to Oslo in May", 1.0, "1"),
+             Turn("3", "Ann", "Ann: nice", 2.0, "1")]  # fmt: skip
+    qs = [Question("q1", "cat name?", ("1",), "c", "Tom", ("Tom",)),
+          # its gold turn does not say the answer's words; another turn does
+          Question("q2", "where do they live?", ("3",), "c", "Oslo", ("Oslo",)),
+          Question("q3", "what year?", ("2",), "c", "2023", ("2023",)),  # said nowhere
+          Question("q4", "what did Bob say?", ("2",), "c"),  # no answer: not scored
+          Question("q5", "off the headline", ("1",), "x", "Tom", ("Tom",))]  # fmt: skip
+    ds = Dataset("x.json", "locomo", [Space("s", turns, qs)], frozenset({"c"}))
+    ceiling = runner.answer_ceiling(ds)
+    assert ceiling == {"questions": 3, "gold_turns": round(1 / 3, 4),
+                       "transcript": round(2 / 3, 4)}  # fmt: skip
+    unanswered = Dataset("m.json", "madial", [Space("s", turns, [qs[3]])], frozenset({"c"}))
+    assert runner.answer_ceiling(unanswered) is None
+
+
+def test_the_ceiling_is_in_the_figures_and_the_table(systems: dict[str, dict[str, Any]]) -> None:
+    figures = runner.evaluate(_dataset(), ("steady",))
+    assert figures["answer_ceiling"] == {"questions": 2, "gold_turns": 1.0, "transcript": 1.0}
+    assert "every gold turn of the question, no budget, 1.000" in markdown(figures)
+
+
 def test_an_injection_over_its_budget_is_named_in_the_table(
     systems: dict[str, dict[str, Any]],
 ) -> None:

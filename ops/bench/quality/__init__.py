@@ -8,7 +8,9 @@ attributes memstrata's lost gold turns to the stage that lost them, and writes
 ``var/bench-quality/<dataset>[-quick]``).  The returned dict holds
 ``{"systems": {<name>: {"recall@1", "recall@5", "recall@10", "recall@25",
 "stored_items", "stored_tokens", "memory_ratio", "budget", "errors", ...}},
-"per_category": {...}, "errors": {...}}``.  A run with errors still writes its results;
+"per_category": {...}, "answer_ceiling": {...}, "errors": {...}}`` (``answer_ceiling``: the
+answer containment of the gold turns themselves and of the whole transcript, the most
+any system that injects what was said can reach).  A run with errors still writes its results;
 :func:`failures` lists them, and the CLI exits non-zero.  See docs/QUALITY.md.
 """
 

@@ -125,6 +125,12 @@ def _budget_table(figures: dict[str, Any]) -> list[str]:
         ]
         cells += [_budget_cell(budget.get(str(b))) for b in TOKEN_BUDGETS]  # fmt: skip
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    ceiling = figures.get("answer_ceiling")
+    if ceiling:
+        lines += ["", "Answer containment within reach of a system that injects what was said "
+                  f"(headline questions with an answer, {ceiling['questions']}): every gold "
+                  f"turn of the question, no budget, {_f(ceiling['gold_turns'])}; the whole "
+                  f"transcript of its space {_f(ceiling['transcript'])}."]  # fmt: skip
     layers = {n: s.get("stored_tokens_by_layer") for n, s in systems.items()
               if len(s.get("stored_tokens_by_layer") or {}) > 1}  # fmt: skip
     for name, by_layer in layers.items():

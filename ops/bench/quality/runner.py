@@ -19,8 +19,10 @@ from memstrata.ops.bench.quality.embed import shared_embedder
 from memstrata.ops.bench.quality.metrics import (
     KS,
     TOKEN_BUDGETS,
+    answer_containment,
     average,
     average_budgets,
+    average_present,
     score_budgets,
     score_question,
     turn_budget,
@@ -223,6 +225,7 @@ def evaluate(
     stage: dict[str, Any] = {}  # memstrata (and variants) stage-loss attribution
     transcript = count_tokens(t.text for s in ds.spaces for t in s.turns)
     out["transcript_tokens"] = transcript
+    out["answer_ceiling"] = answer_ceiling(ds)
     emb = None
     for name in systems:
         try:
@@ -278,6 +281,33 @@ def evaluate(
     out["per_question"] = per_question
     out["per_question_budget"] = per_budget
     return out
+
+
+def answer_ceiling(ds: Dataset) -> dict[str, Any] | None:
+    """What answer containment any system that injects what was said can reach: the
+    headline questions' answers found in their own gold turns (a perfect retriever, no
+    token budget) and in the whole transcript of their space (everything injected).
+
+    A target above these is out of reach for extraction and retrieval, whatever the
+    ranking: only text that was never said (an abstractive writer) could pass it.
+    None when no headline question has an answer to look for (MADial)."""
+    gold_rows: list[float | None] = []
+    transcript_rows: list[float | None] = []
+    for space in ds.spaces:
+        heads = [q for q in space.questions if q.gold and q.category in ds.headline]
+        if not any(q.answers for q in heads):
+            continue
+        by_id = {t.id: t.text for t in space.turns}
+        transcript = "\n".join(by_id.values())
+        for q in heads:
+            evidence = "\n".join(by_id[g] for g in q.gold if g in by_id)
+            gold_rows.append(answer_containment(evidence, q.answers))
+            transcript_rows.append(answer_containment(transcript, q.answers))
+    questions = sum(1 for v in gold_rows if v is not None)
+    if not questions:
+        return None
+    return {"questions": questions, "gold_turns": average_present(gold_rows),
+            "transcript": average_present(transcript_rows)}  # fmt: skip
 
 
 def _record(stage: str, exc: BaseException) -> dict[str, str]:
