@@ -1,7 +1,12 @@
-"""``memstrata bench all``: run every benchmark in one process, one after the other, and
-regenerate ``docs/BENCHMARKS.md`` from their figures.
+"""``memstrata bench all``: run every benchmark, one after the other, each in a fresh
+interpreter, and regenerate ``docs/BENCHMARKS.md`` from their figures.
 
 Sequential on purpose: on a 2-core machine two benchmarks at once measure each other.
+Each in its own process (as pyperf runs its benchmarks) because one benchmark's leftovers
+(a 100k-card LTM run's heap, a library's threads, a cache warmed by another benchmark)
+would otherwise tax or flatter the next one's figures, which must equal what
+``memstrata bench <name>`` measures alone; and a benchmark that crashes its interpreter
+is recorded as failed instead of ending the run.
 Each section is the benchmark's own ``markdown(figures)`` followed by its performance
 plots (``ops/bench/plots.py``, PNGs in ``docs/figures/``); the raw figures are kept as
 JSON beside the page (``docs/benchmarks.json``) so a reader can check every number.
@@ -10,11 +15,13 @@ JSON beside the page (``docs/benchmarks.json``) so a reader can check every numb
 from __future__ import annotations
 
 import json
+import multiprocessing
 import os
 import platform
 import time
 import traceback
 from collections.abc import Callable, Mapping
+from concurrent.futures import ProcessPoolExecutor
 from importlib import import_module
 from pathlib import Path
 from typing import Any
@@ -26,7 +33,7 @@ from memstrata.ops.bench.plots import embed, render
 HEADER = """# Benchmarks
 
 Every figure on this page was produced by one command, run on the machine described
-below, benchmarks one after the other in a single process:
+below, benchmarks one after the other, each in a fresh interpreter:
 
 ```bash
 {command}
@@ -58,6 +65,22 @@ def skip_list(benches: Mapping[str, str]) -> set[str]:
     return names
 
 
+Measure = Callable[[str, bool], dict[str, Any]]
+
+
+def measure(module_name: str, quick: bool) -> dict[str, Any]:
+    """One benchmark's figures, in this process (a child's entry point)."""
+    return dict(import_module(module_name).run(quick=quick))
+
+
+def measure_in_child(module_name: str, quick: bool) -> dict[str, Any]:
+    """One benchmark's figures from a fresh interpreter (``spawn``: nothing inherited but
+    the environment and ``sys.path``); its exception is raised here, with the child's
+    traceback as its cause, and a child that dies raises ``BrokenProcessPool``."""
+    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as child:
+        return child.submit(measure, module_name, quick).result()
+
+
 def _machine_block(info: Mapping[str, Any]) -> str:
     rows = [f"| {k} | {v} |" for k, v in info.items() if not isinstance(v, dict | list)]
     versions = info.get("versions")
@@ -83,10 +106,11 @@ def run_all(
     out_dir: Path = REPO / "docs",
     progress: Callable[[str], None] = print,
     on_progress: Callable[[int, int], None] | None = None,
+    run_bench: Measure = measure_in_child,
 ) -> dict[str, Any]:
-    """Run each benchmark; a failing one is recorded (with its error) and the rest go on.
-    ``progress`` gets a line per step, ``on_progress(benchmarks done, benchmarks)`` a
-    count (a terminal's progress bar)."""
+    """Run each benchmark (``run_bench``: each in a fresh interpreter); a failing one is
+    recorded (with its error) and the rest go on.  ``progress`` gets a line per step,
+    ``on_progress(benchmarks done, benchmarks)`` a count (a terminal's progress bar)."""
     results: dict[str, Any] = {}
     sections: list[str] = []
     skipped = skip_list(benches)
@@ -101,8 +125,8 @@ def run_all(
         progress(f"[bench all] {name} … (load average {load_average()[0]:.2f})")
         t0 = time.monotonic()
         try:
-            module = import_module(module_name)
-            figures = module.run(quick=quick)
+            figures = run_bench(module_name, quick)
+            module = import_module(module_name)  # its markdown(), here
         except Exception as exc:  # one broken benchmark must not hide the others' figures
             progress(traceback.format_exc())
             results[name] = {"error": f"{type(exc).__name__}: {exc}"}

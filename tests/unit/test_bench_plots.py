@@ -5,6 +5,7 @@ and embedded after the benchmark's section by the report generator."""
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -83,7 +84,7 @@ def test_bench_all_writes_the_plots_into_docs_figures_and_the_page(
 ) -> None:
     monkeypatch.setitem(sys.modules, "fake_ingest_bench", _FakeBench)
     results = report.run_all({"ingest": "fake_ingest_bench"}, quick=True, out_dir=tmp_path,
-                             progress=lambda m: None)  # fmt: skip
+                             progress=lambda m: None, run_bench=report.measure)  # fmt: skip
     assert "error" not in results["ingest"]
     page = (tmp_path / "BENCHMARKS.md").read_text()
     for png in ("perf-latency-ingest", "perf-ingest-ladder", "perf-ingest-workers"):
@@ -99,8 +100,9 @@ def test_bench_all_leaves_out_what_memstrata_bench_skip_names_and_says_so(
     monkeypatch.setitem(sys.modules, "fake_ingest_bench", _FakeBench)
     monkeypatch.setenv("MEMSTRATA_BENCH_SKIP", "embedders")
     benches = {"ingest": "fake_ingest_bench", "embedders": "no.such.module"}
-    # When bench all runs
-    results = report.run_all(benches, quick=True, out_dir=tmp_path, progress=lambda m: None)
+    # When bench all runs (in this process: the fake module lives only here)
+    results = report.run_all(benches, quick=True, out_dir=tmp_path, progress=lambda m: None,
+                             run_bench=report.measure)  # fmt: skip
     # Then the skipped one is not imported or run, and the page says it was left out
     assert results["embedders"] == {"skipped": True} and "error" not in results["ingest"]
     page = (tmp_path / "BENCHMARKS.md").read_text()
@@ -110,3 +112,44 @@ def test_bench_all_leaves_out_what_memstrata_bench_skip_names_and_says_so(
     monkeypatch.setenv("MEMSTRATA_BENCH_SKIP", "embedder")
     with pytest.raises(ValueError, match="unknown benchmark"):
         report.run_all(benches, quick=True, out_dir=tmp_path, progress=lambda m: None)
+
+
+def test_bench_all_runs_each_benchmark_in_a_fresh_interpreter(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a module only this process has imported
+    from tests.unit import bench_stub
+
+    monkeypatch.setitem(sys.modules, bench_stub.PARENT_ONLY, bench_stub)
+    # When bench all runs the stub benchmark
+    results = report.run_all({"stub": "tests.unit.bench_stub"}, quick=True, out_dir=tmp_path,
+                             progress=lambda m: None)  # fmt: skip
+    # Then it ran in another process that inherited nothing it did not import itself
+    stub = results["stub"]
+    assert stub["pid"] != os.getpid() and stub["quick"] is True
+    assert stub["saw_parent_module"] is False
+    assert f"ran in {stub['pid']}" in (tmp_path / "BENCHMARKS.md").read_text()
+
+
+@pytest.mark.parametrize("how", ["raise", "die"])
+def test_a_benchmark_that_fails_in_its_process_is_recorded_and_the_rest_run(
+    how: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a benchmark that raises, or whose interpreter dies, before the fake ingest one
+    monkeypatch.setenv("BENCH_STUB_FAIL", how)
+    monkeypatch.setitem(sys.modules, "fake_ingest_bench", _FakeBench)
+    benches = {"stub": "tests.unit.bench_stub", "ingest": "fake_ingest_bench"}
+    lines: list[str] = []
+    # When bench all runs both (the fake one in this process: the child cannot import it)
+    results = report.run_all(
+        benches, quick=True, out_dir=tmp_path, progress=lines.append,
+        run_bench=lambda name, quick: (report.measure_in_child if name == "tests.unit.bench_stub"
+                                       else report.measure)(name, quick),
+    )  # fmt: skip
+    # Then the failure is recorded with its cause, and the next benchmark still ran
+    want = "RuntimeError: stub benchmark broke" if how == "raise" else "BrokenProcessPool"
+    assert want in results["stub"]["error"]
+    assert "error" not in results["ingest"]
+    assert f"FAILED in this run: `{want}" in (tmp_path / "BENCHMARKS.md").read_text()
+    if how == "raise":  # the child's traceback reaches the log
+        assert any('bench_stub.py", line' in line for line in lines)

@@ -1,0 +1,23 @@
+"""Benchmark modules for ``bench all``'s tests: the interface (``run``, ``markdown``)
+with no measuring, importable by name in the child process ``bench all`` spawns."""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any
+
+PARENT_ONLY = "memstrata_bench_stub_parent_only"
+
+
+def run(quick: bool) -> dict[str, Any]:
+    """Where it ran, and whether it saw a module only the parent had imported."""
+    if os.environ.get("BENCH_STUB_FAIL") == "raise":
+        raise RuntimeError("stub benchmark broke")
+    if os.environ.get("BENCH_STUB_FAIL") == "die":
+        os._exit(3)  # the interpreter ends without an exception
+    return {"pid": os.getpid(), "quick": quick, "saw_parent_module": PARENT_ONLY in sys.modules}
+
+
+def markdown(figures: dict[str, Any]) -> str:
+    return f"## stub\n\nran in {figures['pid']}\n"
