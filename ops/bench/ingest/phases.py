@@ -1,5 +1,6 @@
 """The phases of the ingest benchmark: steady offered load, the fixed price of a kick, the
-drain rate of a backlog, and the offered-rate ladder with producer processes."""
+drain rate of a backlog, the offered-rate ladder with producer processes, and the call
+alone (``record_turn()`` with no workers beside it, back to back and after idle gaps)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import math
 import multiprocessing as mp
 import os
 import statistics
+import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -45,6 +47,12 @@ SCALE_BATCHES = (50, 500)
 # Capacity phase: 30 turns a session, so the cap's eviction path (the most expensive
 # branch of the upsert script) is part of the cost.
 TURNS_PER_SESSION_BACKLOG = 30
+# The call alone: calls back to back, then one every IDLE_GAP_S (an open-loop producer's
+# pace at 50 turns/s), after WARM_CALLS unmeasured ones.
+ALONE_CALLS = 1_000
+GAP_CALLS = 300
+IDLE_GAP_S = 0.02
+WARM_CALLS = 100
 
 
 def _redis_cpu(client: redis.Redis) -> float:
@@ -331,12 +339,103 @@ def ladder(
     return out
 
 
+def _timed_calls(fn: Any, n: int, gap_s: float) -> tuple[list[float], list[float]]:
+    """Wall and CPU ms of ``fn(i)`` for ``n`` calls, sleeping ``gap_s`` after each."""
+    wall, cpu = [], []
+    for i in range(n):
+        t0, c0 = time.perf_counter(), time.process_time()
+        fn(i)
+        wall.append((time.perf_counter() - t0) * 1000)
+        cpu.append((time.process_time() - c0) * 1000)
+        if gap_s:
+            time.sleep(gap_s)
+    return wall, cpu
+
+
+def _wake_costs(client: redis.Redis, n: int) -> dict[str, Any]:
+    """What waking an idle machine costs, apart from memstrata: a Redis ``PING`` and the
+    ``fsync`` of a 300-byte append (what L0 does per turn), back to back and after
+    ``IDLE_GAP_S`` of sleep each."""
+    out: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory(prefix="memstrata-bench-fsync-") as folder:
+        fd = os.open(os.path.join(folder, "log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+        try:
+            for label, gap in (("back_to_back", 0.0), ("after_idle", IDLE_GAP_S)):
+                ping, sync = [], []
+                for _ in range(n):
+                    t0 = time.perf_counter()
+                    client.ping()
+                    ping.append((time.perf_counter() - t0) * 1000)
+                    os.write(fd, b"x" * 300)
+                    t0 = time.perf_counter()
+                    os.fsync(fd)
+                    sync.append((time.perf_counter() - t0) * 1000)
+                    time.sleep(gap)
+                out[label] = {"redis_ping_p50_ms": r3(statistics.median(ping)),
+                              "fsync_p50_ms": r3(statistics.median(sync))}  # fmt: skip
+        finally:
+            os.close(fd)
+    return out
+
+
+def call_alone(client: redis.Redis, quick: bool) -> dict[str, Any]:
+    """``record_turn()`` with no workers and no producers beside it: the call's own cost
+    (back to back), the same call at an open-loop pace (one every ``IDLE_GAP_S``), and
+    what the machine charges to wake Redis and the disk after such a gap.
+
+    The client is the runtime's L0 and ingest queue (the settings under test: fsync on by
+    default) with a kicker that only counts: with no drain running, a shard's kick flag
+    stays taken after its first kick, so a publish would happen a handful of times per
+    phase and the measured calls do not kick at all (``kicks`` says how many did)."""
+    from memstrata.core.api import MemoryClient
+    from memstrata.core.runtime import get_runtime
+
+    res = get_runtime()
+    kicks: list[int] = []
+    memory = MemoryClient(transcript=res.transcript, queue=res.queue, kicker=kicks.append)
+    messages = [turn_messages(n) for n in range(50)]
+
+    def call(prefix: str) -> Any:
+        def one(i: int) -> None:
+            memory.record_turn(user_id=f"alone{i % 10}", session_id=f"{prefix}{i // 200}",
+                               messages=messages[i % len(messages)], tenant_id="bench")  # fmt: skip
+
+        return one
+
+    n_alone, n_gap = (200, 60) if quick else (ALONE_CALLS, GAP_CALLS)
+    _timed_calls(call("warm"), WARM_CALLS, 0.0)
+    wall, cpu = _timed_calls(call("alone"), n_alone, 0.0)
+    gap_wall, gap_cpu = _timed_calls(call("gap"), n_gap, IDLE_GAP_S)
+    for shard in range(res.queue.shards):  # no later phase drains these turns
+        client.xtrim(res.queue.keys.ingest_stream(shard), maxlen=0, approximate=False)
+        client.delete(res.queue.keys.ingest_kick(shard))
+    return {
+        "calls": n_alone,
+        "p50_ms": r3(statistics.median(wall)),
+        "p95_ms": r3(percentile(wall, 95)),
+        "cpu_p50_ms": r3(statistics.median(cpu)),
+        "idle_gap_s": IDLE_GAP_S,
+        "idle_gap_calls": n_gap,
+        "idle_gap_p50_ms": r3(statistics.median(gap_wall)),
+        "idle_gap_cpu_p50_ms": r3(statistics.median(gap_cpu)),
+        "kicks": len(kicks),
+        "wake": _wake_costs(client, n_gap),
+    }
+
+
 def run_phases(env: dict[str, str], client: redis.Redis, logs: Path, quick: bool) -> dict[str, Any]:
     out: dict[str, Any] = {}
     took: dict[str, float] = {}
-    phases = os.environ.get("MEMSTRATA_BENCH_PHASES", "steady,backlog,ladder,profile").split(",")
+    phases = os.environ.get("MEMSTRATA_BENCH_PHASES",
+                            "alone,steady,backlog,ladder,profile").split(",")  # fmt: skip
     steady_s = 4.0 if quick else 20.0
     backlog_turns = int(os.environ.get("MEMSTRATA_BENCH_BACKLOG_TURNS", 400 if quick else 10_000))
+    # the call alone, first: no worker has started, so none competes with it; its turns
+    # are taken off the ingest streams after it, so no later phase drains them
+    if "alone" in phases:
+        t0 = time.perf_counter()
+        out["record_turn_alone"] = call_alone(client, quick)
+        took["alone"] = r3(time.perf_counter() - t0)
     # (a) + (b): steady 200 turns/s with 1 and 2 worker processes
     rate = float(os.environ.get("MEMSTRATA_BENCH_RATE", TARGET_RATE))
     for n in ((2,) if quick else (1, 2)) if "steady" in phases else ():
