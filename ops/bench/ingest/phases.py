@@ -392,7 +392,11 @@ def call_alone(client: redis.Redis, quick: bool) -> dict[str, Any]:
 
     res = get_runtime()
     kicks: list[int] = []
-    memory = MemoryClient(transcript=res.transcript, queue=res.queue, kicker=kicks.append)
+
+    def count_kick(shard: int) -> None:
+        kicks.append(shard)
+
+    memory = MemoryClient(transcript=res.transcript, queue=res.queue, kicker=count_kick)
     messages = [turn_messages(n) for n in range(50)]
 
     def call(prefix: str) -> Any:
