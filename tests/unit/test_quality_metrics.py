@@ -15,6 +15,7 @@ from memstrata.ops.bench.quality.metrics import (
     mrr,
     ndcg_at,
     normalise_answer,
+    paired_difference,
     recall_all_at,
     recall_at,
     score_budgets,
@@ -140,3 +141,22 @@ def test_pack_injects_the_top_memories_until_the_budget_is_spent() -> None:
     # the line breaks are charged: many one-token memories never exceed the budget
     many = pack([Hit("x", (str(i),)) for i in range(100)], 32)
     assert count(many.text) <= 32 and len(many.turns) == 16
+
+
+def test_paired_difference_brackets_the_mean_and_repeats() -> None:
+    # Given one system ahead on 30 of 100 questions and level on the rest
+    a = [1.0] * 30 + [0.5] * 70
+    b = [0.0] * 30 + [0.5] * 70
+    d = paired_difference(a, b)
+    # Then the mean gap is 0.3, its interval holds it and stays above 0, and a run repeats
+    assert d["questions"] == 100 and d["mean"] == 0.3
+    assert 0 < d["low"] < 0.3 < d["high"] < 0.45
+    assert paired_difference(a, b) == d
+    # And a gap of one question in a hundred either way is an interval across 0
+    mixed = paired_difference([1.0] + [0.0] * 99, [0.0] * 99 + [1.0])
+    assert mixed["mean"] == 0.0 and mixed["low"] < 0 < mixed["high"]
+    # And identical scores have no spread
+    assert paired_difference([0.2, 0.4], [0.2, 0.4]) == {"questions": 2, "mean": 0.0,
+                                                         "low": 0.0, "high": 0.0}  # fmt: skip
+    with pytest.raises(ValueError, match="differ in length"):
+        paired_difference([1.0], [1.0, 0.0])

@@ -162,6 +162,43 @@ def test_the_ceiling_is_in_the_figures_and_the_table(systems: dict[str, dict[str
     assert "every gold turn of the question, no budget, 1.000" in markdown(figures)
 
 
+def test_memstrata_is_compared_with_the_best_raw_baseline_at_each_k() -> None:
+    # Given per-question Recall@k of memstrata and two raw baselines on 3 headline questions
+    turns = [Turn("1", "Ann", "Ann: hi", 0.0, "1")]
+    qs = [Question(f"q{i}", "?", ("1",), "c") for i in range(3)]
+    qs.append(Question("q9", "?", ("1",), "other"))  # off the headline: not paired
+    ds = Dataset("x.json", "locomo", [Space("s", turns, qs)], frozenset({"c"}))
+
+    def rows(*r1: float) -> dict[str, dict[str, float]]:
+        return {f"q{i}": {"recall@1": v, "recall@5": v, "recall@10": 1.0}
+                for i, v in enumerate(r1)} | {"q9": {"recall@1": 1.0, "recall@5": 1.0,
+                                                     "recall@10": 1.0}}  # fmt: skip
+
+    per_question = {
+        "memstrata": rows(1.0, 0.0, 0.0), "bm25_raw": rows(0.0, 0.0, 0.0),
+        "dense_raw": rows(0.0, 1.0, 1.0), "other_system": rows(1.0, 1.0, 1.0),
+    }  # fmt: skip
+    # When memstrata is compared
+    versus = runner.versus_best_raw(ds, per_question)
+    # Then each k names the best raw baseline (only raw ones) and the paired difference
+    assert versus["1"]["baseline"] == "dense_raw" and versus["1"]["questions"] == 3
+    assert versus["1"]["mean"] == round(-1 / 3, 4)
+    assert versus["1"]["low"] <= versus["1"]["mean"] <= versus["1"]["high"]
+    assert versus["10"]["mean"] == 0.0
+    # And nothing is compared without memstrata or without a raw baseline
+    assert runner.versus_best_raw(ds, {"bm25_raw": rows(0, 0, 0)}) == {}
+    assert runner.versus_best_raw(ds, {"memstrata": rows(0, 0, 0)}) == {}
+
+
+def test_the_comparison_is_a_table_of_the_report() -> None:
+    row = {"baseline": "hybrid_raw", "questions": 80, "mean": -0.006, "low": -0.041,
+           "high": 0.03}  # fmt: skip
+    figures = {"versus_best_raw": {"10": row}}
+    text = markdown(figures)
+    assert "paired over the 80 headline questions" in text
+    assert "| 10 | hybrid_raw | -0.006 | [-0.041, +0.030] |" in text
+
+
 def test_an_injection_over_its_budget_is_named_in_the_table(
     systems: dict[str, dict[str, Any]],
 ) -> None:

@@ -8,9 +8,11 @@ attributes memstrata's lost gold turns to the stage that lost them, and writes
 ``var/bench-quality/<dataset>[-quick]``).  The returned dict holds
 ``{"systems": {<name>: {"recall@1", "recall@5", "recall@10", "recall@25",
 "stored_items", "stored_tokens", "memory_ratio", "budget", "errors", ...}},
-"per_category": {...}, "answer_ceiling": {...}, "errors": {...}}`` (``answer_ceiling``: the
-answer containment of the gold turns themselves and of the whole transcript, the most
-any system that injects what was said can reach).  A run with errors still writes its results;
+"per_category": {...}, "answer_ceiling": {...}, "versus_best_raw": {...}, "errors": {...}}``
+(``answer_ceiling``: the answer containment of the gold turns themselves and of the whole
+transcript, the most any system that injects what was said can reach;
+``versus_best_raw``: memstrata minus the best raw baseline in Recall@1/5/10, paired per
+question, with a 95 % bootstrap interval).  A run with errors still writes its results;
 :func:`failures` lists them, and the CLI exits non-zero.  See docs/QUALITY.md.
 """
 

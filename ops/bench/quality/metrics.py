@@ -20,6 +20,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from statistics import mean
 
 KS: tuple[int, ...] = (1, 3, 5, 10, 25)
+VERSUS_KS: tuple[int, ...] = (1, 5, 10)  # the k of issue 13.8's "never below the best raw"
 METRICS: tuple[str, ...] = ("recall", "hit", "recall_all", "ndcg")
 TOKEN_BUDGETS: tuple[int, ...] = (128, 256, 512, 1024)  # injected cl100k tokens
 
@@ -169,3 +170,25 @@ def average_budgets(
             "answer_questions": sum(1 for c in contained if c is not None),
         }
     return out
+
+
+# ---------------------------------------------------------------------- paired differences
+def paired_difference(
+    a: Sequence[float], b: Sequence[float], *, resamples: int = 2_000, seed: int = 0
+) -> dict[str, float | int]:
+    """Mean of ``a[i] - b[i]`` over paired per-question scores, with a 95 % percentile
+    bootstrap interval (questions resampled with replacement, ``seed`` fixed so a run
+    repeats): whether a gap between two systems on the same questions is more than
+    which questions happened to be asked."""
+    import numpy as np
+
+    if len(a) != len(b):
+        raise ValueError(f"paired scores differ in length: {len(a)} and {len(b)}")
+    diffs = np.asarray(a, dtype=float) - np.asarray(b, dtype=float)
+    if not len(diffs):
+        return {"questions": 0, "mean": 0.0, "low": 0.0, "high": 0.0}
+    picks = np.random.default_rng(seed).integers(0, len(diffs), size=(resamples, len(diffs)))
+    means = diffs[picks].mean(axis=1)
+    low, high = np.percentile(means, [2.5, 97.5])
+    return {"questions": len(diffs), "mean": round(float(diffs.mean()), 4),
+            "low": round(float(low), 4), "high": round(float(high), 4)}  # fmt: skip

@@ -17,6 +17,7 @@ def _f(v: Any) -> str:
 
 def markdown(figures: dict[str, Any]) -> str:
     lines = _systems_table(figures)
+    lines += _versus_table(figures)
     lines += _errors(figures)
     lines += _budget_table(figures)
     lines += _diagnostics_table(figures)
@@ -28,6 +29,22 @@ def markdown(figures: dict[str, Any]) -> str:
                   f"{emb['embed_ms']['p50']} ms p50 ({emb['embedded_now']} embedded in this run, "
                   "the rest from the cache); add/search latencies exclude embedding."]  # fmt: skip
     return "\n".join(lines) + "\n"
+
+
+def _versus_table(figures: dict[str, Any]) -> list[str]:
+    versus = figures.get("versus_best_raw") or {}
+    if not versus:
+        return []
+    n = next(iter(versus.values()))["questions"]
+    lines = ["", f"memstrata against the best raw baseline at each k, paired over the {n} "
+             "headline questions (Recall@k difference, 95 % bootstrap interval; an interval "
+             "across 0 is within what the choice of questions moves):", "",
+             "| k | best raw baseline | memstrata − baseline | 95 % interval |",
+             "|---|---|---|---|"]  # fmt: skip
+    for k, v in versus.items():
+        lines.append(f"| {k} | {v['baseline']} | {v['mean']:+.3f} | "
+                     f"[{v['low']:+.3f}, {v['high']:+.3f}] |")  # fmt: skip
+    return lines
 
 
 def _systems_table(figures: dict[str, Any]) -> list[str]:

@@ -19,10 +19,12 @@ from memstrata.ops.bench.quality.embed import shared_embedder
 from memstrata.ops.bench.quality.metrics import (
     KS,
     TOKEN_BUDGETS,
+    VERSUS_KS,
     answer_containment,
     average,
     average_budgets,
     average_present,
+    paired_difference,
     score_budgets,
     score_question,
     turn_budget,
@@ -32,6 +34,7 @@ from memstrata.ops.bench.quality.systems.base import Hit, Injection, System, cl1
 log = logging.getLogger(__name__)
 
 SYSTEMS: tuple[str, ...] = ("memstrata", "bm25_raw", "dense_raw", "hybrid_raw", "mem0")
+RAW_BASELINES: tuple[str, ...] = ("bm25_raw", "dense_raw", "hybrid_raw", "mem0")
 # the shared folder beside the repository (read in place, never copied)
 DEFAULT_DATASET = Path(__file__).resolve().parents[4] / "shared/bench/locomo/locomo_dev.json"
 TOKENS_AT = 10  # tokens injected per query = the memories that fill a 10-turn budget
@@ -278,8 +281,33 @@ def evaluate(
     variants = stage.pop("variants", {})
     out["stage_loss"] = variants.get("memstrata") or next(iter(variants.values()), {})
     out["stage_loss_variants"] = {k: v for k, v in variants.items() if k != "memstrata"}
+    out["versus_best_raw"] = versus_best_raw(ds, per_question)
     out["per_question"] = per_question
     out["per_question_budget"] = per_budget
+    return out
+
+
+def versus_best_raw(
+    ds: Dataset, per_question: dict[str, dict[str, dict[str, float]]], system: str = "memstrata"
+) -> dict[str, Any]:
+    """``system`` against the best raw baseline of the run at each k of ``VERSUS_KS``
+    (keys ``"1"``, ``"5"``, ``"10"``), paired over the headline questions both scored:
+    the mean difference of Recall@k and its 95 % bootstrap interval, so a gap can be read
+    against the spread of the questions (an interval across 0 is not a measured loss)."""
+    mine = per_question.get(system)
+    raws = {n: rows for n, rows in per_question.items() if n in RAW_BASELINES}
+    if not mine or not raws:
+        return {}
+    heads = [q.id for q in _questions(ds) if q.category in ds.headline and q.id in mine
+             and all(q.id in rows for rows in raws.values())]  # fmt: skip
+    if not heads:
+        return {}
+    out: dict[str, Any] = {}
+    for k in VERSUS_KS:
+        key = f"recall@{k}"
+        best = max(raws, key=lambda n: sum(raws[n][q][key] for q in heads))
+        diff = paired_difference([mine[q][key] for q in heads], [raws[best][q][key] for q in heads])
+        out[str(k)] = {"baseline": best, **diff}
     return out
 
 
