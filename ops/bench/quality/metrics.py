@@ -110,22 +110,32 @@ def normalise_answer(text: str) -> str:
     return _SPACE.sub(" ", _ARTICLES.sub(" ", "".join(chars))).strip()
 
 
-def contains_answer(text: str, answer: str) -> bool:
-    """Whether the normalised ``answer`` appears in the normalised ``text``."""
+def _found(normalised_text: str, answer: str) -> bool:
     needle = normalise_answer(answer)
     if not needle:
         return False
     pattern = rf"(?<![{_WORD}]){re.escape(needle)}(?![{_WORD}])"
-    return re.search(pattern, normalise_answer(text)) is not None
+    return re.search(pattern, normalised_text) is not None
+
+
+def contains_answer(text: str, answer: str) -> bool:
+    """Whether the normalised ``answer`` appears in the normalised ``text``."""
+    return _found(normalise_answer(text), answer)
+
+
+def containment_in(normalised_text: str, answers: Sequence[str]) -> float | None:
+    """:func:`answer_containment` of a text already passed through :func:`normalise_answer`
+    (a long text asked about many answers is normalised once)."""
+    wanted = [a for a in answers if normalise_answer(a)]
+    if not wanted:
+        return None
+    return sum(_found(normalised_text, a) for a in wanted) / len(wanted)
 
 
 def answer_containment(text: str, answers: Sequence[str]) -> float | None:
     """The share of ``answers`` (one answer, or a question's key facts) found in ``text``;
     None when the question has no answer to look for."""
-    wanted = [a for a in answers if normalise_answer(a)]
-    if not wanted:
-        return None
-    return sum(contains_answer(text, a) for a in wanted) / len(wanted)
+    return containment_in(normalise_answer(text), answers)
 
 
 def average_present(values: Iterable[float | None]) -> float | None:

@@ -24,6 +24,8 @@ from memstrata.ops.bench.quality.metrics import (
     average,
     average_budgets,
     average_present,
+    containment_in,
+    normalise_answer,
     paired_difference,
     score_budgets,
     score_question,
@@ -326,11 +328,11 @@ def answer_ceiling(ds: Dataset) -> dict[str, Any] | None:
         if not any(q.answers for q in heads):
             continue
         by_id = {t.id: t.text for t in space.turns}
-        transcript = "\n".join(by_id.values())
+        transcript = normalise_answer("\n".join(by_id.values()))  # once per space
         for q in heads:
             evidence = "\n".join(by_id[g] for g in q.gold if g in by_id)
             gold_rows.append(answer_containment(evidence, q.answers))
-            transcript_rows.append(answer_containment(transcript, q.answers))
+            transcript_rows.append(containment_in(transcript, q.answers))
     questions = sum(1 for v in gold_rows if v is not None)
     if not questions:
         return None
