@@ -87,7 +87,7 @@ from memstrata.core.recall.route import (
     with_ltm_fallback,
     with_pg_fallback,
 )
-from memstrata.core.recall.text import coverage, query_terms, terms
+from memstrata.core.recall.text import coverage, query_terms, terms, topic_terms
 from memstrata.core.stm.store import RecallMark, RecallRead, StmHit, StmStore
 from memstrata.core.tracing import span
 
@@ -373,7 +373,8 @@ class Recaller:
         )
         # LTM runs on a worker thread, concurrently with STM ranking and the PG blocks
         ltm_future = self._start_ltm(req, route, filters, degraded) if route.need_ltm else None
-        q_terms = query_terms(req.query)
+        # what the question asks about the entities it names: relevance beyond the name
+        q_terms = topic_terms(query_terms(req.query), profile.entities)
 
         # STM when routed there, or as the default layer of a query no rule claimed
         stm_needed = route.need_redis or not (route.need_pg or route.need_ltm)

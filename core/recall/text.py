@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import re
+from collections.abc import Sequence
 from collections.abc import Set as AbstractSet
 
 from memstrata.core.ltm.text import ENGLISH_STOP_WORDS
@@ -49,6 +50,21 @@ def query_terms(text: str) -> set[str]:
     found = terms(text)
     content = found - FUNCTION_WORDS
     return content or found
+
+
+def topic_terms(q_terms: AbstractSet[str], entities: Sequence[str]) -> set[str]:
+    """The question's terms without those of the entities it names, when any are left.
+
+    The entity is already the pool's entity-overlap feature, and it is what put the item
+    in front of recall (the entity's STM index, or the recent items that route the
+    question to STM).  Counted again as term coverage, a name said in most of a person's
+    memories made every one of them half relevant to "what did Caroline research?"
+    (docs/QUALITY.md, ninth wave); the words beside the name say what is asked."""
+    named: set[str] = set()
+    for e in entities:
+        named |= terms(e)
+    rest = set(q_terms) - named
+    return rest or set(q_terms)
 
 
 def coverage(query: AbstractSet[str], doc: AbstractSet[str]) -> float:

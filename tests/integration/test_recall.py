@@ -398,3 +398,36 @@ def test_the_recall_read_refuses_a_key_of_another_owner(res: Runtime, world: Wor
         res.stm.read_for_recall(world.alice, tenant_id=world.tenant_id, session_id="s1",
                                 task_id=None, entities=[], limit=5, now=T0,
                                 also_get=[bob.last_recall("s1")])  # fmt: skip
+
+
+def test_a_name_the_question_shares_with_every_item_does_not_make_them_relevant(
+    res: Runtime, world: World, engine: Engine, cache: ProfileCache
+) -> None:
+    from tests.integration.test_stm_store import item
+
+    # Given the last session's items, each about Caroline, one about her research
+    said = {
+        "m_thanks": "Caroline thanked Melanie for the support of her friends",
+        "m_photo": "Caroline loved the photo of the family picnic",
+        "m_research": "Caroline did research on adoption agencies this month",
+    }
+    for n, (mid, summary) in enumerate(said.items()):
+        res.stm.upsert(item(mid, user=world.alice, session="s9", task=None, summary=summary,
+                            entities=("Caroline",), at=T0 + n, ttl=86_400,
+                            tenant_id=world.tenant_id))  # fmt: skip
+    r = Recaller(stm=res.stm, profile_cache=cache, engine=engine)  # no long-term layer
+    try:
+        # When a question names her (its entity routes it to these items) and asks one thing
+        out = r.recall(req(world, "What did Caroline research?", task_id=None, explain=True))
+    finally:
+        r.close()
+    assert out.explain is not None
+    assert "Caroline" in out.explain.profile.entities
+    sim = {s.candidate.memory_id: s.parts["similarity"] for s in out.explain.candidates}
+    # Then only the item that says what she researched is similar to the question: the
+    # name is the entity feature, not also half of the words asked (it was 0.5 for each)
+    assert sim["m_research"] > 0
+    assert sim["m_thanks"] == sim["m_photo"] == 0
+    assert out.memory.short_term[0].memory_id == "m_research"
+    # and one relevant item is too few: the long-term layer would be asked as well
+    assert any("redis_result_insufficient" in why for why in out.route.reasons["ltm"])

@@ -26,7 +26,7 @@ from memstrata.core.recall.route import (
     ltm_mode,
     with_ltm_fallback,
 )
-from memstrata.core.recall.text import coverage, query_terms, terms
+from memstrata.core.recall.text import coverage, query_terms, terms, topic_terms
 
 NOW = 1_700_000_000.0
 DEBUGGING = RuntimeState(
@@ -618,3 +618,14 @@ def test_chinese_lines_are_charged_their_real_tokens_not_the_estimate() -> None:
     # ... and opening its section adds the title's tokens and the blank line before it
     title = default_counter().count("相关原始对话：") + 2
     assert cost(c, opens_section=True) == cost(c, opens_section=False) + title
+
+
+def test_the_topic_of_a_question_is_its_words_beside_the_entities_it_names() -> None:
+    asked = query_terms("What did Caroline research?")
+    assert topic_terms(asked, ["Caroline"]) == {"research"}
+    # an identifier's parts are its terms too; CJK words beside it stay
+    zh = topic_terms(query_terms("createOrder 超时了吗"), ["createOrder"])
+    assert "超时" in zh and not zh & {"createorder", "create", "order"}
+    # a question that is only the name keeps it: there is nothing else to match on
+    assert topic_terms(query_terms("Caroline?"), ["Caroline"]) == {"caroline"}
+    assert topic_terms(asked, []) == asked
