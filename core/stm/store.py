@@ -231,6 +231,9 @@ class StmStore:
         max_detail_chars: int = 4000,
         durable_subtypes: frozenset[str] = frozenset(),
     ) -> None:
+        if not client.get_connection_kwargs().get("decode_responses"):
+            # its scripts' replies are parsed as text: bytes failed deep in a JSON decode
+            raise InvalidInput("StmStore needs a Redis client made with decode_responses=True")
         self._r = client
         self.namespace = validate_id(namespace, kind="key namespace")
         self.session_cap = session_cap
