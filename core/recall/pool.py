@@ -19,6 +19,8 @@ from typing import Any, Protocol, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from memstrata.core.recall.text import coverage, query_terms, stemmed, terms, topic_terms
+
 
 class SourceType(StrEnum):
     REDIS_STM = "redis_stm"
@@ -83,6 +85,10 @@ class RescoreWeights(BaseModel):
     # the share of an uncurated raw message's own vote that stands in for the long-term
     # layer's, which holds no card of it (docs/QUALITY.md, seventh wave)
     uncurated_vote: float = Field(0.5, ge=0.0, le=1.0)
+    # the share of a long-term or raw line's similarity that is its coverage of the
+    # question's topic words (:func:`topic_coverage`); the rest is the layers' fused
+    # order (docs/QUALITY.md, tenth wave)
+    topic_coverage: float = Field(0.2, ge=0.0, le=1.0)
 
 
 class PoolPolicy(BaseModel):
@@ -305,10 +311,28 @@ def _named(features: _Features) -> dict[str, float]:
     return dict(zip(_PARTS, features, strict=True))
 
 
+@lru_cache(maxsize=16_384)
+def _line_stems(summary: str, entities: tuple[str, ...]) -> frozenset[str]:
+    """A line's terms as :func:`topic_coverage` compares them; cached, as a user's
+    recalls meet the same cards and messages again."""
+    return stemmed(terms(summary + " " + " ".join(entities)))
+
+
+def topic_coverage(topic: frozenset[str], c: PoolCandidate) -> float:
+    """Share of the question's topic words (stemmed) that the line says.
+
+    The long-term layers' fused order is a rank, not a match: on LoCoMo the vector list
+    is nearly flat, and the lexical one ranks a raw question ("What did it look like?")
+    high on its rare interrogatives.  A line that says what the question asks about,
+    beside whom it names (:func:`memstrata.core.recall.text.topic_terms`), should win a
+    near-tie; Lucene's old coordination factor, the same idea."""
+    return coverage(topic, _line_stems(c.summary, c.entities)) if topic else 0.0
+
+
 class _Rescorer:
     """:func:`rescore` with what depends on the query alone worked out once per pool."""
 
-    __slots__ = ("folded", "now", "q", "w")
+    __slots__ = ("entities", "folded", "now", "q", "query", "topic", "w")
 
     def __init__(
         self, query_entities: Sequence[str], now: float, weights: RescoreWeights, query: str
@@ -317,6 +341,17 @@ class _Rescorer:
         self.folded = query.casefold() if query else ""
         self.now = now
         self.w = weights
+        self.query, self.entities = query, query_entities
+        self.topic: frozenset[str] | None = None  # on the first long-term line (STM-only
+        # pools, the hot path, never need it)
+
+    def _topic(self) -> frozenset[str]:
+        if self.topic is None:
+            topic = set()
+            if self.query and self.w.topic_coverage:
+                topic = topic_terms(query_terms(self.query), self.entities)
+            self.topic = stemmed(topic)
+        return self.topic
 
     def features(self, c: PoolCandidate) -> _Features:
         """The weighted features in :data:`_PARTS` order (their sum is the score); a
@@ -327,8 +362,12 @@ class _Rescorer:
         half_life = w.recency_half_life_s if stm else w.long_term_half_life_s
         recency = math.exp(-_LN2 * age / half_life)
         overlap = _overlap(c.entities, self.q, self.folded)
+        similarity = c.similarity
+        if not stm and (topic := self._topic()):  # STM's is its term coverage already
+            share = w.topic_coverage
+            similarity = (1 - share) * similarity + share * topic_coverage(topic, c)
         return (
-            w.similarity * c.similarity,
+            w.similarity * similarity,
             w.importance * c.importance,
             w.recency * recency,
             w.entity_overlap * overlap,

@@ -7,7 +7,7 @@ import re
 from collections.abc import Sequence
 from collections.abc import Set as AbstractSet
 
-from memstrata.core.ltm.text import ENGLISH_STOP_WORDS
+from memstrata.core.ltm.text import ENGLISH_STOP_WORDS, stem
 
 _WORD = re.compile(r"[a-z0-9_]+|[\u4e00-\u9fff]")
 _CJK_RUN = re.compile(r"[\u4e00-\u9fff]{2,}")
@@ -44,11 +44,24 @@ FUNCTION_WORDS = ENGLISH_STOP_WORDS | frozenset({
 })  # fmt: skip
 
 
+# Chinese characters that say how a question is asked (pronouns, demonstratives,
+# particles, question words, the measure word 个, the copula): 我住的那个小区怎么样啊 is
+# about 住 / 小区, and a statement sharing 我 的 那 个 么 样 says nothing on it.  A CJK
+# term (character or bigram) holding one of them is not a topic term of a question.
+CJK_FUNCTION_CHARS = frozenset("我你您他她它们咱这那哪的地得了着过吗呢吧啊呀哦嘛么怎什谁几个是样")
+
+
+def _is_function_term(term: str) -> bool:
+    if term in FUNCTION_WORDS:
+        return True
+    return "\u4e00" <= term[0] <= "\u9fff" and not CJK_FUNCTION_CHARS.isdisjoint(term)
+
+
 def query_terms(text: str) -> set[str]:
-    """What a question is about: :func:`terms` without :data:`FUNCTION_WORDS`, or all its
-    terms when nothing else is left ("what did I do?")."""
+    """What a question is about: :func:`terms` without :data:`FUNCTION_WORDS` and Chinese
+    function characters, or all its terms when nothing else is left ("what did I do?")."""
     found = terms(text)
-    content = found - FUNCTION_WORDS
+    content = {t for t in found if not _is_function_term(t)}
     return content or found
 
 
@@ -65,6 +78,12 @@ def topic_terms(q_terms: AbstractSet[str], entities: Sequence[str]) -> set[str]:
         named |= terms(e)
     rest = set(q_terms) - named
     return rest or set(q_terms)
+
+
+def stemmed(words: AbstractSet[str]) -> frozenset[str]:
+    """Words as the lexical index reads them (Snowball English stems; others as they are):
+    "camping" meets "camped"."""
+    return frozenset(stem(w) for w in words)
 
 
 def coverage(query: AbstractSet[str], doc: AbstractSet[str]) -> float:

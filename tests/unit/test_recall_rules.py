@@ -12,6 +12,8 @@ from hypothesis import strategies as st
 from memstrata.core.recall.pool import (
     PoolCandidate,
     PoolPolicy,
+    RescoreWeights,
+    Scored,
     SourceType,
     Verdict,
     build_pool,
@@ -534,7 +536,21 @@ def test_function_words_do_not_make_an_unrelated_stm_item_relevant() -> None:
     assert coverage(q, related) >= RoutingPolicy().min_relevance
     # And a question of function words alone keeps them: it still matches something
     assert query_terms("what did I do?") == terms("what did I do?")
-    assert query_terms("那个接口还是超时") == terms("那个接口还是超时")  # CJK: untouched
+    assert query_terms("是他吗？") == terms("是他吗？")
+
+
+def test_chinese_function_characters_are_not_what_a_question_is_about() -> None:
+    # Given a MemDaily question whose answer names neither 我 nor 那个 nor 怎么样, and a
+    # distractor that shares exactly those characters with it
+    question = "我住的那个小区怎么样啊？"
+    distractor = terms("我的那个同事怎么样了？")
+    answer = terms("我住的那个小区叫绿洲家园。")
+    # Then its topic is what it asks about, characters and bigrams without a function one
+    q = query_terms(question)
+    assert q == {"住", "小", "区", "小区"}
+    assert coverage(q, distractor) == 0.0
+    assert coverage(q, answer) == 1.0
+    assert query_terms("那个接口还是超时") == {"接", "口", "还", "超", "时", "接口", "口还", "超时"}
 
 
 def test_a_long_raw_message_is_injected_as_the_sentences_the_question_matched() -> None:
@@ -618,6 +634,34 @@ def test_chinese_lines_are_charged_their_real_tokens_not_the_estimate() -> None:
     # ... and opening its section adds the title's tokens and the blank line before it
     title = default_counter().count("相关原始对话：") + 2
     assert cost(c, opens_section=True) == cost(c, opens_section=False) + title
+
+
+def test_a_long_term_line_that_says_what_is_asked_wins_a_near_tie_of_the_layers_order() -> None:
+    # Given two long-term lines about Melanie, the small talk a little higher in the
+    # layers' order (LoCoMo: a flat vector list), and an STM item that names camping
+    q = "Where has Melanie camped?"
+    chat = cand("ltm_chat", SourceType.LTM, "k1", "f1", similarity=0.40,
+                summary="Melanie: Great chatting with you!", entities=("Melanie",))  # fmt: skip
+    camp = cand("raw_camp", SourceType.RAW_HISTORY, "k2", "f2", similarity=0.36,
+                summary="Melanie: We camped at the beach", entities=("Melanie",))  # fmt: skip
+    stm = cand("m1", SourceType.REDIS_STM, "k3", "f3", similarity=0.25,
+               summary="camping trip planned")  # fmt: skip
+
+    def ranked(weights: RescoreWeights) -> list[Scored]:
+        return build_pool([chat, camp, stm], query_entities=["Melanie"], now=NOW,
+                          policy=PoolPolicy(weights=weights), query=q)  # fmt: skip
+
+    # Then the line that says "camped" ("camp", stemmed) ranks first: its similarity is
+    # 0.8 × its order + 0.2 × its coverage of the question's words beside the name
+    blended = {s.candidate.memory_id: s for s in ranked(RescoreWeights())}
+    assert blended["raw_camp"].parts["similarity"] == pytest.approx(0.7 * (0.8 * 0.36 + 0.2))
+    assert blended["ltm_chat"].parts["similarity"] == pytest.approx(0.7 * 0.8 * 0.40)
+    assert blended["raw_camp"].score > blended["ltm_chat"].score
+    # And STM keeps its own similarity (it already is its term coverage)
+    assert blended["m1"].parts["similarity"] == pytest.approx(0.7 * 0.25)
+    # And without the blend the layers' order alone decides, as before
+    plain = {s.candidate.memory_id: s for s in ranked(RescoreWeights(topic_coverage=0.0))}
+    assert plain["ltm_chat"].score > plain["raw_camp"].score
 
 
 def test_the_topic_of_a_question_is_its_words_beside_the_entities_it_names() -> None:
