@@ -46,15 +46,16 @@ FUNCTION_WORDS = ENGLISH_STOP_WORDS | frozenset({
 
 # Chinese characters that say how a question is asked (pronouns, demonstratives,
 # particles, question words, the measure word 个, the copula): 我住的那个小区怎么样啊 is
-# about 住 / 小区, and a statement sharing 我 的 那 个 么 样 says nothing on it.  A CJK
-# term (character or bigram) holding one of them is not a topic term of a question.
+# about 住 / 小区, and a statement sharing 我 的 那 个 么 样 says nothing on it.  Such a
+# character alone, or a bigram of two of them (那个, 怎么, 我们), is not a topic term of a
+# question; a bigram with one content character stays (地址, 过敏, 了解, 个人 are words).
 CJK_FUNCTION_CHARS = frozenset("我你您他她它们咱这那哪的地得了着过吗呢吧啊呀哦嘛么怎什谁几个是样")
 
 
 def _is_function_term(term: str) -> bool:
     if term in FUNCTION_WORDS:
         return True
-    return "\u4e00" <= term[0] <= "\u9fff" and not CJK_FUNCTION_CHARS.isdisjoint(term)
+    return "\u4e00" <= term[0] <= "\u9fff" and all(c in CJK_FUNCTION_CHARS for c in term)
 
 
 def query_terms(text: str) -> set[str]:
