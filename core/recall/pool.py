@@ -19,7 +19,7 @@ from typing import Any, Protocol, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from memstrata.core.recall.text import coverage, query_terms, stemmed, terms, topic_terms
+from memstrata.core.recall.text import coverage, question_topic, stemmed, terms
 
 
 class SourceType(StrEnum):
@@ -86,7 +86,7 @@ class RescoreWeights(BaseModel):
     # layer's, which holds no card of it (docs/QUALITY.md, seventh wave)
     uncurated_vote: float = Field(0.5, ge=0.0, le=1.0)
     # the share of a long-term or raw line's similarity that is its coverage of the
-    # question's topic words (:func:`topic_coverage`); the rest is the layers' fused
+    # question's topic words (:func:`line_topic_coverage`); the rest is the layers' fused
     # order (docs/QUALITY.md, tenth wave)
     topic_coverage: float = Field(0.2, ge=0.0, le=1.0)
 
@@ -311,20 +311,21 @@ def _named(features: _Features) -> dict[str, float]:
     return dict(zip(_PARTS, features, strict=True))
 
 
-@lru_cache(maxsize=16_384)
+@lru_cache(maxsize=1024)
 def _line_stems(summary: str, entities: tuple[str, ...]) -> frozenset[str]:
-    """A line's terms as :func:`topic_coverage` compares them; cached, as a user's
-    recalls meet the same cards and messages again."""
+    """A line's terms as :func:`line_topic_coverage` compares them; cached, as a user's
+    recalls meet the same cards and messages again (bounded: a Chinese raw-history
+    snippet is thousands of characters and bigrams)."""
     return stemmed(terms(summary + " " + " ".join(entities)))
 
 
-def topic_coverage(topic: frozenset[str], c: PoolCandidate) -> float:
+def line_topic_coverage(topic: frozenset[str], c: PoolCandidate) -> float:
     """Share of the question's topic words (stemmed) that the line says.
 
     The long-term layers' fused order is a rank, not a match: on LoCoMo the vector list
     is nearly flat, and the lexical one ranks a raw question ("What did it look like?")
     high on its rare interrogatives.  A line that says what the question asks about,
-    beside whom it names (:func:`memstrata.core.recall.text.topic_terms`), should win a
+    beside whom it names (:func:`memstrata.core.recall.text.question_topic`), should win a
     near-tie; Lucene's old coordination factor, the same idea."""
     return coverage(topic, _line_stems(c.summary, c.entities)) if topic else 0.0
 
@@ -341,15 +342,15 @@ class _Rescorer:
         self.folded = query.casefold() if query else ""
         self.now = now
         self.w = weights
-        self.query, self.entities = query, query_entities
-        self.topic: frozenset[str] | None = None  # on the first long-term line (STM-only
-        # pools, the hot path, never need it)
+        self.query, self.entities = query, tuple(query_entities)
+        # worked out on the first long-term line: STM-only pools, the hot path, never need it
+        self.topic: frozenset[str] | None = None
 
     def _topic(self) -> frozenset[str]:
         if self.topic is None:
-            topic = set()
+            topic: set[str] = set()
             if self.query and self.w.topic_coverage:
-                topic = topic_terms(query_terms(self.query), self.entities)
+                topic = question_topic(self.query, self.entities)
             self.topic = stemmed(topic)
         return self.topic
 
@@ -365,7 +366,7 @@ class _Rescorer:
         similarity = c.similarity
         if not stm and (topic := self._topic()):  # STM's is its term coverage already
             share = w.topic_coverage
-            similarity = (1 - share) * similarity + share * topic_coverage(topic, c)
+            similarity = (1 - share) * similarity + share * line_topic_coverage(topic, c)
         return (
             w.similarity * similarity,
             w.importance * c.importance,

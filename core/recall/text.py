@@ -53,6 +53,8 @@ CJK_FUNCTION_CHARS = frozenset("我你您他她它们咱这那哪的地得了着
 
 
 def _is_function_term(term: str) -> bool:
+    """An English function word, or a Chinese character or bigram made only of function
+    characters: how a question is asked, not what it is about."""
     if term in FUNCTION_WORDS:
         return True
     return "\u4e00" <= term[0] <= "\u9fff" and all(c in CJK_FUNCTION_CHARS for c in term)
@@ -74,11 +76,26 @@ def topic_terms(q_terms: AbstractSet[str], entities: Sequence[str]) -> set[str]:
     question to STM).  Counted again as term coverage, a name said in most of a person's
     memories made every one of them half relevant to "what did Caroline research?"
     (docs/QUALITY.md, ninth wave); the words beside the name say what is asked."""
+    rest = set(q_terms) - _named_terms(entities)
+    return rest or set(q_terms)
+
+
+def question_topic(text: str, entities: Sequence[str]) -> set[str]:
+    """What a question asks about beside whom it names: its terms without function words
+    and without the entities' terms, with no fallback.
+
+    Empty for "Caroline?" or "what did I do?": a long-term line's coverage of the name
+    would count the entity-overlap feature twice, its coverage of function words is noise,
+    so the pool leaves the layers' order alone (docs/QUALITY.md, tenth wave)."""
+    content = {t for t in terms(text) if not _is_function_term(t)}
+    return content - _named_terms(entities)
+
+
+def _named_terms(entities: Sequence[str]) -> set[str]:
     named: set[str] = set()
     for e in entities:
         named |= terms(e)
-    rest = set(q_terms) - named
-    return rest or set(q_terms)
+    return named
 
 
 def stemmed(words: AbstractSet[str]) -> frozenset[str]:

@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from memstrata.core.ltm.text import stem
 from memstrata.core.recall.pool import (
     PoolCandidate,
     PoolPolicy,
@@ -19,6 +20,7 @@ from memstrata.core.recall.pool import (
     build_pool,
     dedup,
     estimate_tokens,
+    rescore,
 )
 from memstrata.core.recall.profile import RuntimeState, build_query_profile
 from memstrata.core.recall.route import (
@@ -28,7 +30,15 @@ from memstrata.core.recall.route import (
     ltm_mode,
     with_ltm_fallback,
 )
-from memstrata.core.recall.text import coverage, query_terms, terms, topic_terms
+from memstrata.core.recall.text import (
+    CJK_FUNCTION_CHARS,
+    FUNCTION_WORDS,
+    coverage,
+    query_terms,
+    question_topic,
+    terms,
+    topic_terms,
+)
 
 NOW = 1_700_000_000.0
 DEBUGGING = RuntimeState(
@@ -674,3 +684,81 @@ def test_the_topic_of_a_question_is_its_words_beside_the_entities_it_names() -> 
     # a question that is only the name keeps it: there is nothing else to match on
     assert topic_terms(query_terms("Caroline?"), ["Caroline"]) == {"caroline"}
     assert topic_terms(asked, []) == asked
+
+
+def test_a_question_with_nothing_beside_its_names_leaves_the_layers_order_alone() -> None:
+    # Given a long-term line that says the name and one that ranks higher without it
+    named = cand("ltm_named", SourceType.LTM, "k1", "f1", similarity=0.30,
+                 summary="Caroline: thanks!", entities=("Caroline",))  # fmt: skip
+    other = cand("ltm_other", SourceType.LTM, "k2", "f2", similarity=0.40,
+                 summary="Caroline went to a support group", entities=("Caroline",))  # fmt: skip
+    for question in ("Caroline?", "What did Caroline do?"):
+        # When the question is only the name (and function words)
+        policy = PoolPolicy()
+        pool = build_pool([named, other], query_entities=["Caroline"], now=NOW, policy=policy,
+                          query=question)  # fmt: skip
+        scored = {s.candidate.memory_id: s for s in pool}
+        # Then neither line's relevance counts the name again: the layers' order decides
+        assert scored["ltm_named"].parts["similarity"] == pytest.approx(0.7 * 0.30)
+        assert scored["ltm_other"].parts["similarity"] == pytest.approx(0.7 * 0.40)
+    # And the words beside the name are the whole topic, with no fallback to the name
+    assert question_topic("Caroline?", ["Caroline"]) == set()
+    assert question_topic("what did I do?", []) == set()
+    assert question_topic("What did Caroline research?", ["Caroline"]) == {"research"}
+
+
+_BLEND_WORDS = ["camping", "camped", "beach", "research", "researching", "the", "what",
+                "did", "Melanie", "Caroline", "小区", "我", "的", "住", "timeout"]  # fmt: skip
+
+
+def _expected_topic(query: str, names: list[str]) -> frozenset[str]:
+    """The blend's topic worked out from the rules as documented, not through the pool."""
+    named = set().union(*(terms(n) for n in names)) if names else set()
+    content = {
+        t for t in terms(query)
+        if t not in FUNCTION_WORDS and not all(c in CJK_FUNCTION_CHARS for c in t)
+    }  # fmt: skip
+    return frozenset(stem(t) for t in content - named)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    query=st.lists(st.sampled_from(_BLEND_WORDS), max_size=6).map(" ".join),
+    names=st.lists(st.sampled_from(["Melanie", "Caroline"]), max_size=2, unique=True),
+    lines=st.lists(
+        st.tuples(
+            st.sampled_from(list(SourceType)),
+            st.lists(st.sampled_from(_BLEND_WORDS), min_size=1, max_size=6).map(" ".join),
+            st.floats(0.0, 1.0),
+            st.lists(st.sampled_from(["Melanie", "Caroline"]), max_size=2, unique=True),
+        ),
+        min_size=1,
+        max_size=6,
+    ),
+    share=st.sampled_from([0.0, 0.2, 0.5, 1.0]),
+)
+def test_the_topic_blend_changes_only_a_long_term_lines_relevance_and_as_documented(
+    query: str,
+    names: list[str],
+    lines: list[tuple[SourceType, str, float, list[str]]],
+    share: float,
+) -> None:
+    topic = _expected_topic(query, names)
+    for i, (source, summary, similarity, entities) in enumerate(lines):
+        c = cand(f"c{i}", source, f"k{i}", f"f{i}", summary=summary, similarity=similarity,
+                 entities=tuple(entities))  # fmt: skip
+        _, blended = rescore(c, query_entities=names, now=NOW, query=query,
+                             weights=RescoreWeights(topic_coverage=share))  # fmt: skip
+        _, plain = rescore(c, query_entities=names, now=NOW, query=query,
+                           weights=RescoreWeights(topic_coverage=0.0))  # fmt: skip
+        # Every feature but relevance is untouched by the blend
+        assert {k: v for k, v in blended.items() if k != "similarity"} == {
+            k: v for k, v in plain.items() if k != "similarity"
+        }
+        line = {stem(t) for t in terms(summary + " " + " ".join(entities))}
+        if source is SourceType.REDIS_STM or not topic:
+            expected = similarity  # STM's relevance is its coverage already; no topic: none
+        else:
+            covered = len(topic & line) / len(topic)
+            expected = (1 - share) * similarity + share * covered
+        assert blended["similarity"] == pytest.approx(0.7 * expected)
