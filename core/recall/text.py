@@ -21,7 +21,7 @@ def terms(text: str) -> set[str]:
     """Lower-cased words, camelCase parts, and CJK characters plus their bigrams."""
     folded = text.casefold()
     out = set(_WORD.findall(folded))
-    if any(c.isupper() for c in text):
+    if _CAMEL.search(text):  # only a lower-to-upper boundary adds parts: most prose has none
         out.update(_WORD.findall(_CAMEL.sub(" ", text).casefold()))
     for run in _CJK_RUN.findall(folded):
         out.update(a + b for a, b in itertools.pairwise(run))
@@ -101,7 +101,7 @@ def _named_terms(entities: Sequence[str]) -> set[str]:
 def stemmed(words: AbstractSet[str]) -> frozenset[str]:
     """Words as the lexical index reads them (Snowball English stems; others as they are):
     "camping" meets "camped"."""
-    return frozenset(stem(w) for w in words)
+    return frozenset(map(stem, words))
 
 
 def coverage(query: AbstractSet[str], doc: AbstractSet[str]) -> float:

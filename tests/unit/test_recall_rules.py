@@ -762,3 +762,26 @@ def test_the_topic_blend_changes_only_a_long_term_lines_relevance_and_as_documen
             covered = len(topic & line) / len(topic)
             expected = (1 - share) * similarity + share * covered
         assert blended["similarity"] == pytest.approx(0.7 * expected)
+
+
+def _terms_camel_pass_always(text: str) -> set[str]:
+    """terms() as it was before the camel-case pass was skipped for text without a
+    lower-to-upper boundary (the reference for the test below)."""
+    import itertools
+    import re
+
+    word = re.compile(r"[a-z0-9_]+|[\u4e00-\u9fff]")
+    folded = text.casefold()
+    out = set(word.findall(folded))
+    if any(c.isupper() for c in text):
+        out.update(word.findall(re.sub(r"(?<=[a-z0-9])(?=[A-Z])", " ", text).casefold()))
+    for run in re.findall(r"[\u4e00-\u9fff]{2,}", folded):
+        out.update(a + b for a, b in itertools.pairwise(run))
+    return out
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.text(alphabet="aZ9_ Ébcß.:-iPhone3D小区我createOrder", max_size=40))
+def test_terms_are_the_same_whether_or_not_the_camel_case_pass_runs(text: str) -> None:
+    assert terms(text) == _terms_camel_pass_always(text)
+    assert terms("createOrder iPhone 3D") >= {"createorder", "create", "order", "i", "phone"}
