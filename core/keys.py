@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from functools import cached_property
+from functools import cached_property, lru_cache
 
 from memstrata.core.ids import DEFAULT_TENANT, entity_key_part, owner_tenant, validate_id
 
@@ -169,7 +169,7 @@ class AuthorityKeys:
         validate_id(self.tenant_id, kind="tenant_id")
         validate_id(self.user_id, kind="user_id")
 
-    @property
+    @cached_property  # read for each of the two keys of a lookup
     def prefix(self) -> str:
         return UserKeys(self.namespace, self.user_id, self.tenant_id).prefix + "authority:"
 
@@ -180,6 +180,20 @@ class AuthorityKeys:
     @property
     def version(self) -> str:
         return f"{self.prefix}version"
+
+
+# One key object per owner, reused: a recall reads five of an owner's keys and each object
+# works out its scope and prefix once (issue 17: the STM-only recall's hot path)
+@lru_cache(maxsize=4096)
+def user_keys(namespace: str, user_id: str, tenant_id: str | None = None) -> UserKeys:
+    """:class:`UserKeys` of an owner, cached (the objects are immutable)."""
+    return UserKeys(namespace, user_id, tenant_id)
+
+
+@lru_cache(maxsize=4096)
+def authority_keys(namespace: str, tenant_id: str, user_id: str) -> AuthorityKeys:
+    """:class:`AuthorityKeys` of an owner, cached; an invalid id raises every time."""
+    return AuthorityKeys(namespace, tenant_id, user_id)
 
 
 @dataclass(frozen=True)

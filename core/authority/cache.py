@@ -33,7 +33,7 @@ from memstrata.core.authority.read import read_snapshot, read_version
 from memstrata.core.authority.schemas import UserVersion
 from memstrata.core.authority.snapshot import AuthoritySnapshot
 from memstrata.core.ids import validate_id
-from memstrata.core.keys import AuthorityKeys
+from memstrata.core.keys import AuthorityKeys, authority_keys
 
 _FILL = """
 local known = tonumber(redis.call('GET', KEYS[2]) or '0')
@@ -134,7 +134,7 @@ class ProfileCache:
         self._invalidate = client.register_script(_INVALIDATE)
 
     def keys(self, tenant_id: str, user_id: str) -> AuthorityKeys:
-        return AuthorityKeys(self._ns, tenant_id, user_id)
+        return authority_keys(self._ns, tenant_id, user_id)
 
     def get(self, tenant_id: str, user_id: str) -> CacheLookup:
         """One ``MGET``: the entry and the newest version known for the user."""

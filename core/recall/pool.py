@@ -227,6 +227,14 @@ def dedup(
     The kept candidate inherits the losers' source messages: the same words from two
     places (an episode and a one-item session summary) are one memory with both
     provenances, and the one without provenance must not erase the other's."""
+    candidates = list(candidates)
+    n = len(candidates)
+    if (
+        len({c.canonical_fact_key for c in candidates}) == n
+        and len({c.fingerprint for c in candidates}) == n
+        and len({_wording(c) for c in candidates}) == n
+    ):
+        return candidates, []  # nothing to merge, a recall's usual pool: three set builds
     dropped: list[tuple[PoolCandidate, str]] = []
     for key in ("canonical_fact_key", "fingerprint", "wording"):
         best: dict[str, PoolCandidate] = {}

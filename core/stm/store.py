@@ -24,7 +24,14 @@ from redis.commands.core import Script
 from memstrata.core.adapters.redis import redis_errors
 from memstrata.core.errors import InvalidInput, PayloadTooLarge
 from memstrata.core.ids import owner_tenant, validate_id
-from memstrata.core.keys import GlobalKeys, TenantKeys, UserKeys, index_suffixes, parse_user_scope
+from memstrata.core.keys import (
+    GlobalKeys,
+    TenantKeys,
+    UserKeys,
+    index_suffixes,
+    parse_user_scope,
+    user_keys,
+)
 from memstrata.core.models.decision_record import DecisionRecord
 from memstrata.core.models.memory import MemoryItem, MemoryStatus
 
@@ -259,7 +266,7 @@ class StmStore:
         self.gkeys = GlobalKeys(self.namespace)
 
     def keys(self, user_id: str, tenant_id: str | None = None) -> UserKeys:
-        return UserKeys(self.namespace, user_id, tenant_id)
+        return user_keys(self.namespace, user_id, tenant_id)
 
     # ------------------------------------------------------------------ writes
     def _encode(self, item: MemoryItem) -> str:

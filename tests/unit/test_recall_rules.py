@@ -785,3 +785,16 @@ def _terms_camel_pass_always(text: str) -> set[str]:
 def test_terms_are_the_same_whether_or_not_the_camel_case_pass_runs(text: str) -> None:
     assert terms(text) == _terms_camel_pass_always(text)
     assert terms("createOrder iPhone 3D") >= {"createorder", "create", "order", "i", "phone"}
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(alphabet="我的那个小区怎么样地址过敏是what did I live abc ", max_size=30))
+def test_a_questions_words_are_its_terms_without_function_terms_by_the_documented_rule(
+    text: str,
+) -> None:
+    found = terms(text)
+    content = {
+        t for t in found
+        if t not in FUNCTION_WORDS and not all(c in CJK_FUNCTION_CHARS for c in t)
+    }  # fmt: skip
+    assert query_terms(text) == (content or found)
