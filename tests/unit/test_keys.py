@@ -132,3 +132,24 @@ def test_index_suffixes_are_the_user_prefix_relative_index_keys() -> None:
     assert U.suffix(U.session("s_1")) == "session:s_1"
     with pytest.raises(ValueError):
         U.suffix(UserKeys(NS, "u_2").recent)
+
+
+def test_an_owners_cached_key_objects_are_reused_and_still_refuse_a_bad_id() -> None:
+    from memstrata.core.errors import InvalidId
+    from memstrata.core.keys import authority_keys, user_keys
+
+    # Given the cached constructors a recall uses for an owner's keys
+    a = user_keys("ns", "alice", "acme")
+    # Then the same owner gets the same object (its prefix worked out once), equal to a
+    # fresh one, and another owner gets its own
+    assert user_keys("ns", "alice", "acme") is a
+    fresh = UserKeys("ns", "alice", "acme")
+    assert a == fresh and a.prefix == fresh.prefix
+    assert user_keys("ns", "bob", "acme").prefix != a.prefix
+    assert authority_keys("ns", "acme", "alice").snapshot == a.prefix + "authority:snapshot"
+    # And an invalid id is refused on every use, not remembered as valid
+    for _ in range(2):
+        with pytest.raises(InvalidId):
+            _ = user_keys("ns", "../alice", "acme").prefix
+        with pytest.raises(InvalidId):
+            authority_keys("ns", "acme", "../alice")
