@@ -186,8 +186,11 @@ class AuthorityKeys:
 # works out its scope and prefix once (issue 17: the STM-only recall's hot path)
 @lru_cache(maxsize=4096)
 def user_keys(namespace: str, user_id: str, tenant_id: str | None = None) -> UserKeys:
-    """:class:`UserKeys` of an owner, cached (the objects are immutable)."""
-    return UserKeys(namespace, user_id, tenant_id)
+    """:class:`UserKeys` of an owner, cached (the objects are immutable); the ids are
+    validated first, so an invalid one raises every time and never takes a slot."""
+    keys = UserKeys(namespace, user_id, tenant_id)
+    _ = keys.prefix  # validates the user and tenant ids (an exception is not cached)
+    return keys
 
 
 @lru_cache(maxsize=4096)

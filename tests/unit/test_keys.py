@@ -147,9 +147,11 @@ def test_an_owners_cached_key_objects_are_reused_and_still_refuse_a_bad_id() -> 
     assert a == fresh and a.prefix == fresh.prefix
     assert user_keys("ns", "bob", "acme").prefix != a.prefix
     assert authority_keys("ns", "acme", "alice").snapshot == a.prefix + "authority:snapshot"
-    # And an invalid id is refused on every use, not remembered as valid
+    # And an invalid id is refused on every use, not remembered as valid, and takes no slot
+    held = user_keys.cache_info().currsize
     for _ in range(2):
         with pytest.raises(InvalidId):
             _ = user_keys("ns", "../alice", "acme").prefix
         with pytest.raises(InvalidId):
             authority_keys("ns", "acme", "../alice")
+    assert user_keys.cache_info().currsize == held
