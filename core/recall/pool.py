@@ -19,7 +19,7 @@ from typing import Any, Protocol, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from memstrata.core.recall.text import coverage, question_topic, stemmed, terms
+from memstrata.core.recall.text import coverage, line_terms, question_topic, stemmed
 
 
 class SourceType(StrEnum):
@@ -324,7 +324,7 @@ def _line_stems(summary: str, entities: tuple[str, ...]) -> frozenset[str]:
     """A line's terms as :func:`line_topic_coverage` compares them; cached, as a user's
     recalls meet the same cards and messages again (bounded: a Chinese raw-history
     snippet is thousands of characters and bigrams)."""
-    return stemmed(terms(summary + " " + " ".join(entities)))
+    return stemmed(line_terms(summary, entities))
 
 
 def line_topic_coverage(topic: frozenset[str], c: PoolCandidate) -> float:
@@ -356,9 +356,8 @@ class _Rescorer:
 
     def _topic(self) -> frozenset[str]:
         if self.topic is None:
-            topic: set[str] = set()
-            if self.query and self.w.topic_coverage:
-                topic = question_topic(self.query, self.entities)
+            wanted = self.query and self.w.topic_coverage
+            topic = question_topic(self.query, self.entities) if wanted else set()
             self.topic = stemmed(topic)
         return self.topic
 

@@ -87,7 +87,7 @@ from memstrata.core.recall.route import (
     with_ltm_fallback,
     with_pg_fallback,
 )
-from memstrata.core.recall.text import coverage, query_terms, terms, topic_terms
+from memstrata.core.recall.text import coverage, line_terms, query_terms, terms, topic_terms
 from memstrata.core.stm.store import RecallMark, RecallRead, StmHit, StmStore
 from memstrata.core.tracing import span
 
@@ -171,7 +171,7 @@ def _lines(memory: RenderedMemory) -> int:
 @lru_cache(maxsize=16_384)
 def _doc_terms(summary: str, entities: tuple[str, ...]) -> frozenset[str]:
     """An STM item's terms; cached, as a session's recalls rank the same items again."""
-    return frozenset(terms(summary + " " + " ".join(entities)))
+    return frozenset(line_terms(summary, entities))
 
 
 def _stm_candidate(hit: StmHit, q_terms: set[str]) -> PoolCandidate:

@@ -100,6 +100,12 @@ def _named_terms(entities: Sequence[str]) -> set[str]:
     return named
 
 
+def line_terms(summary: str, entities: Sequence[str]) -> set[str]:
+    """A memory line's terms: its words and its entities', what a question's are matched
+    against (STM relevance, the long-term topic blend)."""
+    return terms(summary + " " + " ".join(entities))
+
+
 def stemmed(words: AbstractSet[str]) -> frozenset[str]:
     """Words as the lexical index reads them (Snowball English stems; others as they are):
     "camping" meets "camped"."""
