@@ -382,7 +382,15 @@ class Runtime:
             history=_RuntimeHistory(self) if on and self.settings.ltm.history_enabled else None,
             settings=settings,
             breakers=self.breakers,
+            prepare_query=self._prepare_query if on else None,
         )
+
+    def _prepare_query(self, query: str) -> None:
+        """Recall's early query embedding, into the query cache the long-term and
+        raw-history searches share; only on a built LTM (building it is the search's
+        job, under its breaker)."""
+        if self.ltm_started:
+            self.ltm.search.prepare(query)
 
     def lifecycle(self, *, on_cards: OnCards | None = None) -> Lifecycle:
         """The lifecycle operations' view of this runtime; ``on_cards`` reaches the indexes."""

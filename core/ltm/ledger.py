@@ -21,7 +21,9 @@ from typing import Any
 from sqlalchemy import (
     Connection,
     Engine,
+    String,
     and_,
+    any_,
     bindparam,
     func,
     or_,
@@ -30,7 +32,7 @@ from sqlalchemy import (
     tuple_,
     update,
 )
-from sqlalchemy.dialects.postgresql import array, insert
+from sqlalchemy.dialects.postgresql import ARRAY, array, insert
 
 from memstrata.core.adapters.pg import pg_errors
 from memstrata.core.errors import CorruptRecord, InvalidInput, NotFound, PayloadTooLarge
@@ -158,12 +160,19 @@ def _set_status(conn: Connection, memory_id: str, status: CardStatus, *, now: fl
     return int(row.version)
 
 
+# one array parameter, not one per id: the same statement text for any number of ids,
+# which psycopg prepares once per connection (recall reads ~20 cards on every LTM search)
+_CARDS_BY_ID = select(cards).where(
+    cards.c.memory_id == any_(bindparam("ids", type_=ARRAY(String)))
+)
+
+
 def _load_cards(conn: Connection, memory_ids: Sequence[str]) -> dict[str, LtmCard]:
     """Cards by id (missing ids are simply absent)."""
     ids = [validate_id(m, kind="memory_id") for m in memory_ids]
     if not ids:
         return {}
-    rows = conn.execute(select(cards).where(cards.c.memory_id.in_(ids))).mappings()
+    rows = conn.execute(_CARDS_BY_ID, {"ids": ids}).mappings()
     return {row["memory_id"]: _card_of(row) for row in rows}
 
 

@@ -134,26 +134,43 @@ class LtmSearch:
         self.vector = vector
         self.embedder = embedder
         self.policy = policy or SearchPolicy()
-        self._pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="ltm-search")
+        # one search's two helpers (its lexical search, its fusion weights), with room
+        # for a second search of another recall thread
+        self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="ltm-search")
 
     def close(self) -> None:
         self._pool.shutdown(wait=True)
+
+    def _cut(self, query: str) -> str:
+        if not query.strip():
+            raise InvalidInput("empty search query")
+        if len(query) > self.policy.max_query_chars:
+            return query[-self.policy.max_query_chars :]  # the latest words matter most
+        return query
+
+    def prepare(self, query: str) -> None:
+        """Embed ``query`` as a search will (the same cut) before the search is asked: the
+        search then takes the vector from the embedder's query cache, or waits for this
+        embedding if it is still running (recall starts it while STM and PG are read)."""
+        self.embedder.embed_query(self._cut(query))
+
+    def _lexical(self, query: str, flt: CardFilter, limit: int) -> list[Hit]:
+        # normalised here, on the helper thread: segmentation (jieba for Chinese) came
+        # before the query's embedding on the caller's thread
+        return self.lexical.search(normalise(query), flt, limit)
 
     def candidates(
         self, query: str, flt: CardFilter, mode: SearchMode, *, limit: int | None = None
     ) -> dict[str, list[Hit]]:
         """Raw hit lists per index (``limit``, default the policy's ``candidates``, each),
         before fusion."""
-        if not query.strip():
-            raise InvalidInput("empty search query")
-        if len(query) > self.policy.max_query_chars:
-            query = query[-self.policy.max_query_chars :]  # the latest words matter most
+        query = self._cut(query)
         lists: dict[str, list[Hit]] = {}
         limit = limit or self.policy.candidates
         lexical: Future[list[Hit]] | None = None
         if mode in (SearchMode.LEXICAL, SearchMode.HYBRID):
             # in a helper thread: it waits on the network while this one embeds the query
-            lexical = self._pool.submit(self.lexical.search, normalise(query), flt, limit)
+            lexical = self._pool.submit(self._lexical, query, flt, limit)
         if mode in (SearchMode.VECTOR, SearchMode.HYBRID):
             vector = self.embedder.embed_query(query)
             lists["vector"] = self.vector.search(vector, flt, limit)
@@ -170,6 +187,11 @@ class LtmSearch:
         policy: SearchPolicy | None = None,
         now: float | None = None,
     ) -> list[Ranked]:
-        chosen = weights_for(query, policy or self.policy)
-        lists = self.candidates(query, flt, mode, limit=chosen.candidates)
+        base = policy or self.policy
+        self._cut(query)  # an empty query is refused before any work starts
+        # the weights read the query's words (segmented): on a helper thread, beside the
+        # searches; they change the fusion, never how many candidates are asked for
+        weights = self._pool.submit(weights_for, query, base)
+        lists = self.candidates(query, flt, mode, limit=base.candidates)
+        chosen = weights.result()
         return rerank(fuse(lists, chosen), chosen, now=time.time() if now is None else now)

@@ -135,6 +135,13 @@ def _intent(text: str, lx: QueryLexicon, *, active_task: bool, reference: bool) 
     return "general"
 
 
+def query_intent(text: str, *, active_task: bool, lexicon: QueryLexicon | None = None) -> str:
+    """The intent :func:`build_query_profile` gives ``text``: it reads nothing of the
+    runtime state but whether a task is active."""
+    lx = lexicon or default_query_lexicon()
+    return _intent(text, lx, active_task=active_task, reference=lx.hit("reference", text))
+
+
 def _overlap(entities: Iterable[str], recent: Iterable[str]) -> int:
     recent_folded = {e.casefold() for e in recent}
     return sum(1 for e in {x.casefold() for x in entities} if e in recent_folded)

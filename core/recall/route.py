@@ -11,7 +11,12 @@ from enum import StrEnum
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from memstrata.core.recall.profile import QueryProfile
+from memstrata.core.recall.profile import (
+    QueryLexicon,
+    QueryProfile,
+    default_query_lexicon,
+    query_intent,
+)
 
 
 class LtmMode(StrEnum):
@@ -113,6 +118,27 @@ def decide_route(
         ltm_mode=ltm_mode(p) if need_ltm else None,
         reasons=why,
     )
+
+
+def expects_ltm(
+    text: str,
+    *,
+    active_task: bool,
+    policy: RoutingPolicy | None = None,
+    lexicon: QueryLexicon | None = None,
+) -> bool:
+    """Whether :func:`decide_route` asks long-term memory for ``text`` whatever the state:
+    its LTM rules that read nothing but the text and whether a task is active (a
+    similarity request, a fuzzy reference to the past, a general question outside a
+    task).  Known before any store is read, so recall starts the query's embedding then;
+    the state's rules (an insufficient STM pass, PG's fallback) can only add LTM later."""
+    lx = lexicon or default_query_lexicon()
+    if lx.hit("similarity", text) or lx.hit("fuzzy_history", text):
+        return True
+    pol = policy or RoutingPolicy()
+    if active_task or not pol.history_without_task:
+        return False
+    return query_intent(text, active_task=False, lexicon=lx) == "general"
 
 
 def with_pg_fallback(route: Route, p: QueryProfile, pg_hits: int) -> Route:

@@ -57,7 +57,7 @@ from memstrata.core.authority.domain_authority import (
 from memstrata.core.authority.filters import RetrievalFilters, filters_for
 from memstrata.core.authority.read import read_snapshot, read_version
 from memstrata.core.authority.snapshot import AuthoritySnapshot, owner_only
-from memstrata.core.breaker import Breakers, describe, tripping
+from memstrata.core.breaker import Breakers, BreakerState, describe, tripping
 from memstrata.core.compress.tokens import TokenCounter, default_counter
 from memstrata.core.errors import InvalidInput, MemstrataError, TransientError
 from memstrata.core.extract.entities import extract_entities
@@ -84,6 +84,7 @@ from memstrata.core.recall.route import (
     Route,
     RoutingPolicy,
     decide_route,
+    expects_ltm,
     with_ltm_fallback,
     with_pg_fallback,
 )
@@ -277,9 +278,12 @@ class Recaller:
         clock: Callable[[], float] = time.time,
         breakers: Breakers | None = None,
         counter: TokenCounter | None = None,
+        prepare_query: Callable[[str], None] | None = None,
     ) -> None:
         """``breakers``: the process's layer breakers (the runtime's); a private set if None.
-        ``counter``: the tokenizer ``token_budget`` is counted in (cl100k by default)."""
+        ``counter``: the tokenizer ``token_budget`` is counted in (cl100k by default).
+        ``prepare_query``: the work on a query's text alone that a long-term search will
+        need (its embedding), started on the pool as soon as the text routes to LTM."""
         self.stm = stm
         self.cache = profile_cache
         self.engine = autocommit_reader(engine)  # one-statement reads need no transaction
@@ -290,6 +294,7 @@ class Recaller:
         self.clock = clock
         self.breakers = breakers or Breakers()
         self.counter = counter or default_counter()
+        self.prepare_query = prepare_query
         self.access_log = AccessLog(stm)
         # owner -> project ids of its last snapshot: the query entities of the first read
         self._known_guess: dict[tuple[str, str], tuple[str, ...]] = {}
@@ -345,6 +350,7 @@ class Recaller:
         timings: dict[str, float] = {}
         now = req.now if req.now is not None else self.clock()
         degraded: dict[str, str] = {}
+        self._prepare(req)
 
         # one Redis round trip: STM indexes, last-recall flag and the profile cache's keys
         first, cached = self._stm_read(req, self._known_guess.get(_owner(req), ()), now, degraded)
@@ -450,6 +456,19 @@ class Recaller:
         )  # fmt: skip
 
     # ------------------------------------------------------------------ layers
+    def _prepare(self, req: RecallRequest) -> None:
+        """The query's embedding, started while STM and PG are read, when the text alone
+        routes to LTM: on the critical path it came after them (~2-4 ms, docs/PERFORMANCE.md).
+        Its failure is the search's to report (it embeds again); an open breaker or a
+        route the state adds later (an insufficient STM pass) simply waits for the search."""
+        if self.prepare_query is None or self.ltm is None:
+            return
+        if self.breakers[LTM].state is not BreakerState.CLOSED:
+            return
+        if expects_ltm(req.query, active_task=req.task_id is not None,
+                       policy=self.settings.routing):  # fmt: skip
+            self.pool.submit(self.prepare_query, req.query)
+
     def _snapshot(
         self, req: RecallRequest, degraded: dict[str, str], cached: CacheLookup | None
     ) -> tuple[AuthoritySnapshot, CacheLookup, bool]:

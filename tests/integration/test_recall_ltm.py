@@ -9,6 +9,7 @@ import pytest
 from sqlalchemy import Engine
 
 from memstrata.core.authority.cache import ProfileCache
+from memstrata.core.breaker import BreakerState
 from memstrata.core.lifecycle.policy import Decision, ItemView, Route
 from memstrata.core.lifecycle.promote import card_for
 from memstrata.core.ltm.embedding import CachedEmbedder
@@ -207,3 +208,42 @@ def test_a_merged_card_is_recalled_as_the_members_the_query_asks_for(
     # the two members sharing most terms with the query, in the card's (time) order
     assert set(cand.message_ids) == {"m_adopt", "m_shoes", "m_shoes2"}
     assert "running shoes" in cand.summary and "vet" not in cand.summary
+
+
+def test_a_question_that_routes_to_ltm_has_its_embedding_started_before_stm_and_pg(
+    res: Runtime, world: World, engine: Engine, cache: ProfileCache, ltm: LtmRuntime
+) -> None:
+    """The early embedding (``prepare_query``) runs only when the text alone routes to
+    LTM, and the search then takes that one vector: one model call per new question."""
+    ingest(res, world, world.alice, "s1", ZH_DEBUG)
+    _cards(ltm, world)
+    asked: list[str] = []
+
+    def prepare(query: str) -> None:
+        asked.append(query)
+        ltm.search.prepare(query)
+
+    r = Recaller(
+        stm=res.stm, profile_cache=cache, engine=engine,
+        ltm=LedgerBackedSearcher(ltm.search, ltm.ledger), prepare_query=prepare,
+    )  # fmt: skip
+    base = {"tenant_id": world.tenant_id, "user_id": world.alice, "session_id": "s1",
+            "task_id": "bug456", "project_id": world.shop, "now": T0 + 600}  # fmt: skip
+    try:
+        similar = "以前有没有类似的 createOrder 超时案例？（早嵌入）"
+        misses = ltm.embedder.misses
+        out = r.recall(RecallRequest(query=similar, **base))
+        assert asked == [similar]
+        assert out.route.need_ltm and "线程池饱和" in out.text
+        assert ltm.embedder.misses == misses + 1  # prepared once, the search reused it
+        # a continuation of the active task is STM's: nothing is embedded ahead
+        out = r.recall(RecallRequest(query="那个接口还是超时", **base))
+        assert asked == [similar] and not out.route.need_ltm
+        # an open LTM breaker: the search is skipped, so is its preparation
+        breaker = r.breakers["ltm"]
+        while breaker.state is BreakerState.CLOSED:
+            breaker.failure("test: milvus down")
+        r.recall(RecallRequest(query=similar + "？", **base))
+        assert asked == [similar]
+    finally:
+        r.close()

@@ -27,6 +27,7 @@ from memstrata.core.recall.route import (
     LtmMode,
     RoutingPolicy,
     decide_route,
+    expects_ltm,
     ltm_mode,
     with_ltm_fallback,
 )
@@ -510,18 +511,25 @@ def test_a_query_lexicon_name_matches_as_one_alternation_exactly_when_one_patter
     assert set(lx._any) == set(lx.patterns)  # every name of the data file is combined
 
 
-def test_every_lexicon_pattern_s_own_words_get_the_same_answer_combined() -> None:
-    """Positive cases: each pattern's literal words (regex syntax stripped) as the text."""
+def _lexicon_words() -> list[str]:
+    """Each query-lexicon pattern's literal words (regex syntax stripped)."""
     import re
 
     from memstrata.core.recall.profile import default_query_lexicon
 
-    lx = default_query_lexicon()
-    texts = [
-        re.sub(r"\\[bBdwsS]|[\\^$.|?*+()\[\]{}]", " ", p.pattern)
-        for ps in lx.patterns.values()
+    return [
+        re.sub(r"\\[bBdwsS]|[\\^$.|?*+()\[\]{}]", " ", p.pattern).strip()
+        for ps in default_query_lexicon().patterns.values()
         for p in ps
     ]
+
+
+def test_every_lexicon_pattern_s_own_words_get_the_same_answer_combined() -> None:
+    """Positive cases: each pattern's literal words as the text."""
+    from memstrata.core.recall.profile import default_query_lexicon
+
+    lx = default_query_lexicon()
+    texts = _lexicon_words()
     assert sum(lx.hit(n, t) for n in lx.patterns for t in texts) > len(texts)  # many hit
     for name, patterns in lx.patterns.items():
         for text in texts:
@@ -806,3 +814,40 @@ def test_a_questions_words_are_its_terms_without_function_terms_by_the_documente
         if t not in FUNCTION_WORDS and not all(c in CJK_FUNCTION_CHARS for c in t)
     }  # fmt: skip
     assert query_terms(text) == (content or found)
+
+
+@settings(max_examples=300)
+@given(
+    words=st.lists(st.sampled_from(_lexicon_words()), max_size=3),
+    filler=st.sampled_from(["", "createOrder ", "What did Caroline paint? ", "数据库 "]),
+    task=st.sampled_from([None, "bug456"]),
+    history_without_task=st.booleans(),
+)
+def test_the_early_ltm_guess_is_the_route_s_answer_before_any_state_is_read(
+    words: list[str], filler: str, task: str | None, history_without_task: bool
+) -> None:
+    """Recall starts a query's embedding on ``expects_ltm`` before STM and PG are read:
+    it must say what ``decide_route`` says for the same text and task when the state adds
+    nothing (no insufficient STM pass, profile cache present), and the state can only add
+    long-term memory, never take it away."""
+    text = filler + " ".join(words)
+    policy = RoutingPolicy(history_without_task=history_without_task)
+    calm = RuntimeState(active_task_id=task, now=NOW)
+    guess = expects_ltm(text, active_task=task is not None, policy=policy)
+    assert guess is decide_route(
+        build_query_profile(text, calm), policy, ltm_available=True
+    ).need_ltm, text
+    busy = calm.model_copy(
+        update={"last_recall_insufficient": True, "profile_cache_missing": True,
+                "recent_entities": ("createOrder",), "last_turn_at": NOW - 60}
+    )  # fmt: skip
+    later = decide_route(build_query_profile(text, busy), policy, ltm_available=True)
+    assert later.need_ltm or not guess
+
+
+def test_the_early_ltm_guess_covers_each_query_only_rule() -> None:
+    assert expects_ltm("以前有没有类似案例？", active_task=True)  # similarity request
+    assert expects_ltm("What does Melanie like to paint?", active_task=False)  # general
+    assert not expects_ltm("What does Melanie like to paint?", active_task=True)
+    assert not expects_ltm("那个接口还是超时", active_task=True)  # the task's state answers
+    assert not expects_ltm("我有哪些权限？", active_task=False)  # a PG question
