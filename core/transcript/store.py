@@ -33,6 +33,7 @@ import secrets
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 
 from memstrata.core.errors import Conflict, CorruptRecord, InvalidInput, NotFound, PayloadTooLarge
@@ -133,11 +134,17 @@ class TranscriptStore:
         self.max_turn_chars = max_turn_chars
         self.dedup_window_bytes = dedup_window_bytes
         self.clock = clock
+        self._folder = lru_cache(maxsize=4096)(self._folder_of)
 
     def path(self, *, user_id: str, session_id: str, tenant_id: str | None = None) -> Path:
         validate_id(user_id, kind="user_id")
         validate_id(session_id, kind="session_id")
-        return self.root / "t" / owner_tenant(tenant_id) / "u" / user_id / f"{session_id}.jsonl"
+        return self._folder(owner_tenant(tenant_id), user_id) / f"{session_id}.jsonl"
+
+    def _folder_of(self, tenant_id: str, user_id: str) -> Path:
+        """An owner's folder (ids validated by the caller): built once per owner, as the
+        path's four joins were a tenth of ``record_turn``'s CPU (docs/PERFORMANCE.md)."""
+        return self.root / "t" / tenant_id / "u" / user_id
 
     def _validate(self, messages: Sequence[MessageIn]) -> None:
         if not messages:
@@ -236,8 +243,12 @@ class TranscriptStore:
                 )
             )
         blob = "".join(r.model_dump_json(exclude_none=True) + "\n" for r in records).encode()
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o640)
+        flags = os.O_RDWR | os.O_CREAT | os.O_APPEND
+        try:
+            fd = os.open(path, flags, 0o640)
+        except FileNotFoundError:  # the owner's first turn, or its folder erased since
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(path, flags, 0o640)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             offset = _cut_torn_tail(fd, os.fstat(fd).st_size, path)

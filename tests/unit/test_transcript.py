@@ -342,6 +342,20 @@ def test_path_layout_nests_tenant_user_and_session(store: TranscriptStore) -> No
     )
 
 
+def test_an_owner_folder_removed_between_turns_is_made_again(store: TranscriptStore) -> None:
+    """The append opens the file first and makes the folder only when it is missing (an
+    owner's first turn, or an erase since): the next turn is kept, in a new file."""
+    store.append_turn(user_id="u_1", session_id="s_1", messages=[user("first")])
+    folder = store.path(user_id="u_1", session_id="s_1").parent
+    for f in folder.iterdir():
+        f.unlink()
+    folder.rmdir()
+    store.append_turn(user_id="u_1", session_id="s_1", messages=[user("second")])
+    assert [r.content for r in store.read_session(user_id="u_1", session_id="s_1")] == [
+        "second"
+    ]
+
+
 @pytest.mark.parametrize(
     "ids",
     [
