@@ -134,9 +134,7 @@ class LtmSearch:
         self.vector = vector
         self.embedder = embedder
         self.policy = policy or SearchPolicy()
-        # one search's two helpers (its lexical search, its fusion weights), with room
-        # for a second search of another recall thread
-        self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="ltm-search")
+        self._pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="ltm-search")
 
     def close(self) -> None:
         self._pool.shutdown(wait=True)
@@ -151,32 +149,19 @@ class LtmSearch:
     def prepare(self, query: str) -> None:
         """Embed ``query`` as a search will (the same cut) before the search is asked: the
         search then takes the vector from the embedder's query cache, or waits for this
-        embedding if it is still running (recall starts it while STM and PG are read)."""
-        self.embedder.embed_query(self._cut(query))
+        embedding if it is still running (recall starts it while STM and PG are read).
+        Nothing is done when the query cache is off (it would only embed twice)."""
+        cut = self._cut(query)
+        if self.embedder.query_capacity > 0:
+            self.embedder.embed_query(cut)
 
-    def _lexical(self, query: str, flt: CardFilter, limit: int) -> list[Hit]:
-        # normalised here, on the helper thread: segmentation (jieba for Chinese) came
-        # before the query's embedding on the caller's thread
-        return self.lexical.search(normalise(query), flt, limit)
-
-    def candidates(
-        self, query: str, flt: CardFilter, mode: SearchMode, *, limit: int | None = None
-    ) -> dict[str, list[Hit]]:
-        """Raw hit lists per index (``limit``, default the policy's ``candidates``, each),
-        before fusion."""
-        query = self._cut(query)
-        lists: dict[str, list[Hit]] = {}
-        limit = limit or self.policy.candidates
-        lexical: Future[list[Hit]] | None = None
-        if mode in (SearchMode.LEXICAL, SearchMode.HYBRID):
-            # in a helper thread: it waits on the network while this one embeds the query
-            lexical = self._pool.submit(self._lexical, query, flt, limit)
-        if mode in (SearchMode.VECTOR, SearchMode.HYBRID):
-            vector = self.embedder.embed_query(query)
-            lists["vector"] = self.vector.search(vector, flt, limit)
-        if lexical is not None:
-            lists["lexical"] = lexical.result()
-        return lists
+    def _lexical(
+        self, query: str, cut: str, flt: CardFilter, policy: SearchPolicy
+    ) -> tuple[list[Hit], SearchPolicy]:
+        """The lexical hits and the fusion weights, on a helper thread: both segment the
+        query (jieba for Chinese), which came before its embedding on the caller's."""
+        hits = self.lexical.search(normalise(cut), flt, policy.candidates)
+        return hits, weights_for(query, policy)
 
     def search(
         self,
@@ -187,11 +172,21 @@ class LtmSearch:
         policy: SearchPolicy | None = None,
         now: float | None = None,
     ) -> list[Ranked]:
+        """The best cards for ``query`` within ``flt``: each index asked for the policy's
+        ``candidates`` (the weights of :func:`weights_for` change the fusion, never how
+        many), fused and reranked."""
         base = policy or self.policy
-        self._cut(query)  # an empty query is refused before any work starts
-        # the weights read the query's words (segmented): on a helper thread, beside the
-        # searches; they change the fusion, never how many candidates are asked for
-        weights = self._pool.submit(weights_for, query, base)
-        lists = self.candidates(query, flt, mode, limit=base.candidates)
-        chosen = weights.result()
+        cut = self._cut(query)  # an empty query is refused before any work starts
+        lists: dict[str, list[Hit]] = {}
+        lexical: Future[tuple[list[Hit], SearchPolicy]] | None = None
+        if mode in (SearchMode.LEXICAL, SearchMode.HYBRID):
+            # in a helper thread: it waits on the network while this one embeds the query
+            lexical = self._pool.submit(self._lexical, query, cut, flt, base)
+        if mode in (SearchMode.VECTOR, SearchMode.HYBRID):
+            vector = self.embedder.embed_query(cut)
+            lists["vector"] = self.vector.search(vector, flt, base.candidates)
+        if lexical is not None:
+            lists["lexical"], chosen = lexical.result()
+        else:
+            chosen = weights_for(query, base)
         return rerank(fuse(lists, chosen), chosen, now=time.time() if now is None else now)

@@ -11,6 +11,7 @@ from enum import StrEnum
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from memstrata.core.ltm.text import exact_terms
 from memstrata.core.recall.profile import (
     QueryLexicon,
     QueryProfile,
@@ -139,6 +140,15 @@ def expects_ltm(
     if active_task or not pol.history_without_task:
         return False
     return query_intent(text, active_task=False, lexicon=lx) == "general"
+
+
+def ltm_searches_vectors(text: str, *, lexicon: QueryLexicon | None = None) -> bool:
+    """Whether :func:`ltm_mode` asks the vector index for ``text``: every mode but
+    LEXICAL, which a text gets when it names identifiers and asks for no similar case."""
+    lx = lexicon or default_query_lexicon()
+    if lx.hit("similarity", text) or lx.hit("fuzzy_history", text):
+        return True
+    return not exact_terms(text)
 
 
 def with_pg_fallback(route: Route, p: QueryProfile, pg_hits: int) -> Route:

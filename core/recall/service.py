@@ -85,6 +85,7 @@ from memstrata.core.recall.route import (
     RoutingPolicy,
     decide_route,
     expects_ltm,
+    ltm_searches_vectors,
     with_ltm_fallback,
     with_pg_fallback,
 )
@@ -262,6 +263,16 @@ def _authoritative_key(canonical_fact_key: str, project_id: str | None) -> str |
     return key if domain_of_key(key) in AUTHORITATIVE_DOMAINS else None
 
 
+def _report_prepare(done: Future[None]) -> None:
+    """An early embedding that failed is logged: the search embeds again and reports a
+    store's failure itself, so only an unexpected error is a warning."""
+    exc = done.exception()
+    if exc is None:
+        return
+    level = logging.DEBUG if isinstance(exc, MemstrataError) else logging.WARNING
+    log.log(level, "early query embedding failed: %s", describe(exc))
+
+
 class Recaller:
     """Holds the per-process clients; one instance serves every recall of the process."""
 
@@ -290,7 +301,9 @@ class Recaller:
         self.ltm = ltm
         self.history = history
         self.settings = settings or RecallSettings()
-        self.pool = executor or ThreadPoolExecutor(max_workers=4, thread_name_prefix="recall")
+        # a recall routed to LTM runs three tasks (early embedding, card and raw-history
+        # searches): room for two such recalls of the REST thread pool at once
+        self.pool = executor or ThreadPoolExecutor(max_workers=6, thread_name_prefix="recall")
         self.clock = clock
         self.breakers = breakers or Breakers()
         self.counter = counter or default_counter()
@@ -465,9 +478,13 @@ class Recaller:
             return
         if self.breakers[LTM].state is not BreakerState.CLOSED:
             return
-        if expects_ltm(req.query, active_task=req.task_id is not None,
-                       policy=self.settings.routing):  # fmt: skip
-            self.pool.submit(self.prepare_query, req.query)
+        if not expects_ltm(req.query, active_task=req.task_id is not None,
+                           policy=self.settings.routing):  # fmt: skip
+            return
+        # a lexical-only card search needs no vector; the raw-history search always does
+        if self.history is None and not ltm_searches_vectors(req.query):
+            return
+        self.pool.submit(self.prepare_query, req.query).add_done_callback(_report_prepare)
 
     def _snapshot(
         self, req: RecallRequest, degraded: dict[str, str], cached: CacheLookup | None

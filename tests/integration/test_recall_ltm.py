@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import pytest
 from sqlalchemy import Engine
@@ -211,34 +213,52 @@ def test_a_merged_card_is_recalled_as_the_members_the_query_asks_for(
 
 
 def test_a_question_that_routes_to_ltm_has_its_embedding_started_before_stm_and_pg(
-    res: Runtime, world: World, engine: Engine, cache: ProfileCache, ltm: LtmRuntime
-) -> None:
-    """The early embedding (``prepare_query``) runs only when the text alone routes to
-    LTM, and the search then takes that one vector: one model call per new question."""
+    res: Runtime, world: World, engine: Engine, cache: ProfileCache, ltm: LtmRuntime,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    """The early embedding (``prepare_query``) is submitted before the STM read, only
+    when the text alone routes to LTM, and the search then takes that one vector."""
     ingest(res, world, world.alice, "s1", ZH_DEBUG)
     _cards(ltm, world)
+    order: list[str] = []
     asked: list[str] = []
 
     def prepare(query: str) -> None:
         asked.append(query)
         ltm.search.prepare(query)
 
+    class Recording(ThreadPoolExecutor):
+        def submit(self, fn: Any, /, *args: Any, **kwargs: Any) -> Future[Any]:
+            order.append("prepare" if fn is prepare else "search")
+            return super().submit(fn, *args, **kwargs)
+
+    read = res.stm.read_for_recall
+
+    def read_stm(*args: Any, **kwargs: Any) -> Any:
+        order.append("stm")
+        return read(*args, **kwargs)
+
+    monkeypatch.setattr(res.stm, "read_for_recall", read_stm)
     r = Recaller(
         stm=res.stm, profile_cache=cache, engine=engine,
         ltm=LedgerBackedSearcher(ltm.search, ltm.ledger), prepare_query=prepare,
+        executor=Recording(max_workers=4),
     )  # fmt: skip
     base = {"tenant_id": world.tenant_id, "user_id": world.alice, "session_id": "s1",
             "task_id": "bug456", "project_id": world.shop, "now": T0 + 600}  # fmt: skip
     try:
         similar = "以前有没有类似的 createOrder 超时案例？（早嵌入）"
-        misses = ltm.embedder.misses
+        misses, hits = ltm.embedder.misses, ltm.embedder.hits
         out = r.recall(RecallRequest(query=similar, **base))
         assert asked == [similar]
+        assert order[:2] == ["prepare", "stm"] and "search" in order
         assert out.route.need_ltm and "线程池饱和" in out.text
-        assert ltm.embedder.misses == misses + 1  # prepared once, the search reused it
+        # one model call: the search took the prepared vector (or waited for it)
+        assert ltm.embedder.misses == misses + 1 and ltm.embedder.hits == hits + 1
         # a continuation of the active task is STM's: nothing is embedded ahead
+        order.clear()
         out = r.recall(RecallRequest(query="那个接口还是超时", **base))
-        assert asked == [similar] and not out.route.need_ltm
+        assert asked == [similar] and order == ["stm"] and not out.route.need_ltm
         # an open LTM breaker: the search is skipped, so is its preparation
         breaker = r.breakers["ltm"]
         while breaker.state is BreakerState.CLOSED:

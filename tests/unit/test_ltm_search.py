@@ -1,11 +1,28 @@
-"""Fusion and rerank are pure functions of (hits, policy, now)."""
+"""Fusion and rerank are pure functions of (hits, policy, now); a search and its prepared
+query embedding agree on the text."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any, cast
+
+import numpy as np
 import pytest
 
-from memstrata.core.ltm.ports import Hit
-from memstrata.core.ltm.search import Fusion, SearchPolicy, fuse, recency, rerank, weights_for
+from memstrata.core.errors import InvalidInput
+from memstrata.core.ltm.embedding import CachedEmbedder, Vectors
+from memstrata.core.ltm.filters import CardFilter
+from memstrata.core.ltm.ports import Hit, LexicalIndex, VectorIndex
+from memstrata.core.ltm.search import (
+    Fusion,
+    LtmSearch,
+    SearchMode,
+    SearchPolicy,
+    fuse,
+    recency,
+    rerank,
+    weights_for,
+)
 
 NOW = 1_000_000.0
 
@@ -74,3 +91,65 @@ def test_queries_naming_codes_or_identifiers_lean_on_the_lexical_index() -> None
     short = weights_for("When did Melanie paint a sunrise?", policy)
     assert short.lexical_weight == policy.short_lexical_weight > policy.lexical_weight
     assert short.rrf_k == policy.short_rrf_k
+
+
+class _CountingModel:
+    """An embedder that records the texts it was asked for (a fixed vector each)."""
+
+    name = "counting"
+    dim = 4
+
+    def __init__(self) -> None:
+        self.texts: list[str] = []
+
+    def embed_documents(self, texts: Sequence[str]) -> Vectors:
+        self.texts.extend(texts)
+        return np.full((len(texts), self.dim), 0.5, dtype=np.float32)
+
+    embed_queries = embed_documents
+
+
+class _NoHits:
+    """An index port that answers every search with no hit (what is asked is recorded)."""
+
+    def __init__(self) -> None:
+        self.asked: list[Any] = []
+
+    def search(self, query: Any, flt: CardFilter, limit: int) -> list[Hit]:
+        self.asked.append(query)
+        return []
+
+
+@pytest.mark.parametrize("mode", [SearchMode.VECTOR, SearchMode.HYBRID])
+def test_a_prepared_query_is_the_vector_its_search_uses(mode: SearchMode) -> None:
+    """``prepare`` cuts a long query as the search does, so the search embeds nothing."""
+    model = _CountingModel()
+    lexical = _NoHits()
+    search = LtmSearch(
+        lexical=cast(LexicalIndex, lexical), vector=cast(VectorIndex, _NoHits()),
+        embedder=CachedEmbedder(model), policy=SearchPolicy(max_query_chars=16),
+    )  # fmt: skip
+    query = "an early question about the createOrder timeout, asked at length"
+    try:
+        search.prepare(query)
+        assert model.texts == [query[-16:]]
+        assert search.search(query, CardFilter(tenant_id="t", user_id="u"), mode=mode) == []
+        assert model.texts == [query[-16:]]  # the search took the prepared vector
+        assert len(lexical.asked) == (1 if mode is SearchMode.HYBRID else 0)
+    finally:
+        search.close()
+
+
+def test_nothing_is_prepared_when_the_query_cache_is_off() -> None:
+    model = _CountingModel()
+    search = LtmSearch(
+        lexical=cast(LexicalIndex, _NoHits()), vector=cast(VectorIndex, _NoHits()),
+        embedder=CachedEmbedder(model, query_capacity=0),
+    )  # fmt: skip
+    try:
+        search.prepare("what did we decide about retries?")
+        assert model.texts == []  # it would be embedded again by the search
+        with pytest.raises(InvalidInput):
+            search.prepare("   ")  # refused like the search refuses it
+    finally:
+        search.close()

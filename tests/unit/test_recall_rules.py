@@ -6,7 +6,7 @@ import time
 from typing import Literal
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from memstrata.core.ltm.text import stem
@@ -29,6 +29,7 @@ from memstrata.core.recall.route import (
     decide_route,
     expects_ltm,
     ltm_mode,
+    ltm_searches_vectors,
     with_ltm_fallback,
 )
 from memstrata.core.recall.text import (
@@ -817,6 +818,8 @@ def test_a_questions_words_are_its_terms_without_function_terms_by_the_documente
 
 
 @settings(max_examples=300)
+@example(words=["这个", "报错"], filler="", task=None, history_without_task=True)
+@example(words=["the same", "error"], filler="createOrder ", task=None, history_without_task=True)
 @given(
     words=st.lists(st.sampled_from(_lexicon_words()), max_size=3),
     filler=st.sampled_from(["", "createOrder ", "What did Caroline paint? ", "数据库 "]),
@@ -834,9 +837,10 @@ def test_the_early_ltm_guess_is_the_route_s_answer_before_any_state_is_read(
     policy = RoutingPolicy(history_without_task=history_without_task)
     calm = RuntimeState(active_task_id=task, now=NOW)
     guess = expects_ltm(text, active_task=task is not None, policy=policy)
-    assert guess is decide_route(
-        build_query_profile(text, calm), policy, ltm_available=True
-    ).need_ltm, text
+    route = decide_route(build_query_profile(text, calm), policy, ltm_available=True)
+    assert guess is route.need_ltm, text
+    if route.need_ltm:  # and whether the card search will want the query's vector
+        assert ltm_searches_vectors(text) is (route.ltm_mode is not LtmMode.LEXICAL), text
     busy = calm.model_copy(
         update={"last_recall_insufficient": True, "profile_cache_missing": True,
                 "recent_entities": ("createOrder",), "last_turn_at": NOW - 60}
