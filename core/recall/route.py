@@ -134,7 +134,7 @@ def expects_ltm(
     task).  Known before any store is read, so recall starts the query's embedding then;
     the state's rules (an insufficient STM pass, PG's fallback) can only add LTM later."""
     lx = lexicon or default_query_lexicon()
-    if lx.hit("similarity", text) or lx.hit("fuzzy_history", text):
+    if _asks_for_the_past(text, lx):
         return True
     pol = policy or RoutingPolicy()
     if active_task or not pol.history_without_task:
@@ -145,10 +145,12 @@ def expects_ltm(
 def ltm_searches_vectors(text: str, *, lexicon: QueryLexicon | None = None) -> bool:
     """Whether :func:`ltm_mode` asks the vector index for ``text``: every mode but
     LEXICAL, which a text gets when it names identifiers and asks for no similar case."""
-    lx = lexicon or default_query_lexicon()
-    if lx.hit("similarity", text) or lx.hit("fuzzy_history", text):
-        return True
-    return not exact_terms(text)
+    return _asks_for_the_past(text, lexicon or default_query_lexicon()) or not exact_terms(text)
+
+
+def _asks_for_the_past(text: str, lx: QueryLexicon) -> bool:
+    """A similarity request or a fuzzy reference to the past (the profile's two flags)."""
+    return lx.hit("similarity", text) or lx.hit("fuzzy_history", text)
 
 
 def with_pg_fallback(route: Route, p: QueryProfile, pg_hits: int) -> Route:
