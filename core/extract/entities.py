@@ -8,9 +8,8 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from itertools import chain
 
-from memstrata.core.extract.lexicon import Lexicon, folded_text, required_literals
+from memstrata.core.extract.lexicon import Lexicon, LiteralScan, folded_text, required_literals
 
 _PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
     (
@@ -50,19 +49,43 @@ _PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
 )
 
 # the literals one of which every match of each pattern contains (None: no pre-filter),
-# so that a clause is scanned only by the patterns that can match it (issue 17)
+# so that a clause is scanned only by the patterns that can match it (issue 17), found in
+# one pass per text: the case-insensitive patterns' in the folded text, the others' in it
 _LITERALS = tuple((required_literals(p), bool(p.flags & re.IGNORECASE)) for _kind, p in _PATTERNS)
+_FOLDED_SCAN = LiteralScan(
+    {
+        kind: lits
+        for (kind, _p), (lits, fold) in zip(_PATTERNS, _LITERALS, strict=True)
+        if lits and fold
+    }
+)
+_RAW_SCAN = LiteralScan(
+    {
+        kind: lits
+        for (kind, _p), (lits, fold) in zip(_PATTERNS, _LITERALS, strict=True)
+        if lits and not fold
+    }
+)
+# what every match of a pattern holds that its literals above do not say, cheaper to look
+# for than the pattern, checked when its literals are present or it has none: a camelCase
+# name has a lower-case letter or digit before a capital; a ticket number two digits; a
+# call an opening parenthesis; a path "/api" or "/v<digit>"; an error name one of these
+_GUARDS = {
+    "api": re.compile(r"[a-z0-9][A-Z]"),
+    "ticket": re.compile(r"\d\d"),
+    "call": re.compile(r"\("),
+    "path": re.compile(r"/(?:api|v\d)"),
+    "error": re.compile(r"rror|xception|E[A-Z]|ORA-\d|HTTP ?[45]"),
+}
 
 
 def _dictionary_hits(
     text: str, lexicon: Lexicon, extra: Iterable[str]
 ) -> list[tuple[int, int, str]]:
     folded = text.casefold()
-    hits: list[tuple[int, int, str]] = []
-    extra_pairs = [(e.casefold(), e) for e in extra]
-    pairs = chain(lexicon.aliases.items(), extra_pairs) if extra_pairs else lexicon.aliases.items()
-    for surface, canonical in pairs:
-        if surface not in folded:  # most aliases are absent: one C-level test each
+    hits = lexicon.alias_hits(folded)
+    for surface, canonical in ((e.casefold(), e) for e in extra):
+        if surface not in folded:
             continue
         start = 0
         while True:
@@ -87,11 +110,18 @@ def extract_entities(
     """Entities in order of first appearance, de-duplicated case-insensitively."""
     found: list[tuple[int, int, str]] = []
     folded = folded_text(text)
-    for (_kind, pattern), (lits, fold) in zip(_PATTERNS, _LITERALS, strict=True):
+    in_folded = _FOLDED_SCAN.present(folded) if folded is not None else None
+    in_text = _RAW_SCAN.present(text)
+    for (kind, pattern), (lits, fold) in zip(_PATTERNS, _LITERALS, strict=True):
         if lits is not None:
-            hay = folded if fold else text
-            if hay is not None and not any(lit in hay for lit in lits):
+            if fold:
+                if in_folded is not None and not in_folded & _FOLDED_SCAN.bit(kind):
+                    continue
+            elif not in_text & _RAW_SCAN.bit(kind):
                 continue
+        guard = _GUARDS.get(kind)
+        if guard is not None and guard.search(text) is None:
+            continue
         for m in pattern.finditer(text):
             found.append((m.start(), m.end(), m.group(0).replace("HTTP ", "HTTP")))
     found.extend(_dictionary_hits(text, lexicon, extra))
@@ -116,8 +146,4 @@ def extract_entities(
 
 def topic_of(text: str, kind: str, lexicon: Lexicon) -> str | None:
     """The first topic of ``kind`` (preference / constraint) whose words occur in ``text``."""
-    folded = text.casefold()
-    for topic, words in lexicon.topics.get(kind, {}).items():
-        if any(w in folded for w in words):
-            return topic
-    return None
+    return lexicon.topic_of(text, kind)
