@@ -9,7 +9,12 @@ profile cache warm, as in steady operation.  Routes measured, each with its own 
 * ``hybrid``: PG + STM + LTM hybrid search over ``MEMSTRATA_BENCH_RECALL_CARDS`` cards
   (10k by default, 2k with ``--quick``) on a local milvus-lite server, including the
   query embedding (every query text is distinct, so the embedding cache never answers);
-  then the same queries again (``hybrid_repeat``: embeddings from the query cache).
+  then the same queries again (``hybrid_repeat``: embeddings from the query cache);
+* ``hybrid_history``: the same route once the user's raw history is indexed too
+  (``MEMSTRATA_BENCH_RECALL_HISTORY`` messages, by default as many as cards: user and
+  assistant messages about the same services and errors, so both of its lists return
+  hits): recall searches the raw-history collections beside the cards, as it does in a
+  deployment where L0 is projected (docs/LTM.md).  ``hybrid`` runs with that index empty.
 
 ``redis_roundtrip_*``: the STM-only recall's one Redis read sent bare (``recall_read.lua``
 with the profile cache's keys), timed in turn with each recall so both see the same load.
@@ -32,6 +37,7 @@ from memstrata.core.authority.facts import grant_role, set_profile
 from memstrata.core.extract.entities import extract_entities
 from memstrata.core.extract.lexicon import default_lexicon
 from memstrata.core.models.memory import MemoryItem, MemorySource, MemoryType
+from memstrata.core.recall.pool import SourceType
 from memstrata.core.recall.service import Recaller, RecallRequest, RecallSettings
 from memstrata.core.runtime import Runtime
 from memstrata.core.stm.store import lua
@@ -174,6 +180,34 @@ def _seed_ltm(rt: Any, cards: int, rng: random.Random) -> None:
     rt.lexical.refresh()
 
 
+def _seed_history(rt: Any, messages: int, rng: random.Random) -> None:
+    """``messages`` raw user / assistant messages of the user, indexed as L0's projection
+    is (``HistoryIndex.project``), in turns of two over 100 sessions."""
+    from memstrata.core.models.transcript import Role, TranscriptRecord
+    from memstrata.ops.bench.ltm_data import APIS, CODES, EN, SERVICES, ZH
+
+    now = time.time() - messages
+    pending: list[TranscriptRecord] = []
+    for i in range(messages):
+        api, service, code = rng.choice(APIS), rng.choice(SERVICES), rng.choice(CODES)
+        user = i % 2 == 0
+        content = (
+            f"{api} on {service} {rng.choice(EN)}, {rng.choice(ZH)}？"
+            if user
+            else f"Checked {service}: {code} while calling {api}. {rng.choice(EN)}."
+        )
+        pending.append(TranscriptRecord(
+            message_id=f"m{i}", turn_id=f"t{i // 2}", user_id=USER, tenant_id=TENANT,
+            session_id=f"h{i % 100}", role=Role.USER if user else Role.ASSISTANT,
+            content=content, at=now + i, recorded_at=now + i,
+        ))  # fmt: skip
+        if len(pending) >= 256:
+            rt.history.project(pending)
+            pending = []
+    rt.history.project(pending)
+    rt.history.lexical.refresh()
+
+
 def run(quick: bool = False) -> dict[str, Any]:
     rng = random.Random(7)
     n_items = 1_000 if quick else 10_000
@@ -220,20 +254,37 @@ def _hybrid(
     t0 = time.perf_counter()
     _seed_ltm(rt, n_cards, rng)
     load_s = time.perf_counter() - t0
+    n_history = int(os.environ.get("MEMSTRATA_BENCH_RECALL_HISTORY", n_cards))
+    # distinct texts so the query-embedding cache never answers: the embedding is part of
+    # every measured call (the runs with raw history ask texts of their own)
+    words = ["超时", "线程池", "数据库", "网关", "缓存", "重试", "限流", "发布"]
+
+    def queries(tag: str, n: int = n_queries) -> list[RecallRequest]:
+        return [
+            RecallRequest(
+                query=f"按我的偏好，这个 createOrder {rng.choice(words)}"
+                f"以前有没有类似案例？#{tag}{i}",
+                **base,
+            )
+            for i in range(n)
+        ]
+
     recaller = res.recaller()
     try:
-        # distinct texts so the query-embedding cache never answers: the embedding
-        # is part of every measured call
-        words = ["超时", "线程池", "数据库", "网关", "缓存", "重试", "限流", "发布"]
-        queries = [
-            f"按我的偏好，这个 createOrder {rng.choice(words)}以前有没有类似案例？#{i}"
-            for i in range(n_queries + 1)
-        ]
-        first = recaller.recall(RecallRequest(query=queries[0], explain=True, **base))
+        # one query first, explained: the route the measured ones take
+        first = recaller.recall(queries("first", 1)[0].model_copy(update={"explain": True}))
         route = first.route
-        ms = _time_each(recaller, [RecallRequest(query=q, **base) for q in queries[1:]])
+        asked = queries("")
+        ms = _time_each(recaller, asked)
         # the same queries again: their embeddings now come from the query cache
-        again = _time_each(recaller, [RecallRequest(query=q, **base) for q in queries[1:]])
+        again = _time_each(recaller, asked)
+        t0 = time.perf_counter()
+        _seed_history(rt, n_history, rng)
+        history_load_s = time.perf_counter() - t0
+        with_history = recaller.recall(queries("hfirst", 1)[0].model_copy(update={"explain": True}))
+        pooled = with_history.explain.candidates if with_history.explain else []
+        raw_pooled = sum(1 for c in pooled if c.candidate.source_type is SourceType.RAW_HISTORY)
+        ms_history = _time_each(recaller, queries("h"))
     finally:
         recaller.close()
     return {
@@ -241,11 +292,17 @@ def _hybrid(
         "hybrid_p95_ms": r3(percentile(ms, 95)),
         "hybrid_repeat_p50_ms": r3(median(again)),
         "hybrid_repeat_p95_ms": r3(percentile(again, 95)),
+        "hybrid_history_p50_ms": r3(median(ms_history)),
+        "hybrid_history_p95_ms": r3(percentile(ms_history, 95)),
         "hybrid_route": {"pg": route.need_pg, "redis": route.need_redis, "ltm": route.need_ltm,
                          "mode": route.ltm_mode.value if route.ltm_mode else None},
         "hybrid_degraded": first.degraded,
+        "hybrid_history_degraded": with_history.degraded,
+        "hybrid_history_raw_pooled": raw_pooled,
         "ltm_cards": n_cards,
         "ltm_load_s": r3(load_s),
+        "history_messages": n_history,
+        "history_load_s": r3(history_load_s),
     }  # fmt: skip
 
 
@@ -266,12 +323,15 @@ def markdown(f: dict[str, Any]) -> str:
         ("PG + STM", "pg_stm", "—"),
         ("PG + STM + LTM hybrid, every query new", "hybrid", "p95 ≤ 15 ms incl. query embedding"),
         ("PG + STM + LTM hybrid, query asked before (embedding cached)", "hybrid_repeat", "—"),
+        ("PG + STM + LTM hybrid with the raw-history index filled, every query new",
+         "hybrid_history", "—"),
     ]  # fmt: skip
     lines = [
         "## recall() latency per route",
         "",
         f"Command: `memstrata bench recall` — {f.get('stm_items')} STM items for the user, "
-        f"{f.get('ltm_cards', 'no')} LTM cards, {f.get('queries_per_route')} queries per route.",
+        f"{f.get('ltm_cards', 'no')} LTM cards, {f.get('history_messages', 'no')} raw-history "
+        f"messages (the last row only), {f.get('queries_per_route')} queries per route.",
         "",
         "| route | p50 ms | p95 ms | target |",
         "|---|---:|---:|---|",
@@ -347,11 +407,17 @@ def profile_stm_only(calls: int = 300) -> dict[str, Any]:
     return {"cpu_ms_per_call": r3(cpu_ms), "calls": calls, "profiled_share_pct": share}
 
 
-def profile_hybrid(cards: int = 10_000, queries: int = 200) -> dict[str, Any]:
+def profile_hybrid(
+    cards: int = 10_000, queries: int = 200, history: int | None = None
+) -> dict[str, Any]:
     """Where a hybrid recall's wall time goes: each stage's own time per recall (p50 /
     p95 ms over ``queries`` new texts, then the same texts again with their embeddings
     cached), timed around the runtime's index, embedder and ledger calls; the text
-    summary in docs/BENCHMARKS.md.  Stages overlap (threads): they do not add up."""
+    summary in docs/BENCHMARKS.md.  Stages overlap (threads): they do not add up.
+    ``history`` raw messages are indexed too (``MEMSTRATA_BENCH_RECALL_HISTORY``, by
+    default as many as ``cards``; 0 leaves the raw-history index empty)."""
+    if history is None:
+        history = int(os.environ.get("MEMSTRATA_BENCH_RECALL_HISTORY", cards))
     from memstrata.ops.bench.ltm import ltm_stack
 
     rng = random.Random(7)
@@ -370,7 +436,7 @@ def profile_hybrid(cards: int = 10_000, queries: int = 200) -> dict[str, Any]:
 
         setattr(obj, name, wrapper)
 
-    out: dict[str, Any] = {"cards": cards, "queries": queries}
+    out: dict[str, Any] = {"cards": cards, "history_messages": history, "queries": queries}
     with (
         migrated_postgres() as pg_url,
         ltm_stack(pg_url, redis_url=redis_url(), key_namespace=ns) as res,
@@ -382,6 +448,7 @@ def profile_hybrid(cards: int = 10_000, queries: int = 200) -> dict[str, Any]:
             for i in range(0, len(items), 500):
                 res.stm.upsert_many(items[i : i + 500])
             _seed_ltm(res.ltm, cards, rng)
+            _seed_history(res.ltm, history, rng)
             lt = res.ltm
             timed(lt.embedder, "embed_query", "query embedding (both searches' waits)")
             timed(lt.search.vector, "search", "LTM vector search")
@@ -391,6 +458,7 @@ def profile_hybrid(cards: int = 10_000, queries: int = 200) -> dict[str, Any]:
                 assert lt.history.vector is not lt.search.vector
                 timed(lt.history.vector, "search", "raw-history vector search")
                 timed(lt.history.lexical, "search", "raw-history lexical search")
+                timed(lt.history.lexical, "get", "raw-history text read (vector-only hits)")
             recaller = res.recaller()
             base = {"tenant_id": TENANT, "user_id": USER, "session_id": "s7",
                     "task_id": "bug7", "project_id": PROJECT}  # fmt: skip
