@@ -103,6 +103,9 @@ def _init_process(**_: Any) -> None:
     from memstrata.core.metrics import metrics
 
     metrics()  # import prometheus_client and declare the metrics now, not in the first task
+    from memstrata.core.collector import tune_collector
+
+    tune_collector(load_settings().worker_gc_threshold)  # last: freezes what was built above
 
 
 @worker_process_shutdown.connect
