@@ -22,6 +22,7 @@ instrument inflates another's figures:
 from __future__ import annotations
 
 import cProfile
+import gc
 import pstats
 import tempfile
 import time
@@ -33,11 +34,13 @@ from typing import Any
 
 import redis
 
+from memstrata.core.collector import tune_collector
 from memstrata.core.extract.rules import RuleExtractor
 from memstrata.core.ingest import pipeline as pipeline_module
 from memstrata.core.ingest.pipeline import IngestPipeline
 from memstrata.core.models.transcript import MessageIn, TranscriptRecord, TurnPointer
 from memstrata.core.policy.write import WritePolicy
+from memstrata.core.settings import load_settings
 from memstrata.core.stm.store import StmStore
 from memstrata.core.transcript.store import TranscriptStore
 from memstrata.ops.bench.common import scratch_redis
@@ -207,15 +210,32 @@ def _top_functions(profiler: cProfile.Profile, turns: int) -> list[dict[str, Any
     return rows[:TOP_FUNCTIONS]
 
 
+@contextmanager
+def _worker_collector() -> Iterator[int]:
+    """The garbage collector on a worker's schedule while the block runs (the setting
+    ``worker_gc_threshold``, ``core.collector``), CPython's again after it."""
+    threshold = load_settings().worker_gc_threshold
+    before = gc.get_threshold()
+    tune_collector(threshold)
+    try:
+        yield threshold
+    finally:
+        gc.unfreeze()
+        gc.set_threshold(*before)
+
+
 def drain_profile(client: redis.Redis, *, turns: int, batch: int) -> dict[str, Any]:
-    """The three views of one drain loop (module docstring)."""
-    stages = _pass(client, turns, batch, "stages")
-    commands = _pass(client, turns, batch, "commands")
-    functions = _pass(client, turns, batch, "functions")
-    encodings = _by_zset_encoding(turns, batch)
+    """The three views of one drain loop (module docstring), on a worker's collector
+    schedule."""
+    with _worker_collector() as gc_threshold:
+        stages = _pass(client, turns, batch, "stages")
+        commands = _pass(client, turns, batch, "commands")
+        functions = _pass(client, turns, batch, "functions")
+        encodings = _by_zset_encoding(turns, batch)
     return {
         "turns": turns,
         "batch": batch,
+        "gc_threshold": gc_threshold,
         "cpu_ms_per_turn": stages["cpu_ms_per_turn"],
         "stages_ms_per_turn": stages["stages_ms_per_turn"],
         "redis_commands": commands["redis_commands"],
@@ -237,7 +257,9 @@ def markdown(p: dict[str, Any]) -> list[str]:
     lines = [
         "",
         f"**Profile of the drain loop** (in process, no Celery: {p['turns']} bench turns in "
-        f"batches of {p['batch']}, `ops/bench/ingest/profile.py`). Worker CPU "
+        f"batches of {p['batch']}, `ops/bench/ingest/profile.py`; the collector on a "
+        f"worker's schedule, generation 0 every {p.get('gc_threshold', 700)} allocations). "
+        f"Worker CPU "
         f"{p['cpu_ms_per_turn']} ms per turn, by stage (ms): {stages}.",
     ]
     lines += _table(
