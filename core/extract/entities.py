@@ -85,7 +85,7 @@ def _dictionary_hits(
     folded = text.casefold()
     hits = lexicon.alias_hits(folded)
     for surface, canonical in ((e.casefold(), e) for e in extra):
-        if surface not in folded:
+        if not surface or surface not in folded:  # "" is in every text and names nothing
             continue
         start = 0
         while True:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from functools import cache, lru_cache
+from functools import cache, lru_cache, partial
 from importlib import import_module, resources
 from pathlib import Path
 from typing import Any
@@ -118,15 +118,20 @@ class LiteralScan:
     ``in`` at a time was a third of extraction's CPU (issue 17 profile).  One Aho-Corasick
     automaton over all of them (``pyahocorasick``, C) reads the text once and answers for
     every group: the result is a bit mask, bit ``bit(name)`` set when one of ``name``'s
-    literals occurs in the text: the same answer as ``any(lit in text for lit in lits)``."""
+    literals occurs in the text: the same answer as ``any(lit in text for lit in lits)``
+    (an empty literal is in every text: its group's bit is always set)."""
 
     def __init__(self, groups: Mapping[str, Iterable[str]]) -> None:
         self._bits = {name: 1 << i for i, name in enumerate(groups)}
+        self._all = (1 << len(self._bits)) - 1
+        self._always = 0
         masks: dict[str, int] = {}
         for name, literals in groups.items():
             for lit in literals:
                 if lit:
                     masks[lit] = masks.get(lit, 0) | self._bits[name]
+                else:
+                    self._always |= self._bits[name]
         self._automaton: Any = None
         if masks:
             automaton = ahocorasick.Automaton()
@@ -141,11 +146,19 @@ class LiteralScan:
 
     def present(self, text: str) -> int:
         """The mask of the groups one of whose literals occurs in ``text``."""
-        mask = 0
-        if self._automaton is not None:
+        mask = self._always
+        if self._automaton is not None and mask != self._all:
             for _end, found in self._automaton.iter(text):
                 mask |= found
+                if mask == self._all:  # every group answered: the rest cannot change it
+                    break
         return mask
+
+
+def _scan_folded(scan: LiteralScan, text: str) -> int | None:
+    """``scan.present`` of ``text`` lower-cased, ``None`` when it must not be pre-filtered."""
+    folded = _fold(text)
+    return None if folded is None else scan.present(folded)
 
 
 @dataclass(frozen=True)
@@ -159,7 +172,7 @@ class Lexicon:
     # per rule, literals one of which every text it matches contains (None: no filter)
     literals: dict[str, tuple[str, ...] | None] = field(init=False, repr=False, compare=False)
     _scan: LiteralScan = field(init=False, repr=False, compare=False)
-    _rules_present: Any = field(init=False, repr=False, compare=False)
+    _rules_present: Callable[[str], int | None] = field(init=False, repr=False, compare=False)
     _alias_scan: Any = field(init=False, repr=False, compare=False)
     _topic_scans: dict[str, LiteralScan] = field(init=False, repr=False, compare=False)
 
@@ -168,21 +181,20 @@ class Lexicon:
         object.__setattr__(self, "literals", lits)
         scan = LiteralScan({name: found for name, found in lits.items() if found is not None})
         object.__setattr__(self, "_scan", scan)
-        # a clause is tested against up to a dozen rules: scanned once for all of them
-        object.__setattr__(self, "_rules_present", lru_cache(maxsize=1024)(self._present))
+        # a clause is tested against up to a dozen rules: scanned once for all of them (the
+        # cache holds the scan, not the lexicon: no reference cycle through it)
+        cached = lru_cache(maxsize=1024)(partial(_scan_folded, scan))
+        object.__setattr__(self, "_rules_present", cached)
         aliases: Any = None
-        if self.aliases:
+        surfaces = {surface: canonical for surface, canonical in self.aliases.items() if surface}
+        if surfaces:  # an empty alias names nothing (a find loop over it never ended)
             aliases = ahocorasick.Automaton()
-            for surface, canonical in self.aliases.items():
+            for surface, canonical in surfaces.items():
                 aliases.add_word(surface, (surface, canonical))
             aliases.make_automaton()
         object.__setattr__(self, "_alias_scan", aliases)
         topic_scans = {kind: LiteralScan(table) for kind, table in self.topics.items()}
         object.__setattr__(self, "_topic_scans", topic_scans)
-
-    def _present(self, text: str) -> int | None:
-        folded = _fold(text)
-        return None if folded is None else self._scan.present(folded)
 
     def matches(self, rule: str, text: str) -> bool:
         """Whether one of the rule's patterns matches ``text``.
@@ -192,7 +204,9 @@ class Lexicon:
         run; the answer is the same as running them all (issue 17 profile)."""
         if self.literals.get(rule) is not None:
             present = (
-                self._rules_present(text) if len(text) <= CACHED_FOLD_CHARS else self._present(text)
+                self._rules_present(text)
+                if len(text) <= CACHED_FOLD_CHARS
+                else _scan_folded(self._scan, text)
             )
             if present is not None and not present & self._scan.bit(rule):
                 return False

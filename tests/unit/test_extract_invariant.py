@@ -86,7 +86,7 @@ _PIECES = [
     "HTTP 504", "HTTP404", "BUG-12", "JIRA-123", "issue#77", "db", "DB", "database", "k8s",
     "thread pool", "连接池", "数据库", "don't", "must", "always", "prefer", "remember",
     "next", "decided", "not the cause", "maybe", "İ", "ſ", "K", "_", "-", ".", "/", "(",
-    "1", "42",
+    "1", "42", "kafka", "kafkafka", "deadlock", "lock", "postgresql", "gc", "死锁",
 ]  # fmt: skip
 _texts = st.lists(
     st.tuples(st.sampled_from(_PIECES), st.sampled_from(["", " ", "-", "_", ".", "a", "，"])),
@@ -154,4 +154,16 @@ def test_literal_scan_sets_the_bit_of_each_group_with_a_literal_in_the_text(
     scan = LiteralScan(groups)
     mask = scan.present(text)
     for name, literals in groups.items():
-        assert bool(mask & scan.bit(name)) is any(lit and lit in text for lit in literals)
+        assert bool(mask & scan.bit(name)) is any(lit in text for lit in literals)
+
+
+def test_an_empty_alias_or_known_entity_names_nothing_and_does_not_hang() -> None:
+    """An empty alias (a custom lexicon) or an empty known entity is in every text; the
+    per-alias find loop never ended on it.  It names nothing; the others are still found."""
+    from dataclasses import replace
+
+    from memstrata.core.extract.entities import extract_entities
+
+    lx = default_lexicon()
+    odd = replace(lx, aliases={"": "nothing", **lx.aliases})
+    assert extract_entities("kafka lag on prod", odd, extra=("", "lag")) == ["kafka", "lag", "prod"]
