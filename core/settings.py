@@ -162,9 +162,10 @@ class Settings(BaseSettings):
     # a turn processed alone (after its batch failed or its drain died) this many times
     # without completing is dead-lettered with its last error (docs/WRITE_PATH.md §2)
     ingest_max_attempts: int = Field(3, ge=1, le=100)
-    # a worker process collects Python's generation 0 every this many net allocations
-    # (CPython: 700) and freezes what it built at start-up (core/collector.py); 0 = as is
-    worker_gc_threshold: int = Field(50_000, ge=0, le=10_000_000)
+    # a worker or REST-service process collects Python's generation 0 every this many net
+    # allocations (CPython: 700) and freezes what it built at start-up (core/collector.py);
+    # 0 = as is
+    gc_threshold: int = Field(50_000, ge=0, le=10_000_000)
     # the reconciler (docs/RELIABILITY.md): turns in L0 but never queued are queued by Beat
     # every interval; files written within the horizon are looked at, at most max_turns
     # turns queued per run; a session's watermark lives horizon + 1 h after its last turn

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import gc
 import inspect
 import logging
 from functools import cache
@@ -97,15 +98,35 @@ def _configure(sender: Celery, **_: Any) -> None:
     sender.config_from_object(celery_config(load_settings()))
 
 
+log = logging.getLogger(__name__)
+_ours = False  # this process runs memstrata's own worker (set before its pool forks)
+
+
+@worker_init.connect
+def _worker_started(sender: Any = None, **_: Any) -> None:
+    """Celery's signals are process-wide: a user's worker that imports this module keeps
+    its own garbage-collector schedule.  In memstrata's, what the main process built is
+    frozen before the pool forks, so the children's collections leave it (and its memory
+    pages) untouched (``gc.freeze``, as CPython's documentation advises for forks)."""
+    global _ours
+    _ours = getattr(sender, "app", None) is app
+    if _ours and load_settings().gc_threshold > 0:
+        gc.freeze()
+
+
 @worker_process_init.connect
 def _init_process(**_: Any) -> None:
     reset_runtime()
     from memstrata.core.metrics import metrics
 
     metrics()  # import prometheus_client and declare the metrics now, not in the first task
-    from memstrata.core.collector import tune_collector
+    if _ours:
+        from memstrata.core.collector import tune_collector
 
-    tune_collector(load_settings().worker_gc_threshold)  # last: freezes what was built above
+        threshold = load_settings().gc_threshold
+        tune_collector(threshold)  # last: freezes what was built above
+        log.info("garbage collector: generation 0 every %s allocations, %s objects frozen",
+                 gc.get_threshold()[0], gc.get_freeze_count())  # fmt: skip
 
 
 @worker_process_shutdown.connect

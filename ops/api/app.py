@@ -50,6 +50,7 @@ from memstrata import __version__
 from memstrata.client import Embedded
 from memstrata.core.apikeys import ApiKeyInfo
 from memstrata.core.apikeys import Scope as KeyScope
+from memstrata.core.collector import tune_collector
 from memstrata.core.errors import (
     Forbidden,
     InvalidInput,
@@ -348,6 +349,16 @@ def readyz(m: Mem) -> dict[str, str]:
     except Exception as exc:
         raise StoreUnavailable("PostgreSQL does not answer") from exc
     return {"status": "ready"}
+
+
+def served_app() -> FastAPI:
+    """The app ``memstrata api`` serves: :func:`create_app` on this process's runtime, then
+    the collector's schedule of a server process (``core.collector``: a full collection of
+    the runtime's heap, ~120k objects, took ~50 ms in the middle of whatever request it
+    fell on).  Apps built for tests keep their process's schedule."""
+    app = create_app()
+    tune_collector(get_runtime().settings.gc_threshold)
+    return app
 
 
 def create_app(runtime: Runtime | None = None) -> FastAPI:

@@ -122,7 +122,7 @@ def _api(args: argparse.Namespace) -> int:
           flush=True)  # fmt: skip
     os.environ.setdefault("MEMSTRATA_TRANSCRIPT_DIR", str(s.transcript_dir.resolve()))
     uvicorn.run(
-        "memstrata.ops.api.app:create_app",
+        "memstrata.ops.api.app:served_app",
         factory=True,
         host=host,
         port=port,

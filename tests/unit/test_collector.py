@@ -38,6 +38,26 @@ def test_threshold_0_leaves_the_schedule_as_it_is() -> None:
 
 
 def test_the_default_and_its_bounds() -> None:
-    assert Settings().worker_gc_threshold == 50_000
-    with pytest.raises(ValueError, match="worker_gc_threshold"):
-        Settings(worker_gc_threshold=-1)
+    assert Settings().gc_threshold == 50_000
+    with pytest.raises(ValueError, match="gc_threshold"):
+        Settings(gc_threshold=-1)
+
+
+@pytest.mark.usefixtures("collector_state")
+def test_only_memstratas_own_worker_changes_the_collector() -> None:
+    """Celery's signals are process-wide: a user's worker importing the tasks module keeps
+    its collector as it is; memstrata's freezes its start-up heap before forking."""
+    from types import SimpleNamespace
+
+    from memstrata.tasks import app as tasks_app
+
+    gc.unfreeze()
+    try:
+        tasks_app._worker_started(sender=SimpleNamespace(app=object()))
+        assert tasks_app._ours is False
+        assert gc.get_freeze_count() == 0
+        tasks_app._worker_started(sender=SimpleNamespace(app=tasks_app.app))
+        assert tasks_app._ours is True
+        assert gc.get_freeze_count() > 0
+    finally:
+        tasks_app._ours = False
