@@ -180,12 +180,16 @@ def _seed_ltm(rt: Any, cards: int, rng: random.Random) -> None:
     rt.lexical.refresh()
 
 
-def _seed_history(rt: Any, messages: int, rng: random.Random) -> None:
+def _seed_history(rt: Any, messages: int) -> int:
     """``messages`` raw user / assistant messages of the user, indexed as L0's projection
-    is (``HistoryIndex.project``), in turns of two over 100 sessions."""
+    is (``HistoryIndex.project``), in turns of two over 100 sessions; how many were
+    indexed (none when the raw-history index is off)."""
     from memstrata.core.models.transcript import Role, TranscriptRecord
     from memstrata.ops.bench.ltm_data import APIS, CODES, EN, SERVICES, ZH
 
+    if rt.history is None or messages <= 0:
+        return 0
+    rng = random.Random(11)  # its own: the cards and queries stay those of earlier runs
     now = time.time() - messages
     pending: list[TranscriptRecord] = []
     for i in range(messages):
@@ -206,6 +210,7 @@ def _seed_history(rt: Any, messages: int, rng: random.Random) -> None:
             pending = []
     rt.history.project(pending)
     rt.history.lexical.refresh()
+    return messages
 
 
 def run(quick: bool = False) -> dict[str, Any]:
@@ -275,16 +280,16 @@ def _hybrid(
         first = recaller.recall(queries("first", 1)[0].model_copy(update={"explain": True}))
         route = first.route
         asked = queries("")
-        ms = _time_each(recaller, asked)
+        ms, degraded = _time_each(recaller, asked)
         # the same queries again: their embeddings now come from the query cache
-        again = _time_each(recaller, asked)
+        again, _ = _time_each(recaller, asked)
         t0 = time.perf_counter()
-        _seed_history(rt, n_history, rng)
+        n_history = _seed_history(rt, n_history)
         history_load_s = time.perf_counter() - t0
         with_history = recaller.recall(queries("hfirst", 1)[0].model_copy(update={"explain": True}))
         pooled = with_history.explain.candidates if with_history.explain else []
         raw_pooled = sum(1 for c in pooled if c.candidate.source_type is SourceType.RAW_HISTORY)
-        ms_history = _time_each(recaller, queries("h"))
+        ms_history, history_degraded = _time_each(recaller, queries("h"))
     finally:
         recaller.close()
     return {
@@ -297,7 +302,10 @@ def _hybrid(
         "hybrid_route": {"pg": route.need_pg, "redis": route.need_redis, "ltm": route.need_ltm,
                          "mode": route.ltm_mode.value if route.ltm_mode else None},
         "hybrid_degraded": first.degraded,
+        # measured calls that came back without a layer: their time is not the route's
+        "hybrid_degraded_calls": degraded,
         "hybrid_history_degraded": with_history.degraded,
+        "hybrid_history_degraded_calls": history_degraded,
         "hybrid_history_raw_pooled": raw_pooled,
         "ltm_cards": n_cards,
         "ltm_load_s": r3(load_s),
@@ -306,13 +314,15 @@ def _hybrid(
     }  # fmt: skip
 
 
-def _time_each(recaller: Recaller, reqs: list[RecallRequest]) -> list[float]:
-    out = []
+def _time_each(recaller: Recaller, reqs: list[RecallRequest]) -> tuple[list[float], int]:
+    """Wall ms of each recall, and how many came back degraded (a layer skipped)."""
+    out, degraded = [], 0
     for req in reqs:
         t0 = time.perf_counter()
-        recaller.recall(req)
+        result = recaller.recall(req)
         out.append((time.perf_counter() - t0) * 1000)
-    return out
+        degraded += bool(result.degraded)
+    return out, degraded
 
 
 def markdown(f: dict[str, Any]) -> str:
@@ -339,6 +349,10 @@ def markdown(f: dict[str, Any]) -> str:
     for label, key, target in rows:
         if f"{key}_p50_ms" in f:
             lines.append(f"| {label} | {f[f'{key}_p50_ms']} | {f[f'{key}_p95_ms']} | {target} |")
+    if "hybrid_history_degraded_calls" in f:
+        lines += ["", f"Measured hybrid calls that came back degraded (a layer skipped): "
+                      f"{f.get('hybrid_degraded_calls')} without raw history, "
+                      f"{f['hybrid_history_degraded_calls']} with it."]  # fmt: skip
     if "stm_only_over_roundtrip" in f:
         lines += ["", f"STM-only recall ÷ its bare Redis read (p50, timed in turn in one loop): "
                       f"**{f['stm_only_over_roundtrip']}×**."]  # fmt: skip
@@ -448,7 +462,7 @@ def profile_hybrid(
             for i in range(0, len(items), 500):
                 res.stm.upsert_many(items[i : i + 500])
             _seed_ltm(res.ltm, cards, rng)
-            _seed_history(res.ltm, history, rng)
+            out["history_messages"] = _seed_history(res.ltm, history)
             lt = res.ltm
             timed(lt.embedder, "embed_query", "query embedding (both searches' waits)")
             timed(lt.search.vector, "search", "LTM vector search")

@@ -213,12 +213,11 @@ def _top_functions(profiler: cProfile.Profile, turns: int) -> list[dict[str, Any
 @contextmanager
 def _worker_collector() -> Iterator[int]:
     """The garbage collector on a worker's schedule while the block runs (the setting
-    ``worker_gc_threshold``, ``core.collector``), CPython's again after it."""
-    threshold = load_settings().worker_gc_threshold
+    ``gc_threshold``, ``core.collector``), CPython's again after it."""
     before = gc.get_threshold()
-    tune_collector(threshold)
+    tune_collector(load_settings().gc_threshold)
     try:
-        yield threshold
+        yield gc.get_threshold()[0]
     finally:
         gc.unfreeze()
         gc.set_threshold(*before)
