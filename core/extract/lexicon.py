@@ -11,8 +11,6 @@ from importlib import import_module, resources
 from pathlib import Path
 from typing import Any
 
-import ahocorasick
-
 # the stdlib's regex parser (no stubs; ``sre_parse`` is its deprecated alias): a pattern's
 # parse tree says which literals every match must contain
 sre_parse: Any = import_module("re._parser")
@@ -111,6 +109,18 @@ def rule_literals(patterns: Sequence[re.Pattern[str]]) -> tuple[str, ...] | None
     return tuple(sorted(out, key=len))
 
 
+def automaton_of(words: Iterable[tuple[str, object]]) -> Any:
+    """An Aho-Corasick automaton (``pyahocorasick``, a server dependency, imported here)
+    over non-empty ``(word, value)`` pairs; ``iter(text)`` yields ``(end, value)``."""
+    import ahocorasick
+
+    automaton = ahocorasick.Automaton()
+    for word, value in words:
+        automaton.add_word(word, value)
+    automaton.make_automaton()
+    return automaton
+
+
 class LiteralScan:
     """Which groups of literals occur in a text, found in one pass.
 
@@ -132,13 +142,14 @@ class LiteralScan:
                     masks[lit] = masks.get(lit, 0) | self._bits[name]
                 else:
                     self._always |= self._bits[name]
-        self._automaton: Any = None
-        if masks:
-            automaton = ahocorasick.Automaton()
-            for lit, mask in masks.items():
-                automaton.add_word(lit, mask)
-            automaton.make_automaton()
-            self._automaton = automaton
+        self._masks = masks
+        self._automaton: Any = None  # built at the first scan: importing this module (the
+        # remote client does, for the query profile's types) needs no server dependency
+
+    def _built(self) -> Any:
+        if self._automaton is None:
+            self._automaton = automaton_of(self._masks.items())
+        return self._automaton
 
     def bit(self, name: str) -> int:
         """The bit of group ``name`` in :meth:`present`'s mask."""
@@ -147,8 +158,8 @@ class LiteralScan:
     def present(self, text: str) -> int:
         """The mask of the groups one of whose literals occurs in ``text``."""
         mask = self._always
-        if self._automaton is not None and mask != self._all:
-            for _end, found in self._automaton.iter(text):
+        if self._masks and mask != self._all:
+            for _end, found in self._built().iter(text):
                 mask |= found
                 if mask == self._all:  # every group answered: the rest cannot change it
                     break
@@ -185,14 +196,9 @@ class Lexicon:
         # cache holds the scan, not the lexicon: no reference cycle through it)
         cached = lru_cache(maxsize=1024)(partial(_scan_folded, scan))
         object.__setattr__(self, "_rules_present", cached)
-        aliases: Any = None
-        surfaces = {surface: canonical for surface, canonical in self.aliases.items() if surface}
-        if surfaces:  # an empty alias names nothing (a find loop over it never ended)
-            aliases = ahocorasick.Automaton()
-            for surface, canonical in surfaces.items():
-                aliases.add_word(surface, (surface, canonical))
-            aliases.make_automaton()
-        object.__setattr__(self, "_alias_scan", aliases)
+        # an empty alias names nothing (a find loop over it never ended)
+        surfaces = [(s, (s, canonical)) for s, canonical in self.aliases.items() if s]
+        object.__setattr__(self, "_alias_scan", automaton_of(surfaces) if surfaces else None)
         topic_scans = {kind: LiteralScan(table) for kind, table in self.topics.items()}
         object.__setattr__(self, "_topic_scans", topic_scans)
 
