@@ -9,7 +9,13 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
-from memstrata.core.extract.lexicon import Lexicon, LiteralScan, folded_text, required_literals
+from memstrata.core.extract.lexicon import (
+    Lexicon,
+    LiteralScan,
+    folded_text,
+    required_literals,
+    stands_as_word,
+)
 
 _PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
     (
@@ -52,20 +58,14 @@ _PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
 # so that a clause is scanned only by the patterns that can match it (issue 17), found in
 # one pass per text: the case-insensitive patterns' in the folded text, the others' in it
 _LITERALS = tuple((required_literals(p), bool(p.flags & re.IGNORECASE)) for _kind, p in _PATTERNS)
-_FOLDED_SCAN = LiteralScan(
-    {
-        kind: lits
-        for (kind, _p), (lits, fold) in zip(_PATTERNS, _LITERALS, strict=True)
-        if lits and fold
-    }
-)
-_RAW_SCAN = LiteralScan(
-    {
-        kind: lits
-        for (kind, _p), (lits, fold) in zip(_PATTERNS, _LITERALS, strict=True)
-        if lits and not fold
-    }
-)
+
+
+def _literal_scan(folded: bool) -> LiteralScan:
+    pairs = zip(_PATTERNS, _LITERALS, strict=True)
+    return LiteralScan({kind: lits for (kind, _p), (lits, f) in pairs if lits and f is folded})
+
+
+_FOLDED_SCAN, _RAW_SCAN = _literal_scan(True), _literal_scan(False)
 # what every match of a pattern holds that its literals above do not say, cheaper to look
 # for than the pattern, checked when its literals are present or it has none: a camelCase
 # name has a lower-case letter or digit before a capital; a ticket number two digits; a
@@ -88,19 +88,10 @@ def _dictionary_hits(
         if not surface or surface not in folded:  # "" is in every text and names nothing
             continue
         start = 0
-        while True:
-            pos = folded.find(surface, start)
-            if pos < 0:
-                break
-            end = pos + len(surface)
-            ascii_word = surface.isascii()
-            before = folded[pos - 1] if pos > 0 else " "
-            after = folded[end] if end < len(folded) else " "
-            if not ascii_word or (
-                not (before.isalnum() or before == "_") and not (after.isalnum() or after == "_")
-            ):
-                hits.append((pos, end, canonical))
-            start = end
+        while (pos := folded.find(surface, start)) >= 0:
+            start = pos + len(surface)
+            if stands_as_word(folded, pos, start):
+                hits.append((pos, start, canonical))
     return hits
 
 

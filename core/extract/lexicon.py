@@ -109,6 +109,20 @@ def rule_literals(patterns: Sequence[re.Pattern[str]]) -> tuple[str, ...] | None
     return tuple(sorted(out, key=len))
 
 
+def _word_char(c: str) -> bool:
+    return c.isalnum() or c == "_"
+
+
+def stands_as_word(text: str, pos: int, end: int) -> bool:
+    """Whether ``text[pos:end]`` is a whole word there: a latin name must not touch a
+    letter, digit or ``_`` on either side; a CJK one needs no boundary."""
+    if not text[pos:end].isascii():
+        return True
+    return (pos == 0 or not _word_char(text[pos - 1])) and (
+        end == len(text) or not _word_char(text[end])
+    )
+
+
 def automaton_of(words: Iterable[tuple[str, object]]) -> Any:
     """An Aho-Corasick automaton (``pyahocorasick``, a server dependency, imported here)
     over non-empty ``(word, value)`` pairs; ``iter(text)`` yields ``(end, value)``."""
@@ -237,10 +251,7 @@ class Lexicon:
             if pos < last_end.get(surface, 0):
                 continue
             last_end[surface] = end
-            if not surface.isascii() or (
-                (pos == 0 or not (folded[pos - 1].isalnum() or folded[pos - 1] == "_"))
-                and (end == len(folded) or not (folded[end].isalnum() or folded[end] == "_"))
-            ):
+            if stands_as_word(folded, pos, end):
                 hits.append((pos, end, canonical))
         return hits
 

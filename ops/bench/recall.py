@@ -180,6 +180,12 @@ def _seed_ltm(rt: Any, cards: int, rng: random.Random) -> None:
     rt.lexical.refresh()
 
 
+def _history_messages(cards: int) -> int:
+    """Raw-history messages to index: ``MEMSTRATA_BENCH_RECALL_HISTORY``, else as many as
+    cards."""
+    return int(os.environ.get("MEMSTRATA_BENCH_RECALL_HISTORY", cards))
+
+
 def _seed_history(rt: Any, messages: int) -> int:
     """``messages`` raw user / assistant messages of the user, indexed as L0's projection
     is (``HistoryIndex.project``), in turns of two over 100 sessions; how many were
@@ -259,7 +265,7 @@ def _hybrid(
     t0 = time.perf_counter()
     _seed_ltm(rt, n_cards, rng)
     load_s = time.perf_counter() - t0
-    n_history = int(os.environ.get("MEMSTRATA_BENCH_RECALL_HISTORY", n_cards))
+    n_history = _history_messages(n_cards)
     # distinct texts so the query-embedding cache never answers: the embedding is part of
     # every measured call (the runs with raw history ask texts of their own)
     words = ["超时", "线程池", "数据库", "网关", "缓存", "重试", "限流", "发布"]
@@ -431,7 +437,7 @@ def profile_hybrid(
     ``history`` raw messages are indexed too (``MEMSTRATA_BENCH_RECALL_HISTORY``, by
     default as many as ``cards``; 0 leaves the raw-history index empty)."""
     if history is None:
-        history = int(os.environ.get("MEMSTRATA_BENCH_RECALL_HISTORY", cards))
+        history = _history_messages(cards)
     from memstrata.ops.bench.ltm import ltm_stack
 
     rng = random.Random(7)
