@@ -21,6 +21,7 @@ from typing import Any
 from sqlalchemy import (
     Connection,
     Engine,
+    Select,
     String,
     and_,
     any_,
@@ -165,6 +166,27 @@ def _set_status(conn: Connection, memory_id: str, status: CardStatus, *, now: fl
 _CARDS_BY_ID = select(cards).where(
     cards.c.memory_id == any_(bindparam("ids", type_=ARRAY(String)))
 )
+
+
+def curated_statement(tenant_id: str, user_id: str, message_ids: Sequence[str]) -> Select[Any]:
+    """Which active curated cards of the owner hold any of ``message_ids``: the message ids
+    first, through ix_ltm_cards_sources (GIN), then the owner.  Left to the planner, a
+    table without statistics (autovacuum off, or a bulk load not analysed yet) was read
+    through the owner index instead, every card of the owner (7 ms at 10k cards against
+    0.04); ``MATERIALIZED`` fixes the order whatever the statistics say."""
+    holding = (
+        select(cards.c.source_message_ids, cards.c.tenant_id, cards.c.user_id,
+               cards.c.status, cards.c.source_type)
+        .where(cards.c.source_message_ids.has_any(array(list(message_ids))))
+        .cte("holding")
+        .prefix_with("MATERIALIZED")
+    )  # fmt: skip
+    return select(holding.c.source_message_ids).where(
+        holding.c.tenant_id == tenant_id,
+        holding.c.user_id == user_id,
+        holding.c.status == CardStatus.ACTIVE.value,
+        holding.c.source_type.not_in((RAW_HISTORY_SOURCE, HISTORY_SOURCE)),
+    )
 
 
 def _load_cards(conn: Connection, memory_ids: Sequence[str]) -> dict[str, LtmCard]:
@@ -523,13 +545,7 @@ class Ledger:
             return set()
         validate_id(tenant_id, kind="tenant_id")
         validate_id(user_id, kind="user_id")
-        stmt = select(cards.c.source_message_ids).where(
-            cards.c.source_message_ids.has_any(array(wanted)),  # ix_ltm_cards_sources (GIN)
-            cards.c.tenant_id == tenant_id,
-            cards.c.user_id == user_id,
-            cards.c.status == CardStatus.ACTIVE.value,
-            cards.c.source_type.not_in((RAW_HISTORY_SOURCE, HISTORY_SOURCE)),
-        )
+        stmt = curated_statement(tenant_id, user_id, wanted)
         asked = set(wanted)
         with pg_errors("read curated messages"), self._reader.connect() as conn:
             return {str(m) for (ids,) in conn.execute(stmt) for m in ids if m in asked}

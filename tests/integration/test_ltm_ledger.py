@@ -7,14 +7,26 @@ from collections.abc import Iterator
 import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
-from sqlalchemy import Engine, create_engine, inspect, text
+from sqlalchemy import (
+    Engine,
+    String,
+    cast,
+    create_engine,
+    func,
+    insert,
+    inspect,
+    literal,
+    select,
+    text,
+    true,
+)
 
 from memstrata.core import migrations
 from memstrata.core.errors import NotFound, PayloadTooLarge
 from memstrata.core.ltm.card import CardStatus
-from memstrata.core.ltm.ledger import Ledger
+from memstrata.core.ltm.ledger import Ledger, curated_statement
 from memstrata.core.ltm.projection import ProjectionState
-from memstrata.core.ltm.tables import ltm_metadata
+from memstrata.core.ltm.tables import cards, ltm_metadata
 from tests.integration import ltm_env
 from tests.integration.authority_db import scratch_database
 
@@ -206,3 +218,35 @@ def test_curated_names_the_messages_an_active_card_of_the_owner_holds(
     # Then only the active curated card of this owner counts
     assert ledger.curated(tenant, "u_42", asked) == {"m1"}
     assert ledger.curated(tenant, "u_42", []) == set()
+
+
+def test_curated_finds_the_messages_through_their_index_whatever_the_statistics_say(
+    ledger: Ledger, engine: Engine, tenant: str
+) -> None:
+    # Given an owner with 10,000 cards, one message each, loaded at once (copies of one
+    # card) and not analysed: autovacuum is off on this machine, and a deployment's may
+    # not have run since a bulk load
+    first = ledger.write(ltm_env.card_draft(tenant, "k", "t", "s", source_message_ids=["m"]),
+                         now=100.0)  # fmt: skip
+    n = func.generate_series(1, 10_000).table_valued("i").render_derived(name="n")
+    copied = {
+        "memory_id": literal("c") + cast(n.c.i, String),
+        "canonical_key": literal("k") + cast(n.c.i, String),
+        "source_message_ids": func.jsonb_build_array(literal("m") + cast(n.c.i, String)),
+    }
+    columns = [c.name for c in cards.c]
+    rows = select(*[copied.get(c, cards.c[c]) for c in columns]).where(
+        cards.c.memory_id == first.memory_id
+    )
+    with engine.begin() as conn:
+        conn.execute(insert(cards).from_select(columns, rows.select_from(cards.join(n, true()))))
+    # When recall asks which of twenty messages a curated card holds
+    asked = [f"m{i}" for i in range(2, 42, 2)]
+    sql = curated_statement(tenant, "u_42", asked).compile(
+        engine, compile_kwargs={"literal_binds": True}
+    )
+    with engine.connect() as conn:
+        plan = "\n".join(row[0] for row in conn.execute(text(f"EXPLAIN {sql}")))
+    # Then the message ids are looked up in their GIN index, not in every card of the owner
+    assert "ix_ltm_cards_sources" in plan, plan
+    assert ledger.curated(tenant, "u_42", asked) == set(asked)
