@@ -180,6 +180,7 @@ def build_ltm(
                 dim=embedder.dim,
                 index_type=settings.milvus_index_type,
                 timeout_s=settings.milvus_timeout_s,
+                with_text=True,  # a message found by its vector alone needs no second read
             ),
             embedder=embedder,
             max_chars=settings.history_max_chars,

@@ -6,7 +6,8 @@ floor under them: when they hold nothing for a question, the words that were sai
 come back, one message each, with the message id as provenance.
 
 * A projection of L0, never a store of its own: each user / assistant message becomes one
-  record in two collections of their own (``<prefix>_raw_lexical``, ``<prefix>_raw_vectors``),
+  record in two collections of their own (``<prefix>_raw_lexical``, ``<prefix>_raw_vectors``;
+  both store the text, so a hit of either list comes back with it),
   keyed by a hash of (tenant, user, message id), so projecting again is an upsert and the
   whole index can be dropped and rebuilt from L0 (``memstrata ltm reindex-history``).
 * A window is one message (its text clipped to ``max_chars``): recall charges a memory
@@ -145,7 +146,8 @@ class HistoryIndex:
             update={"top_k": k, "candidates": max(HISTORY_POLICY.candidates, k)}
         )
         ranked = self._search.search(query, flt, mode=SearchMode.HYBRID, policy=policy, now=now)
-        # a hit of the vector list alone carries no text: read it from the lexical side
+        # the vector collection returns each message's text with its hit; one made by an
+        # earlier version stores none: those hits are read from the lexical side
         missing = [r.memory_id for r in ranked if not r.title]
         stored = {h.memory_id: h for h in self.lexical.get(missing)} if missing else {}
         out = []

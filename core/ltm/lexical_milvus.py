@@ -25,18 +25,19 @@ from memstrata.core.ltm.milvus import (
     rpc_timeout,
 )
 from memstrata.core.ltm.ports import Hit
-from memstrata.core.ltm.vector import add_scalar_fields, hits_of
+from memstrata.core.ltm.vector import (
+    MAX_VARCHAR_BYTES,
+    add_scalar_fields,
+    clip_bytes,
+    hits_of,
+    text_fields,
+)
 
 _OUT = ["importance", "updated_at", "title", "summary"]
-_MAX_BYTES = 65_535
+_MAX_BYTES = MAX_VARCHAR_BYTES
 # how long a collection found empty is answered as empty without asking again: a card
 # another process projects meanwhile is found by lexical search at most this much later
 EMPTY_RECHECK_S = 1.0
-
-
-def _clip(text: str) -> str:
-    raw = text.encode("utf-8")
-    return text if len(raw) <= _MAX_BYTES else raw[:_MAX_BYTES].decode("utf-8", errors="ignore")
 
 
 def _rows(cards: Sequence[LtmCard]) -> list[dict[str, Any]]:
@@ -44,10 +45,9 @@ def _rows(cards: Sequence[LtmCard]) -> list[dict[str, Any]]:
     return [
         {
             "id": card.memory_id,
-            "bm25_text": _clip(card.bm25_text),
-            "title": _clip(card.title)[:1024],
-            "summary": _clip(card.summary)[:2000],
-            "content": _clip(card.content),
+            "bm25_text": clip_bytes(card.bm25_text),
+            **text_fields(card),
+            "content": clip_bytes(card.content),
             "tenant_id": card.tenant_id,
             "user_id": card.user_id,
             "project_id": card.project_id or "",

@@ -10,6 +10,7 @@ server in the constructor: :meth:`MilvusVectorIndex.ensure_schema` creates or ch
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from typing import Any
 
@@ -30,6 +31,31 @@ from memstrata.core.ltm.milvus import (
 from memstrata.core.ltm.ports import Hit
 
 _OUT = ["importance", "updated_at"]
+_TEXT_OUT = ["title", "summary"]
+MAX_VARCHAR_BYTES = 65_535
+"""Milvus's limit of one VARCHAR value, in bytes."""
+
+log = logging.getLogger(__name__)
+
+
+def clip_bytes(text: str, limit: int = MAX_VARCHAR_BYTES) -> str:
+    """``text`` cut to at most ``limit`` bytes of UTF-8 (never inside a character)."""
+    raw = text.encode("utf-8")
+    return text if len(raw) <= limit else raw[:limit].decode("utf-8", errors="ignore")
+
+
+def text_fields(card: LtmCard) -> dict[str, str]:
+    """The text columns a collection stores to return a card's body with its hit:
+    ``title`` (1,024 characters at most) and ``summary`` (2,000)."""
+    return {"title": clip_bytes(card.title)[:1024], "summary": clip_bytes(card.summary)[:2000]}
+
+
+def add_text_fields(schema: Any) -> None:
+    """The columns of :func:`text_fields` (VARCHAR lengths are bytes: 4 per character)."""
+    from pymilvus import DataType
+
+    schema.add_field("title", DataType.VARCHAR, max_length=4096)
+    schema.add_field("summary", DataType.VARCHAR, max_length=8192)
 
 
 def add_scalar_fields(schema: Any) -> None:
@@ -63,7 +89,15 @@ def hits_of(result: Any) -> list[Hit]:
 
 
 class MilvusVectorIndex:
-    """Card vectors in Milvus; ``timeout_s`` bounds every call (seconds)."""
+    """Card vectors in Milvus; ``timeout_s`` bounds every call (seconds).
+
+    With ``with_text`` the collection also stores each record's title and summary
+    (:func:`text_fields`) and a hit returns them: the raw-history index asks for it, so
+    a message found by its vector alone needs no second read of the lexical collection.
+    A collection made before without them keeps working: :meth:`ensure_schema` finds
+    the fields missing and the index neither writes nor asks for them (a hit then
+    carries no text, as before) until the collection is rebuilt.
+    """
 
     name = "vector"
 
@@ -75,6 +109,7 @@ class MilvusVectorIndex:
         dim: int,
         index_type: str = "FLAT",
         timeout_s: float = 5.0,
+        with_text: bool = False,
     ) -> None:
         if dim < 1:
             raise InvalidInput("vector dim must be positive")
@@ -84,12 +119,16 @@ class MilvusVectorIndex:
         self.index_type = index_type
         self.timeout_s = timeout_s
         self._rpc_timeout = rpc_timeout(timeout_s)
+        self.with_text = with_text
+        self.stores_text = with_text  # what the collection holds: ensure_schema knows
 
     def ensure_schema(self) -> None:
-        """Create the collection and its index if missing; check the dimension if present."""
+        """Create the collection and its index if missing; check the dimension (and
+        whether it stores text) if present."""
         with milvus_errors("ensure vector schema", self.conn):
             if self.conn.client.has_collection(self.collection, timeout=self._rpc_timeout):
                 self._check_dim()
+                self._check_text()
                 self.conn.client.load_collection(self.collection, timeout=self._rpc_timeout)
                 return
             from pymilvus import DataType
@@ -98,19 +137,36 @@ class MilvusVectorIndex:
             schema.add_field("id", DataType.VARCHAR, is_primary=True, max_length=64)
             schema.add_field("vector", DataType.FLOAT_VECTOR, dim=self.dim)
             add_scalar_fields(schema)
+            if self.with_text:
+                add_text_fields(schema)
+            self.stores_text = self.with_text
             index = self.conn.client.prepare_index_params()
             index.add_index(field_name="vector", index_type=self.index_type, metric_type="COSINE")
             self.conn.client.create_collection(
                 self.collection, schema=schema, index_params=index, timeout=self._rpc_timeout
             )
 
-    def collection_dim(self) -> int:
+    def _fields(self) -> dict[str, dict[str, Any]]:
         with milvus_errors("describe vector collection", self.conn):
             info = self.conn.client.describe_collection(self.collection, timeout=self._rpc_timeout)
-        for field in info.get("fields", []):
-            if field.get("name") == "vector":
-                return int(field.get("params", {}).get("dim", 0))
-        raise EmbeddingDimensionMismatch(f"collection {self.collection} has no vector field")
+        return {str(f.get("name")): f for f in info.get("fields", [])}
+
+    def collection_dim(self) -> int:
+        field = self._fields().get("vector")
+        if field is None:
+            raise EmbeddingDimensionMismatch(f"collection {self.collection} has no vector field")
+        return int(field.get("params", {}).get("dim", 0))
+
+    def _check_text(self) -> None:
+        held = set(_TEXT_OUT) <= set(self._fields())
+        if self.with_text and not held:
+            log.warning(
+                "Milvus collection %r stores no text (made by an earlier version): a hit "
+                "found by its vector alone is read again from the lexical index until the "
+                "collection is rebuilt (`memstrata ltm reindex-history --drop`)",
+                self.collection,
+            )
+        self.stores_text = held
 
     def _check_dim(self) -> None:
         found = self.collection_dim()
@@ -142,7 +198,11 @@ class MilvusVectorIndex:
             raise EmbeddingDimensionMismatch(
                 f"vectors of {vectors.shape[1]}-d, index is {self.dim}-d"
             )
-        return [card.vector_record(vec.tolist()) for card, vec in zip(cards, vectors, strict=True)]
+        rows = [card.vector_record(vec.tolist()) for card, vec in zip(cards, vectors, strict=True)]
+        if self.stores_text:
+            for row, card in zip(rows, cards, strict=True):
+                row.update(text_fields(card))
+        return rows
 
     def delete(self, memory_ids: Sequence[str]) -> None:
         ids = [validate_id(m, kind="memory_id") for m in memory_ids]
@@ -158,7 +218,7 @@ class MilvusVectorIndex:
                 anns_field="vector",
                 filter=milvus_expr(flt),
                 limit=limit,
-                output_fields=_OUT,
+                output_fields=_OUT + _TEXT_OUT if self.stores_text else _OUT,
                 search_params={"metric_type": "COSINE"},
                 timeout=self._rpc_timeout,
             )

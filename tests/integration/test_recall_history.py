@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import uuid
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -12,8 +13,9 @@ from memstrata.core.authority.admin import create_tenant, create_user
 from memstrata.core.lifecycle.finalise import finalise
 from memstrata.core.ltm.config import LtmSettings
 from memstrata.core.ltm.embedding import CachedEmbedder
-from memstrata.core.ltm.history import history_id, project_transcripts
+from memstrata.core.ltm.history import HistoryIndex, history_id, project_transcripts
 from memstrata.core.ltm.milvus_server import MilvusServer
+from memstrata.core.ltm.vector import MilvusVectorIndex
 from memstrata.core.models.transcript import MessageIn
 from memstrata.core.recall.pool import SourceType, Verdict
 from memstrata.core.recall.service import RecallRequest
@@ -147,3 +149,52 @@ def test_the_index_is_rebuilt_from_l0_alone(runtime: Runtime) -> None:
                           user_id="u1", k=5, now=AT + 10)  # fmt: skip
     assert len(hits) == 2
     assert history.search("locker 4417", tenant_id="other", user_id="u1", k=5, now=AT) == []
+
+
+def test_a_message_found_by_its_vector_alone_comes_back_with_its_text(runtime: Runtime) -> None:
+    # Given a message in the vector collection whose lexical record is gone (so the
+    # lexical list cannot bring its text)
+    ids = say(runtime, [("user", "my locker code is 4417")], AT)
+    history = runtime.ltm.history
+    assert history is not None
+    record = history_id(runtime.settings.key_namespace, "u1", ids[0])
+    history.lexical.delete([record])
+    # When it is found by meaning
+    hits = history.search("which locker is mine?", tenant_id=runtime.settings.key_namespace,
+                          user_id="u1", k=5, now=AT + 10)  # fmt: skip
+    # Then the vector collection returned its text with the hit
+    assert [(h.record_id, h.message_id, h.text) for h in hits] == [
+        (record, ids[0], "my locker code is 4417")
+    ]
+
+
+def test_a_raw_vector_collection_made_without_text_still_answers(
+    runtime: Runtime, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Given a raw-history vector collection made by an earlier version (no text fields)
+    history = runtime.ltm.history
+    assert history is not None
+    old = history.vector
+    assert isinstance(old, MilvusVectorIndex)
+    old.drop()
+    MilvusVectorIndex(old.conn, collection=old.collection, dim=old.dim).ensure_schema()
+    # When this version opens it
+    vector = MilvusVectorIndex(old.conn, collection=old.collection, dim=old.dim, with_text=True)
+    with caplog.at_level(logging.WARNING, logger="memstrata.core.ltm.vector"):
+        vector.ensure_schema()
+    # Then it says so and writes and searches without the text fields
+    assert not vector.stores_text
+    assert "reindex-history --drop" in caplog.text
+    index = HistoryIndex(lexical=history.lexical, vector=vector, embedder=history.embedder)
+    try:
+        t = runtime.transcript.append_turn(
+            user_id="u1", tenant_id=runtime.settings.key_namespace, session_id="s1", at=AT,
+            messages=[MessageIn(role="user", content="my locker code is 4417")],
+        )  # fmt: skip
+        assert index.project(t.records) == 1
+        hits = index.search("which locker is mine?", tenant_id=runtime.settings.key_namespace,
+                            user_id="u1", k=5, now=AT + 10)  # fmt: skip
+    finally:
+        index.close()
+    # and a hit's text is read from the lexical collection, as before
+    assert [h.text for h in hits] == ["my locker code is 4417"]
