@@ -23,6 +23,7 @@ from sqlalchemy import (
     Engine,
     Select,
     String,
+    Text,
     and_,
     any_,
     bindparam,
@@ -33,7 +34,7 @@ from sqlalchemy import (
     tuple_,
     update,
 )
-from sqlalchemy.dialects.postgresql import ARRAY, array, insert
+from sqlalchemy.dialects.postgresql import ARRAY, insert
 
 from memstrata.core.adapters.pg import pg_errors
 from memstrata.core.errors import CorruptRecord, InvalidInput, NotFound, PayloadTooLarge
@@ -168,25 +169,31 @@ _CARDS_BY_ID = select(cards).where(
 )
 
 
-def curated_statement(tenant_id: str, user_id: str, message_ids: Sequence[str]) -> Select[Any]:
-    """Which active curated cards of the owner hold any of ``message_ids``: the message ids
-    first, through ix_ltm_cards_sources (GIN), then the owner.  Left to the planner, a
-    table without statistics (autovacuum off, or a bulk load not analysed yet) was read
-    through the owner index instead, every card of the owner (7 ms at 10k cards against
-    0.04); ``MATERIALIZED`` fixes the order whatever the statistics say."""
+def _curated_statement() -> Select[Any]:
+    """Which active curated cards of the owner hold any of the message ids ``ids``: the
+    message ids first, through ix_ltm_cards_sources (GIN), then the owner.  Left to the
+    planner, a table without statistics (autovacuum off, or a bulk load not analysed yet)
+    was read through the owner index instead, every card of the owner (7 ms at 10k cards
+    against 0.04); ``MATERIALIZED`` fixes the order whatever the statistics (or a
+    prepared statement's generic plan) say.  Bound parameters, not literals: one
+    statement text, compiled once and prepared by psycopg (recall asks it every time)."""
     holding = (
         select(cards.c.source_message_ids, cards.c.tenant_id, cards.c.user_id,
                cards.c.status, cards.c.source_type)
-        .where(cards.c.source_message_ids.has_any(array(list(message_ids))))
+        .where(cards.c.source_message_ids.has_any(bindparam("ids", type_=ARRAY(Text))))
         .cte("holding")
         .prefix_with("MATERIALIZED")
     )  # fmt: skip
     return select(holding.c.source_message_ids).where(
-        holding.c.tenant_id == tenant_id,
-        holding.c.user_id == user_id,
+        holding.c.tenant_id == bindparam("tenant_id", type_=String),
+        holding.c.user_id == bindparam("user_id", type_=String),
         holding.c.status == CardStatus.ACTIVE.value,
         holding.c.source_type.not_in((RAW_HISTORY_SOURCE, HISTORY_SOURCE)),
     )
+
+
+CURATED = _curated_statement()
+"""The statement of :meth:`Ledger.curated`; parameters ``ids``, ``tenant_id``, ``user_id``."""
 
 
 def _load_cards(conn: Connection, memory_ids: Sequence[str]) -> dict[str, LtmCard]:
@@ -545,10 +552,10 @@ class Ledger:
             return set()
         validate_id(tenant_id, kind="tenant_id")
         validate_id(user_id, kind="user_id")
-        stmt = curated_statement(tenant_id, user_id, wanted)
         asked = set(wanted)
+        params = {"ids": wanted, "tenant_id": tenant_id, "user_id": user_id}
         with pg_errors("read curated messages"), self._reader.connect() as conn:
-            return {str(m) for (ids,) in conn.execute(stmt) for m in ids if m in asked}
+            return {str(m) for (ids,) in conn.execute(CURATED, params) for m in ids if m in asked}
 
     def stating(
         self,

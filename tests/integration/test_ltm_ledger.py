@@ -24,7 +24,7 @@ from sqlalchemy import (
 from memstrata.core import migrations
 from memstrata.core.errors import NotFound, PayloadTooLarge
 from memstrata.core.ltm.card import CardStatus
-from memstrata.core.ltm.ledger import Ledger, curated_statement
+from memstrata.core.ltm.ledger import CURATED, Ledger
 from memstrata.core.ltm.projection import ProjectionState
 from memstrata.core.ltm.tables import cards, ltm_metadata
 from tests.integration import ltm_env
@@ -240,13 +240,13 @@ def test_curated_finds_the_messages_through_their_index_whatever_the_statistics_
     )
     with engine.begin() as conn:
         conn.execute(insert(cards).from_select(columns, rows.select_from(cards.join(n, true()))))
-    # When recall asks which of twenty messages a curated card holds
+    # When recall asks which of twenty messages a curated card holds, as it runs it
     asked = [f"m{i}" for i in range(2, 42, 2)]
-    sql = curated_statement(tenant, "u_42", asked).compile(
-        engine, compile_kwargs={"literal_binds": True}
-    )
+    compiled = CURATED.params(ids=asked, tenant_id=tenant, user_id="u_42").compile(engine)
+    run = compiled.construct_expanded_state()
     with engine.connect() as conn:
-        plan = "\n".join(row[0] for row in conn.execute(text(f"EXPLAIN {sql}")))
+        explained = conn.exec_driver_sql(f"EXPLAIN {run.statement}", run.parameters)
+        plan = "\n".join(row[0] for row in explained)
     # Then the message ids are looked up in their GIN index, not in every card of the owner
     assert "ix_ltm_cards_sources" in plan, plan
     assert ledger.curated(tenant, "u_42", asked) == set(asked)
