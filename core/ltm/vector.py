@@ -163,7 +163,7 @@ class MilvusVectorIndex:
             log.warning(
                 "Milvus collection %r stores no text (made by an earlier version): a hit "
                 "found by its vector alone is read again from the lexical index until the "
-                "collection is rebuilt (`memstrata ltm reindex-history --drop`)",
+                "collection is rebuilt (`memstrata ltm reindex-history --drop --yes`)",
                 self.collection,
             )
         self.stores_text = held
