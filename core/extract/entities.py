@@ -82,6 +82,8 @@ _GUARDS = {
 def _dictionary_hits(
     text: str, lexicon: Lexicon, extra: Iterable[str]
 ) -> list[tuple[int, int, str]]:
+    """Dictionary and ``extra`` names in ``text``, found in its case-folded form, with
+    their positions in ``text`` itself (where the patterns' hits are)."""
     folded = text.casefold()
     hits = lexicon.alias_hits(folded)
     for surface, canonical in ((e.casefold(), e) for e in extra):
@@ -92,7 +94,18 @@ def _dictionary_hits(
             start = pos + len(surface)
             if stands_as_word(folded, pos, start):
                 hits.append((pos, start, canonical))
-    return hits
+    if len(folded) == len(text) or not hits:
+        return hits
+    at = _origins(text)
+    return [(at[s], at[e - 1] + 1, name) for s, e, name in hits]
+
+
+def _origins(text: str) -> list[int]:
+    """For each character of ``text.casefold()``, the index in ``text`` it comes from.
+
+    Case folding lengthens some characters ("ß" → "ss", "İ" → "i̇"), which would shift
+    every later position of the folded text; it is per character, so the map is exact."""
+    return [i for i, c in enumerate(text) for _ in c.casefold()]
 
 
 def extract_entities(

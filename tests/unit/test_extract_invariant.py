@@ -167,3 +167,29 @@ def test_an_empty_alias_or_known_entity_names_nothing_and_does_not_hang() -> Non
     lx = default_lexicon()
     odd = replace(lx, aliases={"": "nothing", **lx.aliases})
     assert extract_entities("kafka lag on prod", odd, extra=("", "lag")) == ["kafka", "lag", "prod"]
+
+
+@settings(max_examples=300, deadline=None)
+@given(text=st.lists(st.sampled_from(["ß", "İ", "ﬁ", "Σ", *_PIECES]), max_size=10).map(" ".join))
+def test_dictionary_hits_are_placed_in_the_text_itself(text: str) -> None:
+    """Case folding lengthens some characters ("ß" → "ss"): a name found in the folded
+    text is placed where it stands in the text, beside the patterns' hits."""
+    from memstrata.core.extract.entities import _dictionary_hits
+
+    lx = default_lexicon()
+    surfaces: dict[str, set[str]] = {canonical: set() for canonical in lx.aliases.values()}
+    for surface, canonical in lx.aliases.items():
+        surfaces[canonical].add(surface)
+    for start, end, name in _dictionary_hits(text, lx, ()):
+        assert text[start:end].casefold() in surfaces[name], (text, start, end, name)
+
+
+def test_a_name_after_a_lengthened_character_is_not_taken_for_part_of_the_next_one() -> None:
+    from memstrata.core.extract.entities import extract_entities
+
+    # each "ß" folds to two characters: the dictionary's "redis" was placed six characters
+    # late, on top of "createOrder", and dropped as a part of it
+    assert extract_entities("ßßßßßß redis createOrder", default_lexicon()) == [
+        "redis",
+        "createOrder",
+    ]
