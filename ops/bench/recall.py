@@ -479,6 +479,7 @@ def profile_hybrid(
                 timed(lt.history.vector, "search", "raw-history vector search")
                 timed(lt.history.lexical, "search", "raw-history lexical search")
                 timed(lt.history.lexical, "get", "raw-history text read (vector-only hits)")
+                timed(lt.ledger, "curated", "ledger read of the raw hits' curated messages")
             recaller = res.recaller()
             base = {"tenant_id": TENANT, "user_id": USER, "session_id": "s7",
                     "task_id": "bug7", "project_id": PROJECT}  # fmt: skip
