@@ -34,7 +34,6 @@ from memstrata.core.ltm.vector import (
 )
 
 _OUT = ["importance", "updated_at", "title", "summary"]
-_MAX_BYTES = MAX_VARCHAR_BYTES
 # how long a collection found empty is answered as empty without asking again: a card
 # another process projects meanwhile is found by lexical search at most this much later
 EMPTY_RECHECK_S = 1.0
@@ -88,14 +87,14 @@ class MilvusLexicalIndex:
             schema.add_field(
                 "bm25_text",
                 DataType.VARCHAR,
-                max_length=_MAX_BYTES,
+                max_length=MAX_VARCHAR_BYTES,
                 enable_analyzer=True,
                 analyzer_params={"tokenizer": "whitespace"},
             )
             schema.add_field("sparse", DataType.SPARSE_FLOAT_VECTOR)
             schema.add_field("title", DataType.VARCHAR, max_length=1024)
             schema.add_field("summary", DataType.VARCHAR, max_length=8192)
-            schema.add_field("content", DataType.VARCHAR, max_length=_MAX_BYTES)
+            schema.add_field("content", DataType.VARCHAR, max_length=MAX_VARCHAR_BYTES)
             add_scalar_fields(schema)
             schema.add_function(
                 Function(

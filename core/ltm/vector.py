@@ -88,6 +88,13 @@ def hits_of(result: Any) -> list[Hit]:
     return out
 
 
+def _dim_of(fields: dict[str, dict[str, Any]], collection: str) -> int:
+    field = fields.get("vector")
+    if field is None:
+        raise EmbeddingDimensionMismatch(f"collection {collection} has no vector field")
+    return int(field.get("params", {}).get("dim", 0))
+
+
 class MilvusVectorIndex:
     """Card vectors in Milvus; ``timeout_s`` bounds every call (seconds).
 
@@ -127,8 +134,9 @@ class MilvusVectorIndex:
         whether it stores text) if present."""
         with milvus_errors("ensure vector schema", self.conn):
             if self.conn.client.has_collection(self.collection, timeout=self._rpc_timeout):
-                self._check_dim()
-                self._check_text()
+                fields = self._fields()  # one describe for both checks
+                self._check_dim(_dim_of(fields, self.collection))
+                self._check_text(fields)
                 self.conn.client.load_collection(self.collection, timeout=self._rpc_timeout)
                 return
             from pymilvus import DataType
@@ -152,13 +160,10 @@ class MilvusVectorIndex:
         return {str(f.get("name")): f for f in info.get("fields", [])}
 
     def collection_dim(self) -> int:
-        field = self._fields().get("vector")
-        if field is None:
-            raise EmbeddingDimensionMismatch(f"collection {self.collection} has no vector field")
-        return int(field.get("params", {}).get("dim", 0))
+        return _dim_of(self._fields(), self.collection)
 
-    def _check_text(self) -> None:
-        held = set(_TEXT_OUT) <= set(self._fields())
+    def _check_text(self, fields: dict[str, dict[str, Any]]) -> None:
+        held = set(_TEXT_OUT) <= set(fields)
         if self.with_text and not held:
             log.warning(
                 "Milvus collection %r stores no text (made by an earlier version): a hit "
@@ -168,8 +173,7 @@ class MilvusVectorIndex:
             )
         self.stores_text = held
 
-    def _check_dim(self) -> None:
-        found = self.collection_dim()
+    def _check_dim(self, found: int) -> None:
         if found != self.dim:
             raise EmbeddingDimensionMismatch(
                 f"Milvus collection {self.collection!r} holds {found}-d vectors but the "
