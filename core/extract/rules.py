@@ -47,6 +47,19 @@ _SELF_EN = re.compile(
     re.IGNORECASE,
 )
 _SELF_ZH = re.compile(r"我")
+# who a sentence is about: the speaker (first person) or the listener (second person;
+# not the 你 of 迷你, "mini")
+_FIRST_PERSON = re.compile(
+    r"\b(i|i'm|i've|i'd|i'll|me|my|mine|myself|we|we're|we've|we'd|we'll|us|our|ours|"
+    r"ourselves)\b|[我咱]",
+    re.IGNORECASE,
+)
+_SECOND_PERSON = re.compile(
+    r"\b(you|your|yours|yourself|yourselves|you're|you've|you'd|you'll|ya)\b|(?<!迷)你|您",
+    re.IGNORECASE,
+)
+_EXCLAIMED = re.compile(r"[!！]\s*$")
+_DIGIT = re.compile(r"\d")
 _DETAIL = re.compile(r"\d|(?<=\s)(?!I\b)[A-Z][\w'&.-]+")
 _REASONING_OPEN = re.compile(r"<(thought|think|thinking)>|_Thinking:_", re.IGNORECASE)
 _REASONING_CLOSE = {
@@ -66,6 +79,8 @@ OBSERVATIONS_PER_TOOL_RESULT = 2
 CONVERSATION_FACT_CHARS = 300
 CONVERSATION_FACT_MIN_WORDS = 4  # a statement shorter than this carries no fact of its own
 CONVERSATION_FACT_MIN_CJK_CHARS = 8  # the same bar for text without spaces between words
+REACTION_MAX_WORDS = 6  # "Wow, what an amazing family pic!"; longer may be an elided "I …"
+REACTION_MAX_CJK_CHARS = 5  # "哇，好厉害！"
 SPEAKER_MAX_WORDS = 4
 MAX_ENTITIES = 16
 
@@ -169,6 +184,58 @@ def states_about_self(clause: str) -> bool:
     )
 
 
+def is_reaction(sentence: str, lexicon: Lexicon) -> bool:
+    """A sentence that reacts to the listener or the moment and states nothing of the
+    speaker's own: a word of praise, thanks or greeting (the lexicon's ``reaction``
+    rule), no first person and no number, and either addressed to the listener ("Your
+    kind words mean a lot.", "你太厉害了！") or a short exclamation ("Wow, what a fun
+    moment!", "太好了！": at most :data:`REACTION_MAX_WORDS` words, or
+    :data:`REACTION_MAX_CJK_CHARS` characters of CJK text).  The news it answers is the
+    other party's own statement; what it adds is the speaker's reaction.  These stay:
+    a longer exclamation, maybe a fact with its subject left out ("Took the kids to the
+    museum last week, so fun!"); a statement about the speaker's world ("They were so
+    excited to make something with clay."); an instruction to an assistant ("You can
+    find the key in the vault.", no word of praise)."""
+    if _FIRST_PERSON.search(sentence) or _DIGIT.search(sentence):
+        return False
+    if not lexicon.matches("reaction", sentence):
+        return False
+    if _SECOND_PERSON.search(sentence):
+        return True
+    if not _EXCLAIMED.search(sentence):
+        return False
+    if _CJK.search(sentence):
+        return len(_CJK.findall(sentence)) <= REACTION_MAX_CJK_CHARS
+    return len(sentence.split()) <= REACTION_MAX_WORDS
+
+
+def says_nothing_of_its_own(text: str, lexicon: Lexicon) -> bool:
+    """A message of pleasantries, reactions (:func:`is_reaction`) and questions about
+    the listener alone: "Thanks, Mel! Your kind words mean a lot.", "Cool! What got you
+    into running?".  Recall gives a raw message that no curated card holds a stand-in
+    vote for the curated layer that could not see it (``core.recall.pool.corroborate``);
+    a message like this one the write path read and judged empty (what it asks about is
+    the other party's news, which their answer states), so that layer's silence is a
+    judgement, not blindness.  Other questions are not empty: what a user asked an
+    assistant ("how do I add a loading spinner?") is often what is asked about later."""
+    _, body = _speaker_prefix(text)
+    if lexicon.matches("chit_chat", body):
+        return True
+    sentences = split_clauses(body)
+    return bool(sentences) and all(
+        is_reaction(s, lexicon) or _asks_the_listener(s, lexicon) for s in sentences
+    )
+
+
+def _asks_the_listener(sentence: str, lexicon: Lexicon) -> bool:
+    """A question about the listener and not the asker ("What type of music do you play?")."""
+    return (
+        lexicon.matches("question", sentence)
+        and not _FIRST_PERSON.search(sentence)
+        and bool(_SECOND_PERSON.search(sentence))
+    )
+
+
 def _strip_reasoning_blocks(text: str) -> str:
     """``<think>…</think>`` (thought, thinking) and ``_Thinking:_ …`` up to a blank line,
     each replaced by a space; an opening tag that is never closed is left as it is.
@@ -252,10 +319,12 @@ class RuleExtractor:
         lexicon: Lexicon | None = None,
         *,
         conversation_facts: bool = True,
+        drop_reactions: bool = True,
         budget: ExtractionBudget | None = None,
     ) -> None:
         self.lexicon = lexicon or default_lexicon()
         self.conversation_facts = conversation_facts
+        self.drop_reactions = drop_reactions
         self.budget = budget or ExtractionBudget()
 
     # ------------------------------------------------------------------ public
@@ -643,6 +712,7 @@ class RuleExtractor:
             # "Here is the log:" introduces material (stripped code), it states nothing
             if not c.rstrip().endswith((":", "："))
             and (not self.lexicon.matches("question", c) or states_about_self(c))
+            and not (self.drop_reactions and is_reaction(c.removeprefix(lead), self.lexicon))
         ]  # fmt: skip
         statement = " ".join(clauses)
         if not _long_enough(statement):

@@ -7,7 +7,12 @@ rule already covered add none.
 
 from __future__ import annotations
 
-from memstrata.core.extract.rules import ExtractionContext, RuleExtractor
+from memstrata.core.extract.rules import (
+    ExtractionContext,
+    RuleExtractor,
+    is_reaction,
+    says_nothing_of_its_own,
+)
 from memstrata.core.models.candidate import Candidate
 from memstrata.core.models.memory import MemoryType
 from memstrata.core.models.transcript import Role, TranscriptRecord
@@ -167,3 +172,71 @@ def test_the_rule_can_be_switched_off() -> None:
     cands = off.extract([_rec("I prefer the conclusion first.")], CTX)
     assert [c.rule for c in cands] == ["user_preference"]
     assert _facts("I went to a support group yesterday.")  # on by default
+
+
+def test_a_reaction_states_nothing_of_the_speakers_own() -> None:
+    for sentence in (
+        "Wow, what a fun moment!",  # a short exclamation
+        "Thanks, Melanie!",
+        "Your kind words mean a lot.",  # addressed to the listener
+        "You'd be a great counselor!",
+        "你太厉害了！",
+        "哇，好厉害！",
+    ):
+        assert is_reaction(sentence, EXTRACTOR.lexicon), sentence
+    for sentence in (
+        "I just signed up for a pottery class yesterday.",  # the speaker's own
+        "We even went on another camping trip in the forest!",
+        "They were so excited to make something with clay.",  # the speaker's world
+        "Took the kids to the museum last week, so fun!",  # long: maybe an "I" left out
+        "You can find the API key in the vault.",  # an instruction: no word of praise
+        "Use pnpm, not npm!",
+        "周末去爬山了，风景特别好！",
+        "Won 3 games in a row!",  # a number is a detail
+        "我今天去了医院。",
+        "Bart参与了学校的迷你马拉松，感到非常开心。",  # 迷你 is "mini", not "you"
+    ):
+        assert not is_reaction(sentence, EXTRACTOR.lexicon), sentence
+
+
+def test_reactions_leave_the_statement_and_a_message_of_only_reactions_adds_no_fact() -> None:
+    cand = _fact("Melanie: Wow, Caroline! That's great! I just signed up for a pottery class.")
+    assert cand.summary == "Melanie: I just signed up for a pottery class."
+    for text in (
+        "Caroline: Wow, what a fun moment! What's the band?",
+        "Caroline: Thanks, Melanie! Your kind words mean a lot.",
+        "Hey Mel! Good to see you! How have you been?",
+    ):
+        assert _facts(text) == [], text
+    kept = RuleExtractor(drop_reactions=False)
+    (old,) = kept.extract([_rec("Caroline: Wow, what a fun moment! What's the band?")], CTX)
+    assert old.summary == "Caroline: Wow, what a fun moment!"
+
+
+def test_a_message_of_reactions_and_questions_about_the_listener_says_nothing() -> None:
+    lexicon = EXTRACTOR.lexicon
+    for text in (
+        "Caroline: Thanks, Melanie! Your kind words mean a lot.",
+        "Melanie: Cool! What type of music do you play?",  # asks for the other's news
+        "Wow, great pic!",
+        "哇，好厉害！",
+        "thanks!",
+    ):
+        assert says_nothing_of_its_own(text, lexicon), text
+    for text in (
+        "Melanie: Wow! I just signed up for a pottery class yesterday.",
+        "Caroline: Cool! What did it look like?",  # not about the listener
+        "hmm, what about adding a loading spinner?",  # what a user asked is worth finding
+        "hmm, can you show me another example?",  # the asker's own request
+        "我上周去了医院。",
+        "",
+    ):
+        assert not says_nothing_of_its_own(text, lexicon), text
+
+
+def test_a_chinese_statement_ending_in_the_particle_ne_and_a_full_stop_is_no_question() -> None:
+    # "呢。" closes a statement ("he is at work, you know"); "呢" alone or "呢？" asks
+    cand = _fact("我表弟在浙江杭州工作呢。")
+    assert cand.summary == "我表弟在浙江杭州工作呢。"
+    for text in ("你最近在忙什么呢", "他在干嘛呢？"):
+        assert _facts(text) == [], text
