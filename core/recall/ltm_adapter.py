@@ -11,9 +11,12 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
+from functools import lru_cache
 
 from memstrata.core.authority.filters import RetrievalFilters
 from memstrata.core.errors import TransientError
+from memstrata.core.extract.lexicon import default_lexicon
+from memstrata.core.extract.rules import says_nothing_of_its_own
 from memstrata.core.ltm.asof import version_at
 from memstrata.core.ltm.card import CONSOLIDATED, LtmCard, focus
 from memstrata.core.ltm.filters import CardFilter
@@ -46,6 +49,13 @@ RANK_SCALE = 10.0
 UNJUDGED_IMPORTANCE = 0.3
 """A raw message was never judged: it gets the prior of a fact of unknown value (the write
 policy's type prior), not zero, which would rank every raw message below every card."""
+
+
+@lru_cache(maxsize=4096)
+def _says_nothing(text: str) -> bool:
+    """:func:`~core.extract.rules.says_nothing_of_its_own` with the default lexicon;
+    cached, as a user's recalls meet the same raw messages again (~25 µs a message)."""
+    return says_nothing_of_its_own(text, default_lexicon())
 
 
 def rank_similarity(rank: int) -> float:
@@ -222,7 +232,11 @@ class HistoryBackedSearcher:
                 message_ids=(h.message_id,),
                 tenant_id=tenant_id,
                 said_at=h.at,
-                uncurated=held is not None and h.message_id not in held,
+                # a message the write path judged empty (reactions, questions about the
+                # listener) lacks no card: it gets no stand-in vote for the curated layer
+                uncurated=held is not None
+                and h.message_id not in held
+                and not _says_nothing(h.text),
             )
             for rank, h in enumerate(hits)
         ]

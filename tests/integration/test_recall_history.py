@@ -94,7 +94,31 @@ def test_what_no_curated_layer_kept_comes_back_from_raw_history(runtime: Runtime
     raw = [s for s in out.explain.candidates if s.candidate.source_type is SourceType.RAW_HISTORY]
     assert raw[0].candidate.memory_id == history_id(runtime.settings.key_namespace, "u1", ids[1])
     # and it is marked as no curated card's: the card layer's silence is not held against it
-    assert all(s.candidate.uncurated for s in raw)
+    assert [s.candidate.uncurated for s in raw if s.candidate.message_ids == (ids[1],)] == [True]
+
+
+def test_a_raw_message_that_says_nothing_of_its_own_gets_no_stand_in_vote(
+    runtime: Runtime,
+) -> None:
+    # Given a user message the write path judged empty (a reaction and a question about
+    # the listener) and an assistant answer it keeps nothing of: no card holds either
+    ids = say(runtime, [("user", "Wow, great ferry pic! Where did you take it?"),
+                        ("assistant", "That ferry photo is from the Fauntleroy dock in May.")],
+              AT)  # fmt: skip
+    recaller = runtime.recaller()
+    try:
+        out = recaller.recall(RecallRequest(
+            tenant_id=runtime.settings.key_namespace, user_id="u1", session_id="s2",
+            query="where was the ferry photo taken?", now=AT + 86400, explain=True,
+        ))  # fmt: skip
+    finally:
+        recaller.close()
+    assert out.explain is not None and out.degraded == {}
+    raw = {s.candidate.message_ids[0]: s.candidate for s in out.explain.candidates
+           if s.candidate.source_type is SourceType.RAW_HISTORY}  # fmt: skip
+    # Then the answer stands in for the card layer that cannot see it, the reaction not
+    assert set(raw) == set(ids)
+    assert raw[ids[1]].uncurated and not raw[ids[0]].uncurated
 
 
 def test_a_raw_message_a_curated_memory_already_holds_is_not_injected_twice(
