@@ -329,13 +329,15 @@ class CachedEmbedder:
         out: Vectors,
     ) -> None:
         """Rows another thread was embedding (recall's LTM and raw-history searches embed
-        the same query at once); computed here after all if that thread failed or did
-        not cache them."""
+        the same query at once).  If that thread failed, they are embedded again as any
+        caller's are (marked in flight: the other waiters wait for this one instead of
+        each embedding the text); if it is still at work after a minute, here."""
         cache = self._queries if kind == "q" else self._cache
         redo: list[tuple[bytes, str]] = []
         todo: dict[bytes, list[int]] = {}
+        again: list[tuple[str, list[int]]] = []
         for key, (done, text, rows) in waits.items():
-            done.wait(timeout=60)
+            finished = done.wait(timeout=60)
             with self._lock:
                 cached = cache.get(key)
                 if cached is not None:
@@ -343,10 +345,19 @@ class CachedEmbedder:
                     for i in rows:
                         out[i] = cached
                     continue
-                self.misses += 1
-            redo.append((key, text))
-            todo[key] = rows
+                if not finished:
+                    self.misses += 1
+            if finished:
+                again.append((text, rows))
+            else:
+                redo.append((key, text))
+                todo[key] = rows
         self._compute(kind, redo, todo, out)
+        if again:
+            vectors = self._embed(kind, [text for text, _ in again])
+            for (_, rows), vector in zip(again, vectors, strict=True):
+                for i in rows:
+                    out[i] = vector
 
     def _compute(
         self,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import Iterator, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, ClassVar
@@ -105,6 +106,54 @@ def test_a_query_being_embedded_by_another_thread_is_waited_for_not_embedded_twi
     # Then the model ran once and both got its vector
     assert inner.calls == [["which incident?"]]
     assert np.array_equal(got["a"], got["b"])
+
+
+class FailingFirstEmbedder(CountingEmbedder):
+    """Fails its first call once released; holds each later call until ``later`` is set."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.inside = threading.Event()
+        self.release = threading.Event()
+        self.later = threading.Event()
+
+    def embed_queries(self, texts: Sequence[str]) -> Vectors:
+        first = not self.calls
+        self.calls.append(list(texts))
+        if first:
+            self.inside.set()
+            assert self.release.wait(timeout=30)
+            raise EmbeddingUnavailable("model server went away")
+        assert self.later.wait(timeout=30)
+        return np.array([[len(t), 1.0, 0.0, 0.0] for t in texts], dtype=np.float32)
+
+
+def test_waiters_on_a_failed_embedding_embed_it_once_between_them() -> None:
+    # Given a query whose embedding fails while three other threads wait for it
+    inner = FailingFirstEmbedder()
+    emb = CachedEmbedder(inner)
+    got: list[Vectors] = []
+    failed: list[Exception] = []
+
+    def ask() -> None:
+        try:
+            got.append(emb.embed_query("which incident?"))
+        except EmbeddingUnavailable as exc:
+            failed.append(exc)
+
+    threads = [threading.Thread(target=ask) for _ in range(4)]
+    threads[0].start()
+    assert inner.inside.wait(timeout=30)
+    for t in threads[1:]:
+        t.start()
+    time.sleep(0.2)  # the others are waiting for it (or come later: either way, once)
+    inner.release.set()  # the first call fails now
+    threading.Timer(0.5, inner.later.set).start()  # the retry answers a little later
+    for t in threads:
+        t.join(timeout=30)
+    # Then the first caller sees the failure, and the waiters share one more model call
+    assert len(failed) == 1 and len(got) == 3
+    assert inner.calls == [["which incident?"], ["which incident?"]]
 
 
 def test_the_cache_never_answers_for_another_model() -> None:
