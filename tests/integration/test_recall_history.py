@@ -18,6 +18,7 @@ from memstrata.core.ltm.milvus_server import MilvusServer
 from memstrata.core.ltm.vector import MilvusVectorIndex
 from memstrata.core.models.transcript import MessageIn
 from memstrata.core.recall.pool import SourceType, Verdict
+from memstrata.core.recall.result import RecallResult
 from memstrata.core.recall.service import RecallRequest
 from memstrata.core.runtime import Runtime
 from memstrata.core.settings import load_settings
@@ -73,19 +74,24 @@ def say(rt: Runtime, turn: list[tuple[str, str]], at: float) -> list[str]:
     return [r.message_id for r in t.records]
 
 
+def ask(runtime: Runtime, query: str) -> RecallResult:
+    """The user's question a day after :data:`AT`, explained, in a session of its own."""
+    recaller = runtime.recaller()
+    try:
+        return recaller.recall(RecallRequest(
+            tenant_id=runtime.settings.key_namespace, user_id="u1", session_id="s2",
+            query=query, now=AT + 86400, explain=True,
+        ))  # fmt: skip
+    finally:
+        recaller.close()
+
+
 def test_what_no_curated_layer_kept_comes_back_from_raw_history(runtime: Runtime) -> None:
     # Given an assistant answer the extractor keeps nothing of, said on 2023-05-07
     ids = say(runtime, [("user", "hi"), ("assistant",
               "The ferry to Vashon leaves from Fauntleroy every 40 minutes.")], AT)  # fmt: skip
-    recaller = runtime.recaller()
-    try:
-        # When the user later asks about it
-        out = recaller.recall(RecallRequest(
-            tenant_id=runtime.settings.key_namespace, user_id="u1", session_id="s2",
-            query="how often does the Vashon ferry leave?", now=AT + 86400, explain=True,
-        ))  # fmt: skip
-    finally:
-        recaller.close()
+    # When the user later asks about it
+    out = ask(runtime, "how often does the Vashon ferry leave?")
     # Then the raw message is injected under its own heading, dated, with its message id
     assert out.degraded == {}
     assert out.memory.history and out.memory.history[0].message_ids == (ids[1],)
@@ -105,14 +111,7 @@ def test_a_raw_message_that_says_nothing_of_its_own_gets_no_stand_in_vote(
     ids = say(runtime, [("user", "Wow, great ferry pic! Where did you take it?"),
                         ("assistant", "That ferry photo is from the Fauntleroy dock in May.")],
               AT)  # fmt: skip
-    recaller = runtime.recaller()
-    try:
-        out = recaller.recall(RecallRequest(
-            tenant_id=runtime.settings.key_namespace, user_id="u1", session_id="s2",
-            query="where was the ferry photo taken?", now=AT + 86400, explain=True,
-        ))  # fmt: skip
-    finally:
-        recaller.close()
+    out = ask(runtime, "where was the ferry photo taken?")
     assert out.explain is not None and out.degraded == {}
     raw = {s.candidate.message_ids[0]: s.candidate for s in out.explain.candidates
            if s.candidate.source_type is SourceType.RAW_HISTORY}  # fmt: skip
@@ -135,14 +134,7 @@ def test_a_raw_message_a_curated_memory_already_holds_is_not_injected_twice(
     lc = runtime.lifecycle(on_cards=project)
     finalise(lc, user_id="u1", tenant_id=runtime.settings.key_namespace, session_id="s1",
              now=AT + 7200)  # fmt: skip
-    recaller = runtime.recaller()
-    try:
-        out = recaller.recall(RecallRequest(
-            tenant_id=runtime.settings.key_namespace, user_id="u1", session_id="s2",
-            query="where did I move last spring?", now=AT + 86400, explain=True,
-        ))  # fmt: skip
-    finally:
-        recaller.close()
+    out = ask(runtime, "where did I move last spring?")
     assert out.explain is not None
     # Then the curated memory is kept and the raw copy of its message is a duplicate
     kept = [s for s in out.explain.candidates if s.verdict is Verdict.KEPT]
