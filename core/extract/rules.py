@@ -60,6 +60,11 @@ _SECOND_PERSON = re.compile(
 )
 _EXCLAIMED = re.compile(r"[!！]\s*$")
 _DIGIT = re.compile(r"\d")
+# a named day or month inside a sentence dates what it says: a detail, like a number
+_NAMED_DATE = re.compile(
+    r"(?<=\s)(Monday|Tuesday|Wednesday|Thursday|Friday|Saturday|Sunday|January|February|"
+    r"March|April|May|June|July|August|September|October|November|December)\b"
+)
 _DETAIL = re.compile(r"\d|(?<=\s)(?!I\b)[A-Z][\w'&.-]+")
 _REASONING_OPEN = re.compile(r"<(thought|think|thinking)>|_Thinking:_", re.IGNORECASE)
 _REASONING_CLOSE = {
@@ -186,17 +191,17 @@ def states_about_self(clause: str) -> bool:
 
 def is_reaction(sentence: str, lexicon: Lexicon) -> bool:
     """A sentence that reacts to the listener or the moment and states nothing of the
-    speaker's own: a word of praise, thanks or greeting (the lexicon's ``reaction``
-    rule), no first person and no number, and either addressed to the listener ("Your
-    kind words mean a lot.", "你太厉害了！") or a short exclamation ("Wow, what a fun
-    moment!", "太好了！": at most :data:`REACTION_MAX_WORDS` words, or
-    :data:`REACTION_MAX_CJK_CHARS` characters of CJK text).  The news it answers is the
+    speaker's own: a word of praise, thanks, greeting or encouragement (the lexicon's
+    ``reaction`` rule), no first person, no number and no named day or month, and either
+    addressed to the listener ("Your kind words mean a lot.", "你太厉害了！") or a short
+    exclamation ("Wow, what a fun moment!", "太好了！": at most :data:`REACTION_MAX_WORDS`
+    words, or :data:`REACTION_MAX_CJK_CHARS` characters of CJK text).  The news it answers is the
     other party's own statement; what it adds is the speaker's reaction.  These stay:
     a longer exclamation, maybe a fact with its subject left out ("Took the kids to the
     museum last week, so fun!"); a statement about the speaker's world ("They were so
     excited to make something with clay."); an instruction to an assistant ("You can
     find the key in the vault.", no word of praise)."""
-    if _FIRST_PERSON.search(sentence) or _DIGIT.search(sentence):
+    if _FIRST_PERSON.search(sentence) or _DIGIT.search(sentence) or _NAMED_DATE.search(sentence):
         return False
     if not lexicon.matches("reaction", sentence):
         return False
@@ -553,7 +558,16 @@ class RuleExtractor:
             return self._user_memory(clause, rec, ctx, entities, norm, explicit=True)
         if user and lx.matches("user_preference", clause):
             return self._user_memory(clause, rec, ctx, entities, norm, explicit=False)
-        if user and lx.matches("user_constraint", clause) and not is_guess:
+        # "Never give up!" and "You must really enjoy it - so cool!" cheer the listener on,
+        # "I can't wait" and "you must have been thrilled" are no rules: a constraint
+        # pinned above every answer would be a reaction or an idiom
+        if (
+            user
+            and lx.matches("user_constraint", clause)
+            and not lx.matches("constraint_idiom", clause)
+            and not is_guess
+            and not is_reaction(_speaker_prefix(clause)[1], lx)
+        ):
             topic = topic_of(clause, "constraint", lx) or (
                 entities[0].casefold() if entities else short_hash(norm)
             )

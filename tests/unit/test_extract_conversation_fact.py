@@ -193,6 +193,8 @@ def test_a_reaction_states_nothing_of_the_speakers_own() -> None:
         "Use pnpm, not npm!",
         "周末去爬山了，风景特别好！",
         "Won 3 games in a row!",  # a number is a detail
+        "Sorry, the meeting moved to Friday!",  # so is a named day
+        "Congrats, the launch moved to March!",
         "我今天去了医院。",
         "Bart参与了学校的迷你马拉松，感到非常开心。",  # 迷你 is "mini", not "you"
     ):
@@ -240,3 +242,42 @@ def test_a_chinese_statement_ending_in_the_particle_ne_and_a_full_stop_is_no_que
     assert cand.summary == "我表弟在浙江杭州工作呢。"
     for text in ("你最近在忙什么呢", "他在干嘛呢？"):
         assert _facts(text) == [], text
+
+
+def test_cheering_the_listener_on_is_no_constraint_and_no_fact() -> None:
+    # "must" and "never" also cheer a friend on; pinned as constraints, such lines took
+    # the first place of every recall (docs/QUALITY.md, twelfth wave)
+    for text in (
+        "Gina: Never give up!",
+        "Melanie: You must really enjoy having them around - they're so cool!",
+        "Hang in there, you got this!",
+        "Don't let anything stop you",
+    ):
+        assert EXTRACTOR.extract([_rec(text)], CTX) == [], text
+    for text, kept in (
+        ("Never push to main on Fridays.", "Never push to main on Fridays."),
+        ("You must not delete the backups.", "You must not delete the backups."),
+        ("Never give up on a flaky test: rerun it 3 times!", None),  # a number: a detail
+    ):
+        (cand,) = EXTRACTOR.extract([_rec(text)], CTX)
+        assert cand.rule == "user_constraint", text
+        assert kept is None or cand.summary == kept
+
+
+def test_an_idiom_of_can_t_must_or_never_is_no_constraint() -> None:
+    # "I can't wait" looks forward and "you must have been thrilled" guesses: neither
+    # binds anyone, so what they say is the speaker's conversation fact
+    for text in (
+        "John: The Minnesota Wolves! I can't wait to play with them!",
+        "Tim: You must have been so pumped when it happened!",
+        "Joanna: I can't imagine life without it.",
+        "Gina: Never had a chance to visit it.",
+    ):
+        rules = {c.rule for c in EXTRACTOR.extract([_rec(text)], CTX)}
+        assert "user_constraint" not in rules, text
+    assert _fact("John: The Minnesota Wolves! I can't wait to play with them!").summary == (
+        "John: The Minnesota Wolves! I can't wait to play with them!"
+    )
+    for text in ("I can't use Docker on this laptop.", "You must be logged in to deploy."):
+        (cand,) = EXTRACTOR.extract([_rec(text)], CTX)
+        assert cand.rule == "user_constraint", text
