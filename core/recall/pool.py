@@ -3,8 +3,9 @@
 Merge → the long-term layers' votes fused by source message (:func:`corroborate`) →
 dedup by canonical_fact_key, then fingerprint (source priority Redis STM > LTM > raw
 history; on a tie the newer wins) → drop what the authority layer overrides → rescore
-(similarity, importance, recency, entity overlap, source priority) → top-K → fit a
-token budget.  Every candidate leaves with a verdict and a reason (explain mode).
+(similarity, importance, recency, entity overlap, source priority, said on a date the
+question names) → top-K → fit a token budget.  Every candidate leaves with a verdict and
+a reason (explain mode).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import Any, Protocol, TypeVar
 from pydantic import BaseModel, ConfigDict, Field
 
 from memstrata.core.recall.text import coverage, line_terms, question_topic, stemmed
+from memstrata.core.recall.when import Window, date_window, said_within
 
 
 class SourceType(StrEnum):
@@ -89,6 +91,10 @@ class RescoreWeights(BaseModel):
     # question's topic words (:func:`line_topic_coverage`); the rest is the layers' fused
     # order (docs/QUALITY.md, tenth wave)
     topic_coverage: float = Field(0.2, ge=0.0, le=1.0)
+    # a line said inside the window of the dates the question spells out ("on 16 November,
+    # 2023", "between August 11 and August 15"; :func:`~core.recall.when.date_window`): 0
+    # when it names none (docs/QUALITY.md, twelfth wave)
+    named_date: float = Field(0.3, ge=0.0, le=1.0)
 
 
 class PoolPolicy(BaseModel):
@@ -311,8 +317,11 @@ def _overlap(entities: tuple[str, ...], q: frozenset[str], folded_query: str) ->
     return overlap
 
 
-_PARTS = ("similarity", "importance", "recency", "entity_overlap", "source_priority")
-_Features = tuple[float, float, float, float, float]
+_PARTS = (
+    "similarity", "importance", "recency", "entity_overlap", "source_priority", "named_date"
+)  # fmt: skip
+_Features = tuple[float, float, float, float, float, float]
+_UNSET: Any = object()
 
 
 def _named(features: _Features) -> dict[str, float]:
@@ -341,7 +350,7 @@ def line_topic_coverage(topic: frozenset[str], c: PoolCandidate) -> float:
 class _Rescorer:
     """:func:`rescore` with what depends on the query alone worked out once per pool."""
 
-    __slots__ = ("entities", "folded", "now", "q", "query", "topic", "w")
+    __slots__ = ("entities", "folded", "now", "q", "query", "topic", "w", "window")
 
     def __init__(
         self, query_entities: Sequence[str], now: float, weights: RescoreWeights, query: str
@@ -353,6 +362,7 @@ class _Rescorer:
         self.query, self.entities = query, tuple(query_entities)
         # worked out on the first long-term line: STM-only pools, the hot path, never need it
         self.topic: frozenset[str] | None = None
+        self.window: Window | None = _UNSET  # on the first dated line, likewise
 
     def _topic(self) -> frozenset[str]:
         if self.topic is None:
@@ -374,12 +384,18 @@ class _Rescorer:
         if not stm and (topic := self._topic()):  # STM's is its term coverage already
             share = w.topic_coverage
             similarity = (1 - share) * similarity + share * line_topic_coverage(topic, c)
+        dated = 0.0
+        if c.said_at is not None and w.named_date:
+            if self.window is _UNSET:
+                self.window = date_window(self.query, self.now) if self.query else None
+            dated = w.named_date if said_within(c.said_at, self.window) else 0.0
         return (
             w.similarity * similarity,
             w.importance * c.importance,
             w.recency * recency,
             w.entity_overlap * overlap,
             w.source_priority * SOURCE_PRIORITY[c.source_type] / 100.0,
+            dated,
         )
 
 

@@ -120,6 +120,26 @@ def test_a_raw_message_that_says_nothing_of_its_own_gets_no_stand_in_vote(
     assert raw[ids[1]].uncurated and not raw[ids[0]].uncurated
 
 
+def test_a_question_naming_a_day_gets_what_was_said_that_day_first(runtime: Runtime) -> None:
+    # Given two raw answers a month apart that the extractor keeps nothing of
+    month = 30 * 86400
+    older = say(runtime, [("user", "hi"), ("assistant",
+                "The Vashon ferry leaves Fauntleroy every 40 minutes.")], AT - month)  # fmt: skip
+    newer = say(runtime, [("user", "hi again"), ("assistant",
+                "The Vashon ferry leaves Fauntleroy every 30 minutes.")], AT)  # fmt: skip
+    # When the user asks what was said on the older one's day (2023-04-07)
+    out = ask(runtime, "How often did the Vashon ferry leave, as you said on 7 April 2023?")
+    assert out.explain is not None and out.degraded == {}
+    raw = [s for s in out.explain.candidates if s.candidate.source_type is SourceType.RAW_HISTORY]
+    # Then that day's answer comes first, for having been said that day
+    assert raw[0].candidate.message_ids == (older[1],)
+    assert raw[0].parts["named_date"] > 0
+    assert [s.parts["named_date"] for s in raw if s.candidate.message_ids == (newer[1],)] == [0.0]
+    # and without a date the newer answer does
+    plain = ask(runtime, "How often does the Vashon ferry leave?")
+    assert plain.memory.history and plain.memory.history[0].message_ids == (newer[1],)
+
+
 def test_a_raw_message_a_curated_memory_already_holds_is_not_injected_twice(
     runtime: Runtime,
 ) -> None:

@@ -17,6 +17,7 @@ from memstrata.core.recall.pool import (
     SourceType,
     Verdict,
 )
+from memstrata.core.recall.when import date_window, said_within
 from memstrata.core.stm.store import StmHit
 
 _CJK = re.compile(r"[\u4e00-\u9fff]")
@@ -111,6 +112,7 @@ def rescore(
         "recency": weights.recency * recency,
         "entity_overlap": weights.entity_overlap * overlap,
         "source_priority": weights.source_priority * c.source_priority / 100.0,
+        "named_date": weights.named_date * said_within(c.said_at, date_window(query, now)),
     }
     return sum(parts.values()), parts
 

@@ -243,6 +243,36 @@ def test_entity_overlap_and_similarity_raise_the_score() -> None:
     assert pool[0].parts["entity_overlap"] > 0
 
 
+def test_a_line_said_on_the_day_the_question_names_beats_newer_and_higher_ranked_ones() -> None:
+    # "on 16 November, 2023" names when it was said: the line of that day wins a near-tie
+    # of the layers' order, and a newer one's recency (twelfth wave)
+    from datetime import UTC, datetime
+
+    from memstrata.core.recall.ltm_adapter import rank_similarity
+
+    day = datetime(2023, 11, 16, 15, tzinfo=UTC).timestamp()
+    now = day + 40 * 86400
+
+    def line(mid: str, said_at: float, rank: int) -> PoolCandidate:
+        return cand(mid, SourceType.RAW_HISTORY, mid, mid, summary=f"Tim: my knee hurts ({mid})",
+                    said_at=said_at, updated_at=said_at, layer_rank=rank,
+                    similarity=rank_similarity(rank))  # fmt: skip
+
+    lines = [line("newer", now - 86400, 0), line("that_day", day, 3), line("undated", 0.0, 1)]
+    pool = build_pool(lines, query_entities=[], now=now, policy=PoolPolicy(),
+                      query="What did Tim say about his injury on 16 November, 2023?")  # fmt: skip
+    assert pool[0].candidate.memory_id == "that_day"
+    assert pool[0].parts["named_date"] == RescoreWeights().named_date
+    assert {s.candidate.memory_id: s.parts["named_date"] for s in pool[1:]} == {
+        "newer": 0.0, "undated": 0.0,
+    }  # fmt: skip
+    # a question that names no date leaves the order to the layers and to recency
+    plain = build_pool(lines, query_entities=[], now=now, policy=PoolPolicy(),
+                       query="What did Tim say about his injury?")  # fmt: skip
+    assert plain[0].candidate.memory_id == "newer"
+    assert all(s.parts["named_date"] == 0.0 for s in plain)
+
+
 @given(st.text(max_size=300))
 def test_token_estimate_is_positive_and_monotone_in_cjk(text: str) -> None:
     assert estimate_tokens(text) >= 1

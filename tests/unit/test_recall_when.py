@@ -1,0 +1,82 @@
+"""The calendar window a question names (core.recall.when): pure, English and Chinese."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from memstrata.core.recall.when import SLACK_S, date_window, said_within
+
+NOW = datetime(2024, 1, 20, 12, tzinfo=UTC).timestamp()
+
+
+def days(window: tuple[float, float] | None) -> tuple[str, str] | None:
+    """The window without its slack, as the first day in it and the first day after it."""
+    if window is None:
+        return None
+
+    def day(t: float) -> str:
+        return datetime.fromtimestamp(t, tz=UTC).strftime("%Y-%m-%d")
+
+    return day(window[0] + SLACK_S), day(window[1] - SLACK_S)
+
+
+@pytest.mark.parametrize(
+    ("question", "expected"),
+    [
+        ("What did Tim say about his injury on 16 November, 2023?", ("2023-11-16", "2023-11-17")),
+        ("What book did Tim finish on 8th December, 2023?", ("2023-12-08", "2023-12-09")),
+        ("Where was the picture shared on December 1,2023 taken?", ("2023-12-01", "2023-12-02")),
+        ("Which team did John sign with on May 21, 2023?", ("2023-05-21", "2023-05-22")),
+        ("What did Nate share in November 2022?", ("2022-11-01", "2022-12-01")),
+        ("Where was John between August 11 and August 15 2023?", ("2023-08-11", "2023-08-16")),
+        ("Where was Tim in the week before 16 November 2023?", ("2023-11-09", "2023-11-16")),
+        ("What did we plan the week after 3 March 2023?", ("2023-03-04", "2023-03-11")),
+        # no year: the latest such day not after now (2024-01-20)
+        ("What kind of deal did John get in December?", ("2023-12-01", "2024-01-01")),
+        ("What happened on Jan 5?", ("2024-01-05", "2024-01-06")),
+        ("我2023年5月做了什么？", ("2023-05-01", "2023-06-01")),
+        ("我5月7日去了哪里？", ("2023-05-07", "2023-05-08")),
+        ("2023年12月31日的会议讲了什么？", ("2023-12-31", "2024-01-01")),
+    ],
+)
+def test_a_question_that_spells_out_its_dates_names_their_window(
+    question: str, expected: tuple[str, str]
+) -> None:
+    assert days(date_window(question, NOW)) == expected
+
+
+@pytest.mark.parametrize(
+    "question",
+    [
+        "May I ask what you did last week?",  # a verb, not the month
+        "We march on, whatever happens.",
+        "Did August Wilson write Fences?",  # a name
+        "When did John get an ankle injury in 2023?",  # a year alone: the whole history
+        "What did I say yesterday?",  # relative: the question carries no date
+        "the meeting is at 10:30",
+        "What happened on February 30, 2023?",  # no such day
+        "",
+    ],
+)
+def test_a_question_without_a_spelled_out_date_names_no_window(question: str) -> None:
+    assert date_window(question, NOW) is None
+
+
+def test_a_line_is_within_the_window_with_a_day_of_slack_and_an_undated_one_never() -> None:
+    window = date_window("What did Tim say on 16 November, 2023?", NOW)
+    day = datetime(2023, 11, 16, tzinfo=UTC).timestamp()
+    assert said_within(day + 3600, window)
+    assert said_within(day - 3600, window)  # a time zone west of UTC
+    assert not said_within(day - 2 * 86400, window)
+    assert not said_within(None, window)
+    assert not said_within(day, None)
+
+
+@given(st.text(max_size=200))
+def test_any_text_names_no_window_or_a_forward_one(text: str) -> None:
+    window = date_window(text, NOW)
+    assert window is None or window[0] < window[1]
