@@ -1,8 +1,9 @@
 """When a question asks about: the calendar window its dates name (pure, English + Chinese).
 
 "What did Tim say on 16 November, 2023?", "Where was John between August 11 and August 15
-2023?", "我2023年5月做了什么？": a line said inside the window the question names is more
-likely what it asks about than an equally similar line said months away.  Only dates the
+2023?", "我2023年5月做了什么？", "what broke on 2023-05-07?": a line said inside the window
+the question names is more likely what it asks about than an equally similar line said
+months away.  Only dates the
 question spells out count (a day, a month, a span of them); relative ones ("last week")
 need the date they were said on, which the question does not carry.  A date without its
 year is the latest one not after ``now``.  Times are UTC (an agent's history records no
@@ -38,6 +39,11 @@ _EN_DATE = (
 _EN = re.compile(rf"(?<![\w-]){_EN_DATE}(?![\w-])", re.IGNORECASE)
 _ZH = re.compile(
     r"(?:(?P<y>(?:19|20)\d\d)\s*年\s*)?(?P<m>1[0-2]|0?[1-9])\s*月(?:\s*(?P<d>[0-3]?\d)\s*[日号])?"
+)
+# ISO 8601 as agents and logs write it: "2023-05-07", "2023-05"
+_ISO = re.compile(
+    r"(?<![\w-])(?<!\w\.)(?P<y>(?:19|20)\d\d)-(?P<m>1[0-2]|0[1-9])(?:-(?P<d>[0-3]\d))?"
+    r"(?![\w-]|\.\w)"
 )
 _SPAN = re.compile(r"\b(between|from)\b", re.IGNORECASE)
 _WEEK_BEFORE = re.compile(r"\bweek before\b", re.IGNORECASE)
@@ -88,7 +94,7 @@ def _windows(query: str, now: float) -> list[Window]:
         w = _day(y, m, d) if d else _month(y, m)
         if w is not None:
             out.append(w)
-    for hit in _ZH.finditer(query):
+    for hit in (*_ZH.finditer(query), *_ISO.finditer(query)):
         m, d = int(hit["m"]), int(hit["d"]) if hit["d"] else None
         y = int(hit["y"]) if hit["y"] else _latest_year(m, d, now)
         w = _day(y, m, d) if d else _month(y, m)

@@ -41,6 +41,9 @@ def days(window: tuple[float, float] | None) -> tuple[str, str] | None:
         ("我2023年5月做了什么？", ("2023-05-01", "2023-06-01")),
         ("我5月7日去了哪里？", ("2023-05-07", "2023-05-08")),
         ("2023年12月31日的会议讲了什么？", ("2023-12-31", "2024-01-01")),
+        ("What did we deploy on 2023-05-07?", ("2023-05-07", "2023-05-08")),
+        ("Which incidents were logged in 2023-11?", ("2023-11-01", "2023-12-01")),
+        ("Tell me what went out on 2023-05-07.", ("2023-05-07", "2023-05-08")),
     ],
 )
 def test_a_question_that_spells_out_its_dates_names_their_window(
@@ -58,6 +61,7 @@ def test_a_question_that_spells_out_its_dates_names_their_window(
         "When did John get an ankle injury in 2023?",  # a year alone: the whole history
         "What did I say yesterday?",  # relative: the question carries no date
         "the meeting is at 10:30",
+        "build 2023-05-07-rc1 and version 1.2023-05 are names, not dates",
         "What happened on February 30, 2023?",  # no such day
         "",
     ],
