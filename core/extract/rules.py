@@ -60,11 +60,16 @@ _SECOND_PERSON = re.compile(
 )
 _EXCLAIMED = re.compile(r"[!！]\s*$")
 _DIGIT = re.compile(r"\d")
-# a named day or month inside a sentence dates what it says: a detail, like a number
+# a day or month named after a preposition dates what a sentence says ("moved to Friday",
+# "in March"): a detail, like a number; "Have a lovely Sunday!" names one in passing
 _NAMED_DATE = re.compile(
-    r"(?<=\s)(Monday|Tuesday|Wednesday|Thursday|Friday|Saturday|Sunday|January|February|"
+    r"\b(on|by|to|until|till|since|before|after|next|last|this|in|from)\s+"
+    r"(Monday|Tuesday|Wednesday|Thursday|Friday|Saturday|Sunday|January|February|"
     r"March|April|May|June|July|August|September|October|November|December)\b"
 )
+# the parts of a sentence a comma or semicolon separates ("Don't worry about the cache,
+# never restart prod."): a constraint in one part is not undone by a reaction in another
+_PART_SPLIT = re.compile(r"\s*[,;，；]\s*")
 _DETAIL = re.compile(r"\d|(?<=\s)(?!I\b)[A-Z][\w'&.-]+")
 _REASONING_OPEN = re.compile(r"<(thought|think|thinking)>|_Thinking:_", re.IGNORECASE)
 _REASONING_CLOSE = {
@@ -212,6 +217,24 @@ def is_reaction(sentence: str, lexicon: Lexicon) -> bool:
     if _CJK.search(sentence):
         return len(_CJK.findall(sentence)) <= REACTION_MAX_CJK_CHARS
     return len(sentence.split()) <= REACTION_MAX_WORDS
+
+
+def binds(clause: str, lexicon: Lexicon) -> bool:
+    """Whether a clause the ``user_constraint`` rule matches binds the listener: some part
+    of it that the rule matches on its own (the whole clause when none does) is neither
+    a reaction (:func:`is_reaction`: "Never give up!", "You must really enjoy having them
+    around - they're so cool!") nor an idiom of the ``constraint_idiom`` rule ("I can't
+    wait", "you must have been thrilled", "never had a chance").  "Don't worry about the
+    cache, never restart prod." binds by its second part."""
+    body = _speaker_prefix(clause)[1]
+    parts = [p for p in _PART_SPLIT.split(body) if lexicon.matches("user_constraint", p)]
+    # the sentence's "!" is each part's ("Don't give up, buddy!")
+    bang = "!" if _EXCLAIMED.search(body) else ""
+    return any(
+        not lexicon.matches("constraint_idiom", p)
+        and not is_reaction(p if _EXCLAIMED.search(p) else p + bang, lexicon)
+        for p in parts or [body]
+    )
 
 
 def says_nothing_of_its_own(text: str, lexicon: Lexicon) -> bool:
@@ -558,16 +581,8 @@ class RuleExtractor:
             return self._user_memory(clause, rec, ctx, entities, norm, explicit=True)
         if user and lx.matches("user_preference", clause):
             return self._user_memory(clause, rec, ctx, entities, norm, explicit=False)
-        # "Never give up!" and "You must really enjoy it - so cool!" cheer the listener on,
-        # "I can't wait" and "you must have been thrilled" are no rules: a constraint
-        # pinned above every answer would be a reaction or an idiom
-        if (
-            user
-            and lx.matches("user_constraint", clause)
-            and not lx.matches("constraint_idiom", clause)
-            and not is_guess
-            and not is_reaction(_speaker_prefix(clause)[1], lx)
-        ):
+        # a constraint is pinned above every answer: not a reaction or an idiom
+        if user and lx.matches("user_constraint", clause) and not is_guess and binds(clause, lx):
             topic = topic_of(clause, "constraint", lx) or (
                 entities[0].casefold() if entities else short_hash(norm)
             )

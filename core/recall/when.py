@@ -36,23 +36,31 @@ _EN_DATE = (
     rf"|{_MONTH.format(g='m3')}\s+{_DAY.format(g='d3')}(?![\d:])"
     rf"|{_MONTH.format(g='m4')}(?:,?\s+(?:of\s+)?{_YEAR.format(g='y4')})?)"
 )
-_EN = re.compile(rf"(?<![\w-]){_EN_DATE}(?![\w-])", re.IGNORECASE)
+_EN = re.compile(rf"(?<![\w.-]){_EN_DATE}(?![\w-])", re.IGNORECASE)
 _ZH = re.compile(
-    r"(?:(?P<y>(?:19|20)\d\d)\s*年\s*)?(?P<m>1[0-2]|0?[1-9])\s*月(?:\s*(?P<d>[0-3]?\d)\s*[日号])?"
+    r"(?:(?P<y>(?:19|20)\d\d)\s*年\s*)?(?<!\d)(?P<m>1[0-2]|0?[1-9])\s*月"
+    r"(?:\s*(?P<d>[0-3]?\d)\s*[日号])?"
 )
 # ISO 8601 as agents and logs write it: "2023-05-07", "2023-05"
 _ISO = re.compile(
     r"(?<![\w-])(?<!\w\.)(?P<y>(?:19|20)\d\d)-(?P<m>1[0-2]|0[1-9])(?:-(?P<d>[0-3]\d))?"
     r"(?![\w-]|\.\w)"
 )
-_SPAN = re.compile(r"\b(between|from)\b", re.IGNORECASE)
 _WEEK_BEFORE = re.compile(r"\bweek before\b", re.IGNORECASE)
 _WEEK_AFTER = re.compile(r"\bweek after\b", re.IGNORECASE)
 # a month alone names one after a preposition ("in May", "of November"); otherwise it
 # may be a verb or a name ("May I ask", "we march on", "August Wilson")
-_BARE_MONTH_AFTER = ("in", "of", "since", "until", "till", "during", "early", "late", "by")
+_BARE_MONTH_AFTER = frozenset(
+    ("in", "of", "since", "until", "till", "during", "early", "late", "by")
+)
+# these are also words ("these 3 may help", "we ran march 3 miles", "jan", "dec"): in
+# lower case they name a month only with a year beside them
+_ALSO_WORDS = frozenset(("may", "march", "mar", "jan", "dec", "sept"))
+_WORD_BEFORE = re.compile(r"(\w+)\W*$")
 
 Window = tuple[float, float]
+# a date the question spells out: (year or None when it says none, month, day or None)
+_Date = tuple[int | None, int, int | None]
 
 
 def _day(y: int, m: int, d: int) -> Window | None:
@@ -69,54 +77,76 @@ def _month(y: int, m: int) -> Window:
     return start.timestamp(), (start + timedelta(days=days)).timestamp()
 
 
-def _latest_year(m: int, d: int | None, now: float) -> int:
-    """The year of the latest ``m``/``d`` that is not after ``now``."""
+def _window(y: int, m: int, d: int | None) -> Window | None:
+    return _day(y, m, d) if d else _month(y, m)
+
+
+def _latest(m: int, d: int | None, now: float) -> Window | None:
+    """The window of the latest ``m``/``d`` not after ``now`` (a 29 February: the
+    latest leap year's)."""
     today = datetime.fromtimestamp(now, tz=UTC)
-    if (m, d or 1) > (today.month, today.day):
-        return today.year - 1
-    return today.year
+    year = today.year - 1 if (m, d or 1) > (today.month, today.day) else today.year
+    for y in range(year, year - 8, -1):
+        if (w := _window(y, m, d)) is not None:
+            return w
+    return None
 
 
-def _windows(query: str, now: float) -> list[Window]:
-    out: list[Window] = []
+def _dates(query: str) -> list[_Date]:
+    """Every date ``query`` spells out, in the order it says them."""
+    found: list[tuple[int, _Date]] = []
     for hit in _EN.finditer(query):
         g = hit.groupdict()
         mname = next(g[k] for k in ("m1", "m2", "m3", "m4") if g[k])
         day = next((g[k] for k in ("d1", "d2", "d3") if g[k]), None)
         year = next((g[k] for k in ("y1", "y2", "y4") if g[k]), None)
+        folded = mname.casefold().rstrip(".")
+        if year is None and folded in _ALSO_WORDS and mname[0].islower():
+            continue
         if day is None and year is None:
-            before = query[: hit.start()].split()
-            if not before or before[-1].casefold() not in _BARE_MONTH_AFTER:
+            before = _WORD_BEFORE.search(query, max(0, hit.start() - 24), hit.start())
+            if before is None or before.group(1).casefold() not in _BARE_MONTH_AFTER:
                 continue
-        m = _MONTHS[mname.casefold().rstrip(".")]
-        d = int(day) if day else None
-        y = int(year) if year else _latest_year(m, d, now)
-        w = _day(y, m, d) if d else _month(y, m)
-        if w is not None:
-            out.append(w)
+        found.append((hit.start(), (int(year) if year else None, _MONTHS[folded],
+                                    int(day) if day else None)))  # fmt: skip
     for hit in (*_ZH.finditer(query), *_ISO.finditer(query)):
-        m, d = int(hit["m"]), int(hit["d"]) if hit["d"] else None
-        y = int(hit["y"]) if hit["y"] else _latest_year(m, d, now)
-        w = _day(y, m, d) if d else _month(y, m)
-        if w is not None:
-            out.append(w)
+        y, d = hit["y"], hit["d"]
+        found.append((hit.start(), (int(y) if y else None, int(hit["m"]), int(d) if d else None)))
+    return [date for _, date in sorted(found)]
+
+
+def _windows(query: str, now: float) -> list[Window]:
+    """The windows of the dates ``query`` spells out.  A date without its year takes the
+    year another date of the question states ("between August 11 and August 15 2023"),
+    else the latest one not after ``now``; a span's end that would fall before its start
+    is in the next year ("between December 28 and January 3")."""
+    dates = _dates(query)
+    stated = next((y for y, _, _ in dates if y is not None), None)
+    out: list[Window] = []
+    for y, m, d in dates:
+        year = y if y is not None else stated
+        w = _window(year, m, d) if year is not None else _latest(m, d, now)
+        if w is None:
+            continue
+        if out and y is None and w[1] <= out[-1][0]:
+            w = _window(datetime.fromtimestamp(w[0], tz=UTC).year + 1, m, d) or w
+        out.append(w)
     return out
 
 
 def date_window(query: str, now: float) -> Window | None:
     """The UTC window ``[start, end)`` of the dates ``query`` names, or None.
 
-    Two dates after "between" or "from" span from the first to the second; "the week
-    before X" is the seven days up to X, "the week after X" the seven after.  Several
-    dates without a span: from the earliest to the latest.  The window is widened by
-    :data:`SLACK_S` on each side."""
+    Several dates span from the earliest to the latest ("between August 11 and August
+    15"); "the week before X" is the seven days up to X, "the week after X" the seven
+    after.  The window is widened by :data:`SLACK_S` on each side."""
     if len(query) > 2000:  # a question, not a document: nothing to gain from a scan
         return None
     found = _windows(query, now)
     if not found:
         return None
     start, end = min(w[0] for w in found), max(w[1] for w in found)
-    if len(found) == 1 and not _SPAN.search(query):
+    if len(found) == 1:
         week = 7 * 24 * 3600.0
         if _WEEK_BEFORE.search(query):
             start, end = start - week, start

@@ -182,6 +182,7 @@ def test_a_reaction_states_nothing_of_the_speakers_own() -> None:
         "You'd be a great counselor!",
         "你太厉害了！",
         "哇，好厉害！",
+        "Have a lovely Sunday!",  # a day named in passing
     ):
         assert is_reaction(sentence, EXTRACTOR.lexicon), sentence
     for sentence in (
@@ -193,7 +194,7 @@ def test_a_reaction_states_nothing_of_the_speakers_own() -> None:
         "Use pnpm, not npm!",
         "周末去爬山了，风景特别好！",
         "Won 3 games in a row!",  # a number is a detail
-        "Sorry, the meeting moved to Friday!",  # so is a named day
+        "Sorry, the meeting moved to Friday!",  # so is a day named as when
         "Congrats, the launch moved to March!",
         "我今天去了医院。",
         "Bart参与了学校的迷你马拉松，感到非常开心。",  # 迷你 is "mini", not "you"
@@ -245,39 +246,47 @@ def test_a_chinese_statement_ending_in_the_particle_ne_and_a_full_stop_is_no_que
 
 
 def test_cheering_the_listener_on_is_no_constraint_and_no_fact() -> None:
-    # "must" and "never" also cheer a friend on; pinned as constraints, such lines took
-    # the first place of every recall (docs/QUALITY.md, twelfth wave)
+    # "must" and "never" also cheer a friend on; an STM constraint is pinned above every
+    # answer (docs/QUALITY.md, twelfth wave)
     for text in (
-        "Gina: Never give up!",
+        "Never give up!",
+        "Don't give up, buddy!",
         "Melanie: You must really enjoy having them around - they're so cool!",
         "Hang in there, you got this!",
         "Don't let anything stop you",
     ):
         assert EXTRACTOR.extract([_rec(text)], CTX) == [], text
-    for text, kept in (
-        ("Never push to main on Fridays.", "Never push to main on Fridays."),
-        ("You must not delete the backups.", "You must not delete the backups."),
-        ("Never give up on a flaky test: rerun it 3 times!", None),  # a number: a detail
+    for text in (
+        "Never push to main on Fridays.",
+        "You must not delete the backups.",
+        "Never give up on a flaky test: rerun it 3 times!",  # a number: a detail
+        "Never give up the admin password!",  # "give up" with an object is no cheer
+        "Never quit the migration halfway!",
+        "Keep going, never restart prod!",  # the cheer is one part, the rule another
+        "Don't worry about the cache, never restart prod.",
     ):
         (cand,) = EXTRACTOR.extract([_rec(text)], CTX)
-        assert cand.rule == "user_constraint", text
-        assert kept is None or cand.summary == kept
+        assert (cand.rule, cand.summary) == ("user_constraint", text)
 
 
 def test_an_idiom_of_can_t_must_or_never_is_no_constraint() -> None:
     # "I can't wait" looks forward and "you must have been thrilled" guesses: neither
     # binds anyone, so what they say is the speaker's conversation fact
     for text in (
-        "John: The Minnesota Wolves! I can't wait to play with them!",
-        "Tim: You must have been so pumped when it happened!",
-        "Joanna: I can't imagine life without it.",
-        "Gina: Never had a chance to visit it.",
+        "The Minnesota Wolves! I can't wait to play with them!",
+        "You must have been so pumped when it happened!",
+        "You must’ve been thrilled!",
+        "I can't imagine life without it.",
+        "Never had a chance to visit it.",
+        "Don't worry, I won't let anything get me down.",
     ):
-        rules = {c.rule for c in EXTRACTOR.extract([_rec(text)], CTX)}
-        assert "user_constraint" not in rules, text
-    assert _fact("John: The Minnesota Wolves! I can't wait to play with them!").summary == (
-        "John: The Minnesota Wolves! I can't wait to play with them!"
-    )
-    for text in ("I can't use Docker on this laptop.", "You must be logged in to deploy."):
+        (cand,) = EXTRACTOR.extract([_rec(text)], CTX)
+        assert (cand.rule, cand.summary) == ("conversation_fact", text)
+    for text in (
+        "I can't use Docker on this laptop.",
+        "You must be logged in to deploy.",
+        "You must have completed the training before deploying.",  # a requirement
+        "Don't think about restarting prod without approval.",
+    ):
         (cand,) = EXTRACTOR.extract([_rec(text)], CTX)
         assert cand.rule == "user_constraint", text

@@ -37,6 +37,7 @@ QUERIES = [
     "小王昨天的 PAY-1234 回滚了吗",
     "",
     "thread_pool gc kafka HTTP504 payment-service",
+    "what did Caroline say about the cache on 28 May 2026?",  # NOW's day: named_date
 ]
 TYPES = ["fact", "decision", "constraint", "observation", "preference", "hypothesis"]
 

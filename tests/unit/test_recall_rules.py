@@ -253,12 +253,12 @@ def test_a_line_said_on_the_day_the_question_names_beats_newer_and_higher_ranked
     day = datetime(2023, 11, 16, 15, tzinfo=UTC).timestamp()
     now = day + 40 * 86400
 
-    def line(mid: str, said_at: float, rank: int) -> PoolCandidate:
+    def line(mid: str, said_at: float | None, rank: int) -> PoolCandidate:
         return cand(mid, SourceType.RAW_HISTORY, mid, mid, summary=f"Tim: my knee hurts ({mid})",
-                    said_at=said_at, updated_at=said_at, layer_rank=rank,
+                    said_at=said_at, updated_at=said_at or now - 86400, layer_rank=rank,
                     similarity=rank_similarity(rank))  # fmt: skip
 
-    lines = [line("newer", now - 86400, 0), line("that_day", day, 3), line("undated", 0.0, 1)]
+    lines = [line("newer", now - 86400, 0), line("that_day", day, 3), line("undated", None, 1)]
     pool = build_pool(lines, query_entities=[], now=now, policy=PoolPolicy(),
                       query="What did Tim say about his injury on 16 November, 2023?")  # fmt: skip
     assert pool[0].candidate.memory_id == "that_day"

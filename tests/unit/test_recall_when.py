@@ -52,6 +52,28 @@ def test_a_question_that_spells_out_its_dates_names_their_window(
     assert days(date_window(question, NOW)) == expected
 
 
+LATER = datetime(2025, 3, 1, 12, tzinfo=UTC).timestamp()
+
+
+@pytest.mark.parametrize(
+    ("question", "expected"),
+    [
+        # the year one date states is the other's ("August 11" is not 2024's)
+        ("Where was John between August 11 and August 15 2023?", ("2023-08-11", "2023-08-16")),
+        # a span's end before its start is in the next year
+        ("What happened between December 28 and January 3?", ("2024-12-28", "2025-01-04")),
+        # no 29 February in 2025: the latest leap year's
+        ("What did I say on Feb 29?", ("2024-02-29", "2024-03-01")),
+        # "from" starts no span when only one date is named
+        ("What did I get from Tim the week after 3 March 2023?", ("2023-03-04", "2023-03-11")),
+    ],
+)
+def test_a_date_without_its_year_takes_the_questions_or_the_latest(
+    question: str, expected: tuple[str, str]
+) -> None:
+    assert days(date_window(question, LATER)) == expected
+
+
 @pytest.mark.parametrize(
     "question",
     [
@@ -62,6 +84,11 @@ def test_a_question_that_spells_out_its_dates_names_their_window(
         "What did I say yesterday?",  # relative: the question carries no date
         "the meeting is at 10:30",
         "build 2023-05-07-rc1 and version 1.2023-05 are names, not dates",
+        "Do you think these 3 may help with the timeout?",  # words, in lower case
+        "option 2 may fail",
+        "we ran march 3 miles",
+        "Upgrade to 1.10 dec",
+        "2023年13月的账单",  # no 13th month, and not the 3rd
         "What happened on February 30, 2023?",  # no such day
         "",
     ],
@@ -81,6 +108,10 @@ def test_a_line_is_within_the_window_with_a_day_of_slack_and_an_undated_one_neve
 
 
 @given(st.text(max_size=200))
-def test_any_text_names_no_window_or_a_forward_one(text: str) -> None:
-    window = date_window(text, NOW)
-    assert window is None or window[0] < window[1]
+def test_a_spelled_out_day_is_inside_the_window_whatever_else_the_question_says(
+    text: str,
+) -> None:
+    window = date_window(f"{text} on 16 November, 2023?", NOW)
+    noon = datetime(2023, 11, 16, 12, tzinfo=UTC).timestamp()
+    assert window is not None
+    assert said_within(noon, window) or "week" in text.casefold() or len(text) > 1900
