@@ -118,20 +118,25 @@ def _dates(query: str) -> list[_Date]:
 def _windows(query: str, now: float) -> list[Window]:
     """The windows of the dates ``query`` spells out.  A date without its year takes the
     year another date of the question states ("between August 11 and August 15 2023"),
-    else the latest one not after ``now``; a span's end that would fall before its start
-    is in the next year ("between December 28 and January 3")."""
+    else the latest one not after ``now``; a span whose end would fall before its start
+    crosses a new year ("between December 28 and January 3", "… January 3, 2024")."""
     dates = _dates(query)
     stated = next((y for y, _, _ in dates if y is not None), None)
-    out: list[Window] = []
+    out: list[tuple[Window, _Date]] = []
     for y, m, d in dates:
         year = y if y is not None else stated
         w = _window(year, m, d) if year is not None else _latest(m, d, now)
         if w is None:
             continue
-        if out and y is None and w[1] <= out[-1][0]:
-            w = _window(datetime.fromtimestamp(w[0], tz=UTC).year + 1, m, d) or w
-        out.append(w)
-    return out
+        if out and w[1] <= out[-1][0][0]:  # a span's end before its start
+            (prev, (py, pm, pd)) = out[-1]
+            if y is None:  # "December 28 and January 3": the next January
+                w = _window(datetime.fromtimestamp(w[0], tz=UTC).year + 1, m, d) or w
+            elif py is None:  # "December 28 and January 3, 2024": the December before
+                year_before = datetime.fromtimestamp(prev[0], tz=UTC).year - 1
+                out[-1] = (_window(year_before, pm, pd) or prev, (py, pm, pd))
+        out.append((w, (y, m, d)))
+    return [w for w, _ in out]
 
 
 def date_window(query: str, now: float) -> Window | None:

@@ -62,6 +62,7 @@ LATER = datetime(2025, 3, 1, 12, tzinfo=UTC).timestamp()
         ("Where was John between August 11 and August 15 2023?", ("2023-08-11", "2023-08-16")),
         # a span's end before its start is in the next year
         ("What happened between December 28 and January 3?", ("2024-12-28", "2025-01-04")),
+        ("What happened between December 28 and January 3, 2024?", ("2023-12-28", "2024-01-04")),
         # no 29 February in 2025: the latest leap year's
         ("What did I say on Feb 29?", ("2024-02-29", "2024-03-01")),
         # "from" starts no span when only one date is named
