@@ -321,7 +321,6 @@ _PARTS = (
     "similarity", "importance", "recency", "entity_overlap", "source_priority", "named_date"
 )  # fmt: skip
 _Features = tuple[float, float, float, float, float, float]
-_UNSET: Any = object()
 
 
 def _named(features: _Features) -> dict[str, float]:
@@ -350,7 +349,7 @@ def line_topic_coverage(topic: frozenset[str], c: PoolCandidate) -> float:
 class _Rescorer:
     """:func:`rescore` with what depends on the query alone worked out once per pool."""
 
-    __slots__ = ("entities", "folded", "now", "q", "query", "topic", "w", "window")
+    __slots__ = ("entities", "folded", "now", "q", "query", "topic", "w", "window", "windowed")
 
     def __init__(
         self, query_entities: Sequence[str], now: float, weights: RescoreWeights, query: str
@@ -362,7 +361,14 @@ class _Rescorer:
         self.query, self.entities = query, tuple(query_entities)
         # worked out on the first long-term line: STM-only pools, the hot path, never need it
         self.topic: frozenset[str] | None = None
-        self.window: Window | None = _UNSET  # on the first dated line, likewise
+        self.window: Window | None = None  # on the first dated line, likewise
+        self.windowed = False
+
+    def _window(self) -> Window | None:
+        if not self.windowed:
+            self.window = date_window(self.query, self.now) if self.query else None
+            self.windowed = True
+        return self.window
 
     def _topic(self) -> frozenset[str]:
         if self.topic is None:
@@ -386,9 +392,7 @@ class _Rescorer:
             similarity = (1 - share) * similarity + share * line_topic_coverage(topic, c)
         dated = 0.0
         if c.said_at is not None and w.named_date:
-            if self.window is _UNSET:
-                self.window = date_window(self.query, self.now) if self.query else None
-            dated = w.named_date if said_within(c.said_at, self.window) else 0.0
+            dated = w.named_date if said_within(c.said_at, self._window()) else 0.0
         return (
             w.similarity * similarity,
             w.importance * c.importance,

@@ -42,6 +42,12 @@ def _fact(text: str, mid: str = "t1.0", *, name: str | None = None) -> Candidate
     return cand
 
 
+def _only(text: str) -> Candidate:
+    """The one candidate of any rule that a user message yields."""
+    (cand,) = EXTRACTOR.extract([_rec(text)], CTX)
+    return cand
+
+
 def test_a_casual_statement_becomes_one_verified_fact_with_its_own_provenance() -> None:
     (cand,) = EXTRACTOR.extract([_rec("I went to a support group yesterday.")], CTX)
     assert cand.rule == "conversation_fact"
@@ -265,7 +271,7 @@ def test_cheering_the_listener_on_is_no_constraint_and_no_fact() -> None:
         "Keep going, never restart prod!",  # the cheer is one part, the rule another
         "Don't worry about the cache, never restart prod.",
     ):
-        (cand,) = EXTRACTOR.extract([_rec(text)], CTX)
+        cand = _only(text)
         assert (cand.rule, cand.summary) == ("user_constraint", text)
 
 
@@ -280,7 +286,7 @@ def test_an_idiom_of_can_t_must_or_never_is_no_constraint() -> None:
         "Never had a chance to visit it.",
         "Don't worry, I won't let anything get me down.",
     ):
-        (cand,) = EXTRACTOR.extract([_rec(text)], CTX)
+        cand = _only(text)
         assert (cand.rule, cand.summary) == ("conversation_fact", text)
     for text in (
         "I can't use Docker on this laptop.",
@@ -288,5 +294,4 @@ def test_an_idiom_of_can_t_must_or_never_is_no_constraint() -> None:
         "You must have completed the training before deploying.",  # a requirement
         "Don't think about restarting prod without approval.",
     ):
-        (cand,) = EXTRACTOR.extract([_rec(text)], CTX)
-        assert cand.rule == "user_constraint", text
+        assert _only(text).rule == "user_constraint", text
