@@ -27,11 +27,19 @@ def _bench(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
+    try:
+        systems = _quality_systems(args)
+    except ValueError as exc:
+        print(f"memstrata bench: {exc}", file=sys.stderr)
+        return 2
     results = {}
     for name in names:
         module = importlib.import_module(BENCHES[name])
         with ticking(f"bench {name}", enabled=bar):
-            if name in ("quality", "embedders"):
+            if name == "quality":
+                results[name] = module.run(quick=args.quick, dataset=args.dataset,
+                                           fmt=args.format, systems=systems)  # fmt: skip
+            elif name == "embedders":
                 results[name] = module.run(quick=args.quick, dataset=args.dataset,
                                            fmt=args.format)  # fmt: skip
             else:
@@ -44,6 +52,25 @@ def _bench(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(results[names[0]] if len(names) == 1 else results))
     return 1 if "quality" in results and _quality_failed(results["quality"]) else 0
+
+
+def _quality_systems(args: argparse.Namespace) -> tuple[str, ...] | None:
+    """``--systems`` as names (None: every one), and the suite's skip list checked, so a
+    misspelt name fails before an hour's run; ValueError says what is wrong."""
+    from memstrata.ops.bench.quality.runner import system_names
+    from memstrata.ops.bench.quality.suite import skipped_runs, suite
+
+    whole_suite = args.name == "quality" and args.dataset is None and not args.quick
+    if whole_suite:
+        skipped_runs(suite())  # MEMSTRATA_BENCH_QUALITY_SKIP
+    if args.systems is None:
+        return None
+    if args.name != "quality":
+        raise ValueError("--systems applies to the quality benchmark only")
+    if whole_suite:
+        raise ValueError("the suite behind docs/QUALITY.md runs every system: --systems "
+                         "needs --dataset or --quick")  # fmt: skip
+    return system_names(args.systems)
 
 
 def _bench_all(args: argparse.Namespace, bar: bool) -> int:
@@ -128,5 +155,10 @@ def add_bench(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "--format",
         choices=["locomo", "memdaily", "madial", "beam"],
         help="quality, embedders: dataset format (default: detected from the file)",
+    )
+    b.add_argument(
+        "--systems",
+        help="quality with --dataset or --quick: comma-separated systems to run, e.g. "
+        "memstrata,bm25_raw (default: every one; the suite always runs every one)",
     )
     b.set_defaults(func=_bench)

@@ -262,3 +262,51 @@ def test_a_clean_run_exits_zero(
     monkeypatch.chdir(tmp_path)
     assert cli.main(["bench", "quality", "--dataset", str(_locomo_file(tmp_path))]) == 0
     assert "error" not in capsys.readouterr().err
+
+
+def test_the_command_runs_only_the_systems_it_is_given(
+    systems: dict[str, dict[str, Any]],
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # Given a dataset and three known systems
+    monkeypatch.chdir(tmp_path)
+    data = str(_locomo_file(tmp_path))
+    # When the quality benchmark is asked for two of them, one named twice
+    code = cli.main(["bench", "quality", "--dataset", data, "--systems", "steady, flaky,steady",
+                     "--json"])  # fmt: skip
+    # Then those two ran, in the order given, and nothing else
+    assert code == 0
+    assert list(json.loads(capsys.readouterr().out)["systems"]) == ["steady", "flaky"]
+
+
+@pytest.mark.parametrize(
+    ("argv", "says"),
+    [
+        (["quality", "--dataset", "{data}", "--systems", "steady,bm25"], "unknown system 'bm25'"),
+        (["quality", "--dataset", "{data}", "--systems", " , "], "no system named"),
+        (["quality", "--systems", "steady"], "--systems needs --dataset or --quick"),
+        (["stm", "--systems", "steady"], "applies to the quality benchmark only"),
+    ],
+)
+def test_a_systems_list_that_cannot_run_is_refused_before_anything_runs(
+    systems: dict[str, dict[str, Any]],
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    argv: list[str],
+    says: str,
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    data = str(_locomo_file(tmp_path))
+    code = cli.main(["bench", *(a.replace("{data}", data) for a in argv)])
+    assert code == 2 and says in capsys.readouterr().err
+    assert not (tmp_path / "var").exists()  # nothing was run, nothing written
+
+
+def test_the_names_of_systems_and_variants_are_known_to_the_parser() -> None:
+    assert runner.system_names("memstrata,bm25_raw+stem,memstrata+nottl+fetchall") == (
+        "memstrata", "bm25_raw+stem", "memstrata+nottl+fetchall")  # fmt: skip
+    with pytest.raises(ValueError, match="unknown system 'memstrata\\+fast'"):
+        runner.system_names("memstrata+fast")

