@@ -132,29 +132,40 @@ class Scored(BaseModel):
 
 class LineCost(Protocol):
     """Tokens a kept candidate adds to the rendered block: its line, plus its section's
-    title when it is the first line of its section (``opens_section``)."""
+    title when it is the first line of its section (``opens_section``), plus its day's
+    heading when it is the first line of that day in its section (``opens_day``)."""
 
-    def __call__(self, c: PoolCandidate, opens_section: bool) -> int: ...
+    def __call__(self, c: PoolCandidate, opens_section: bool, opens_day: bool = False) -> int: ...
 
 
 _CJK = re.compile(r"[\u4e00-\u9fff]")
 
 
 DATE_TOKENS = 8
-"""What a line's date, ``(2023-05-08) ``, costs in cl100k tokens (the digits split: 8
-tokens, where :func:`estimate_tokens`' four characters a token would say 3), for the
-estimate of a pool built without a renderer; recall pays the printed line
+"""What a day's heading, ``2023-05-08:`` and its line break, costs in cl100k tokens (the
+digits split: 8 tokens, where :func:`estimate_tokens`' four characters a token would say
+3), for the estimate of a pool built without a renderer; recall pays the printed block
 (``core.recall.render.RenderCost``)."""
 
 
+def said_day(c: PoolCandidate) -> int | None:
+    """The UTC day (days since the epoch) a long-term or raw line is printed under; None
+    for STM lines (never dated) and lines without a time.  Lines said the same day share
+    one heading, so a day costs its tokens once (``core.recall.render``)."""
+    if c.source_type is SourceType.REDIS_STM or c.said_at is None or c.said_at <= 0:
+        return None
+    return int(c.said_at // 86_400)
+
+
 def line_tokens(c: PoolCandidate) -> int:
-    """A candidate's estimated cost: its text, and its date when it has one."""
-    return estimate_tokens(c.summary) + (DATE_TOKENS if c.said_at is not None else 0)
+    """A candidate's estimated cost alone: its text, and its day's heading when dated."""
+    return estimate_tokens(c.summary) + (DATE_TOKENS if said_day(c) is not None else 0)
 
 
-def estimated_cost(c: PoolCandidate, opens_section: bool) -> int:
-    """The :class:`LineCost` of a pool built without a renderer: the line's estimate."""
-    return line_tokens(c)
+def estimated_cost(c: PoolCandidate, opens_section: bool, opens_day: bool = False) -> int:
+    """The :class:`LineCost` of a pool built without a renderer: the line's estimate, its
+    day's heading only for the day's first line."""
+    return estimate_tokens(c.summary) + (DATE_TOKENS if opens_day else 0)
 
 
 @lru_cache(maxsize=16_384)
@@ -478,6 +489,7 @@ def _fit(
     rank = -1
     covered: set[str] = set()  # source messages of what is kept so far
     opened: set[SourceType] = set()  # sections with a kept line (their title is paid)
+    days: set[tuple[SourceType, int]] = set()  # day headings paid, per section
     top_k, budget = policy.top_k, policy.token_budget
     for score, f, c in live:
         raw = c.source_type is SourceType.RAW_HISTORY
@@ -493,17 +505,31 @@ def _fit(
                 break  # nothing further down can be kept
             tokens = line_tokens(c)
             verdict, reason = Verdict.BELOW_TOP_K, f"rank {rank + 1} > top_k {top_k}"
-        elif used + (tokens := cost(c, c.source_type not in opened)) > budget:
+        elif used + (tokens := _cost(cost, c, opened, days)) > budget:
             verdict, reason = Verdict.OVER_BUDGET, f"{used}+{tokens} > {budget} tokens"
         else:
             used += tokens
             covered.update(c.message_ids)
             opened.add(c.source_type)
+            if (day := said_day(c)) is not None:
+                days.add((c.source_type, day))
             kept.append(_scored(c, score, f, Verdict.KEPT, f"rank {rank + 1}", tokens))
             continue
         if report:
             rest.append(_scored(c, score, f, verdict, reason, tokens))
     return kept, rest
+
+
+def _cost(
+    cost: LineCost,
+    c: PoolCandidate,
+    opened: set[SourceType],
+    days: set[tuple[SourceType, int]],
+) -> int:
+    """What keeping ``c`` adds, given the sections and day headings already printed."""
+    day = said_day(c)
+    opens_day = day is not None and (c.source_type, day) not in days
+    return cost(c, c.source_type not in opened, opens_day)
 
 
 def _scored(

@@ -97,7 +97,7 @@ def test_a_superseded_statement_is_recalled_as_it_read_at_a_past_moment(
     # When recall is asked now, then the current statement is the long-term memory
     now = _ask(runtime, query, as_of=None)
     assert _episodes(now) == [THREE], now.text
-    assert f"- (2023-05-08) {THREE}" in now.text
+    assert f"2023-05-08:\n- {THREE}" in now.text
 
     # When it is asked as of a moment between the two sessions' ends
     then = _ask(runtime, query, as_of=AT + 7200)
@@ -105,7 +105,7 @@ def test_a_superseded_statement_is_recalled_as_it_read_at_a_past_moment(
     [card] = [line for line in then.memory.long_term if line.memory_type == "episode"]
     assert card.text == TWO and card.message_ids == (old,)
     # ... dated when it was said (a dated event: the card keeps its statement's time)
-    assert card.at == AT and f"- (2023-05-07) {TWO}" in then.text
+    assert card.at == AT and f"2023-05-07:\n- {TWO}" in then.text
     # ... and nothing said later is injected from any layer
     assert "3 horses" not in then.text
     assert all(new not in line.message_ids for line in then.memory.history)

@@ -95,7 +95,7 @@ def test_what_no_curated_layer_kept_comes_back_from_raw_history(runtime: Runtime
     # Then the raw message is injected under its own heading, dated, with its message id
     assert out.degraded == {}
     assert out.memory.history and out.memory.history[0].message_ids == (ids[1],)
-    assert "From earlier conversations:\n- (2023-05-07) The ferry to Vashon" in out.text
+    assert "From earlier conversations:\n2023-05-07:\n- The ferry to Vashon" in out.text
     assert out.explain is not None
     raw = [s for s in out.explain.candidates if s.candidate.source_type is SourceType.RAW_HISTORY]
     assert raw[0].candidate.memory_id == history_id(runtime.settings.key_namespace, "u1", ids[1])

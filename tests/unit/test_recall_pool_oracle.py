@@ -167,13 +167,16 @@ def test_recall_without_explain_keeps_the_same_lines_and_pays_them_the_same() ->
         cands = _mixed_pool(rng)
         policy = PoolPolicy(top_k=rng.randint(1, 12), token_budget=rng.choice([0, 5, 20, 40, 400]))
         authority = _superseded if rng.random() < 0.5 else None
-        calls: dict[bool, list[tuple[str, bool]]] = {True: [], False: []}
+        calls: dict[bool, list[tuple[str, bool, bool]]] = {True: [], False: []}
         out: dict[bool, list[Scored]] = {}
         for report in (True, False):
 
-            def cost(c: PoolCandidate, opens_section: bool, log: Any = calls[report]) -> int:
-                log.append((c.memory_id, opens_section))
-                return line_tokens(c) + (3 if opens_section else 0)
+            def cost(
+                c: PoolCandidate, opens_section: bool, opens_day: bool = False,
+                log: Any = calls[report],
+            ) -> int:  # fmt: skip
+                log.append((c.memory_id, opens_section, opens_day))
+                return line_tokens(c) + (3 if opens_section else 0) + (2 if opens_day else 0)
 
             out[report] = build_pool(cands, query_entities=["word"], now=NOW, policy=policy,
                                      authority=authority, query="word", cost=cost,
@@ -182,7 +185,7 @@ def test_recall_without_explain_keeps_the_same_lines_and_pays_them_the_same() ->
         assert _view(out[False]) == kept, seed
         assert calls[False] == calls[True], seed
         verdict = {s.candidate.memory_id: s.verdict for s in out[True]}
-        weighed = [verdict[m] for m, _ in calls[True]]  # in rank order
+        weighed = [verdict[m] for m, *_ in calls[True]]  # in rank order
         if Verdict.OVER_BUDGET in weighed and Verdict.KEPT in weighed[
             weighed.index(Verdict.OVER_BUDGET) :
         ]:

@@ -359,7 +359,7 @@ def test_raw_history_renders_last_with_the_date_it_was_said() -> None:
     text = render("", memory, "en")
     assert text == (
         "Related long-term experience:\n- likes hiking\n\n"
-        "From earlier conversations:\n- (2023-05-07) Caroline: I ran 5k"
+        "From earlier conversations:\n2023-05-07:\n- Caroline: I ran 5k"
     )
 
 
@@ -372,19 +372,60 @@ def test_a_dated_card_shows_when_it_was_said_and_the_budget_counts_the_date() ->
                 "group yesterday", said_at=1_683_500_000.0)  # fmt: skip
     plain = cand("ltm_2", SourceType.LTM, "k2", "f2", summary="likes hiking")
     text = render("", RenderedMemory.from_candidates([said, plain], task_id=None), "en")
-    # Then the dated line carries its date ("yesterday" of that day), the other none
+    # Then the dated line stands under its day ("yesterday" of that day), the undated one
+    # above every day, where it cannot read as said on the day above it
     assert text == (
-        "Related long-term experience:\n"
-        "- (2023-05-07) Caroline: I went to a support group yesterday\n- likes hiking"
+        "Related long-term experience:\n- likes hiking\n"
+        "2023-05-07:\n- Caroline: I went to a support group yesterday"
     )
-    # ... and the token budget is charged for the date it shows
+    # ... and the token budget is charged for the day's heading it shows
     assert line_tokens(said) == estimate_tokens(said.summary) + DATE_TOKENS
     assert line_tokens(plain) == estimate_tokens(plain.summary)
     from memstrata.core.compress.tokens import Cl100kCounter
 
-    cl100k = Cl100kCounter()  # what the date adds to a rendered line, counted for real
-    dated, undated = "- (2023-05-07) Caroline: I ran 5k\n", "- Caroline: I ran 5k\n"
-    assert cl100k.count(dated) - cl100k.count(undated) == DATE_TOKENS
+    cl100k = Cl100kCounter()  # a day's heading and its break as charged, counted for real
+    assert cl100k.count("2023-05-07:") + 1 == DATE_TOKENS
+    # ... which bounds what printing it above a line adds (":\n" may fold into one token)
+    line = "- Caroline: I ran 5k"
+    assert cl100k.count(f"2023-05-07:\n{line}") - cl100k.count(line) <= DATE_TOKENS
+
+
+def test_lines_said_the_same_day_share_one_heading_and_pay_for_it_once() -> None:
+    from memstrata.core.compress.tokens import default_counter
+    from memstrata.core.recall.render import RenderCost, RenderedMemory, render
+
+    # Given three long-term lines, two said on 2023-05-07 around one said the day after,
+    # and a raw message of the first day
+    day1, day2 = 1_683_500_000.0, 1_683_500_000.0 + 86_400
+    a = cand("ltm_a", SourceType.LTM, "ka", "fa", summary="Caroline: I ran 5k",
+             similarity=0.9, said_at=day1)  # fmt: skip
+    b = cand("ltm_b", SourceType.LTM, "kb", "fb", summary="Mel: I paint", similarity=0.8,
+             said_at=day2)  # fmt: skip
+    c = cand("ltm_c", SourceType.LTM, "kc", "fc", summary="Caroline: my knee hurts",
+             similarity=0.7, said_at=day1 + 600)  # fmt: skip
+    raw = cand("raw_d", SourceType.RAW_HISTORY, "raw:d", "fd", summary="Mel: nice run",
+               similarity=0.6, said_at=day1, message_ids=("d",))  # fmt: skip
+    counter = default_counter()
+    cost = RenderCost(counter, "en", None)
+    # When the pool keeps all four by their printed cost
+    scored = build_pool([a, b, c, raw], query_entities=(), now=NOW, cost=cost,
+                        policy=PoolPolicy(top_k=10, token_budget=1000))  # fmt: skip
+    kept = [s for s in scored if s.verdict is Verdict.KEPT]
+    text = render("", RenderedMemory.from_candidates([s.candidate for s in kept],
+                                                    task_id=None), "en")  # fmt: skip
+    # Then each day is headed once per section, the days in the order of their best line
+    assert text == (
+        "Related long-term experience:\n"
+        "2023-05-07:\n- Caroline: I ran 5k\n- Caroline: my knee hurts\n"
+        "2023-05-08:\n- Mel: I paint\n\n"
+        "From earlier conversations:\n2023-05-07:\n- Mel: nice run"
+    )
+    # ... and the kept lines' charges add up to what was printed: the second line of a
+    # day pays no heading
+    tokens = {s.candidate.memory_id: s.tokens for s in kept}
+    assert tokens["ltm_c"] == counter.count("- Caroline: my knee hurts") + 1
+    assert tokens["ltm_b"] == counter.count("2023-05-08:") + 1 + counter.count("- Mel: I paint") + 1
+    assert counter.count(text) <= sum(tokens.values())
 
 
 def test_each_layer_keeps_its_relevance_order_in_the_pool() -> None:
@@ -648,7 +689,7 @@ def test_the_printed_block_never_exceeds_the_token_budget(
     sources = (SourceType.REDIS_STM, SourceType.LTM, SourceType.RAW_HISTORY)
     cands = [
         cand(f"m{i}", sources[i % 3], f"k{i}", f"f{i}", summary=t, similarity=1 / (i + 1),
-             said_at=NOW - i * 86_400 if i % 2 else None, message_ids=(f"d{i}",))
+             said_at=NOW - (i % 4) * 86_400 if i % 5 else None, message_ids=(f"d{i}",))
         for i, t in enumerate(texts)
     ]  # fmt: skip
     counter = default_counter()
@@ -677,10 +718,12 @@ def test_chinese_lines_are_charged_their_real_tokens_not_the_estimate() -> None:
     text = "我上周在杭州参加了一个关于机器学习的会议，认识了很多新朋友，下个月打算再去上海看展览。"
     c = cand("raw_1", SourceType.RAW_HISTORY, "raw:d1", "f1", summary=text, said_at=NOW)
     cost = RenderCost(default_counter(), "zh", None)
-    line = "- " + time.strftime("(%Y-%m-%d) ", time.gmtime(NOW)) + text
     # Then its cost is the printed line's count (plus its line break), above the estimate
-    assert cost(c, opens_section=False) == default_counter().count(line) + 1
+    assert cost(c, opens_section=False) == default_counter().count("- " + text) + 1
     assert cost(c, opens_section=False) > estimate_tokens(text)
+    # ... opening its day adds the day's heading and its break
+    heading = default_counter().count(time.strftime("%Y-%m-%d:", time.gmtime(NOW))) + 1
+    assert cost(c, False, opens_day=True) == cost(c, opens_section=False) + heading
     # ... and opening its section adds the title's tokens and the blank line before it
     title = default_counter().count("相关原始对话：") + 2
     assert cost(c, opens_section=True) == cost(c, opens_section=False) + title
