@@ -173,11 +173,12 @@ class RenderCost:
     injections overflow a 512-token budget by a quarter, docs/QUALITY.md).
 
     A line is charged its printed text plus its line break; a section's first line also
-    pays the title and the blank line before it.  cl100k's pre-tokenizer never joins a
-    line start to the line before, but it does fold a line break into the piece before
-    it; the sum bounds the text's count as long as that piece plus its break costs at most
-    one token more: true for every punctuation and space code point at a line's end (an
-    exhaustive check by script, 2026-12-04), and what
+    pays the title and the blank line before it, and a day's first line in its section
+    the day's heading and its break.  cl100k's pre-tokenizer never joins a line start
+    (``- ``, or a heading's digits) to the line before, but it does fold a line break into
+    the piece before it; the sum bounds the text's count as long as that piece plus its
+    break costs at most one token more: true for every punctuation and space code point
+    at a line's end (an exhaustive check by script, 2026-12-04), and what
     ``test_the_printed_block_never_exceeds_the_token_budget`` keeps checking."""
 
     def __init__(self, counter: TokenCounter, lang: Lang, task_id: str | None) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,11 @@ def _bench(args: argparse.Namespace) -> int:
     from memstrata.ops.progress import interactive, ticking
 
     bar = interactive(json_mode=args.json)
+    try:
+        systems = _quality_systems(args)
+    except ValueError as exc:
+        print(f"memstrata bench: {exc}", file=sys.stderr)
+        return 2
     if args.name == "all":
         return _bench_all(args, bar)
     if args.name == "plots":  # redraw from the figures of the last `bench all`, measure nothing
@@ -26,11 +32,6 @@ def _bench(args: argparse.Namespace) -> int:
             f"unknown benchmark {unknown[0]!r}; choose from: all, {', '.join(BENCHES)}",
             file=sys.stderr,
         )
-        return 2
-    try:
-        systems = _quality_systems(args)
-    except ValueError as exc:
-        print(f"memstrata bench: {exc}", file=sys.stderr)
         return 2
     results = {}
     for name in names:
@@ -58,15 +59,19 @@ def _quality_systems(args: argparse.Namespace) -> tuple[str, ...] | None:
     """``--systems`` as names (None: every one), and the suite's skip list checked, so a
     misspelt name fails before an hour's run; ValueError says what is wrong."""
     from memstrata.ops.bench.quality.runner import system_names
-    from memstrata.ops.bench.quality.suite import skipped_runs, suite
+    from memstrata.ops.bench.quality.suite import SKIP_ENV, kept_sections, suite
 
-    whole_suite = args.name == "quality" and args.dataset is None and not args.quick
+    suite_runs = args.name == "all" or (args.name == "quality" and args.dataset is None)
+    whole_suite = suite_runs and not args.quick
     if whole_suite:
-        skipped_runs(suite())  # MEMSTRATA_BENCH_QUALITY_SKIP
+        kept_sections(suite())  # MEMSTRATA_BENCH_QUALITY_SKIP: known runs, sections to keep
+    elif args.name == "quality" and os.environ.get(SKIP_ENV, "").strip():
+        print(f"memstrata bench: {SKIP_ENV} applies to the whole suite only; ignored here",
+              file=sys.stderr)  # fmt: skip
     if args.systems is None:
         return None
     if args.name != "quality":
-        raise ValueError("--systems applies to the quality benchmark only")
+        raise ValueError("--systems applies to a quality run with --dataset or --quick only")
     if whole_suite:
         raise ValueError("the suite behind docs/QUALITY.md runs every system: --systems "
                          "needs --dataset or --quick")  # fmt: skip

@@ -287,7 +287,8 @@ def test_the_command_runs_only_the_systems_it_is_given(
         (["quality", "--dataset", "{data}", "--systems", "steady,bm25"], "unknown system 'bm25'"),
         (["quality", "--dataset", "{data}", "--systems", " , "], "no system named"),
         (["quality", "--systems", "steady"], "--systems needs --dataset or --quick"),
-        (["stm", "--systems", "steady"], "applies to the quality benchmark only"),
+        (["stm", "--systems", "steady"], "applies to a quality run with --dataset or --quick"),
+        (["all", "--systems", "steady"], "applies to a quality run with --dataset or --quick"),
     ],
 )
 def test_a_systems_list_that_cannot_run_is_refused_before_anything_runs(

@@ -130,3 +130,56 @@ def test_a_section_says_which_commit_it_ran_on_and_whether_it_was_clean(tmp_path
 def test_the_suite_never_runs_a_subset_of_systems() -> None:
     with pytest.raises(ValueError, match="runs every system"):
         run(False, systems=("memstrata",))
+
+
+def test_the_kept_section_is_the_one_whose_heading_starts_a_line() -> None:
+    r = Run("x", "X", Path("x.json"), ("bm25_raw",))
+    # Given a block where another section's sub-heading ends with the same words
+    text = (f"{BEGIN}\n## Results: A\n\n### Results: X\nA's table\n\n"
+            f"## Results: X\n\nRun: X's own\n{END}")  # fmt: skip
+    kept = kept_section(r, text)
+    # Then X's own section is kept, not A's sub-table
+    assert kept.startswith("## Results: X\n") and kept.endswith("Run: X's own")
+    assert "A's table" not in kept
+
+
+def test_a_section_that_only_mentions_the_mark_further_down_is_still_marked() -> None:
+    r = Run("x", "X", Path("x.json"), ("bm25_raw",))
+    text = f"{BEGIN}\n## Results: X\n\nRun: r\nprose quoting **Not rerun** here\n{END}"
+    kept = kept_section(r, text)
+    assert kept.split("\n")[2].startswith("**Not rerun** by the suite run")
+
+
+@pytest.mark.parametrize(
+    ("skip", "says"),
+    [("beam", "beam has no section in the figures block to keep"),
+     ("bem", "unknown run(s) bem")],
+)  # fmt: skip
+def test_the_command_refuses_a_skip_list_it_cannot_honour_before_anything_runs(
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    skip: str,
+    says: str,
+) -> None:
+    from memstrata.ops import cli
+    from memstrata.ops.bench.quality import suite as suite_module
+
+    # Given a page whose figures block holds no BEAM section
+    doc = tmp_path / "QUALITY.md"
+    doc.write_text(f"# Q\n{BEGIN}\n## Results: something else\n{END}\n")
+    monkeypatch.setattr(suite_module, "DOC", doc)
+    from memstrata.ops.bench import report
+
+    monkeypatch.setattr(suite_module, "run", _must_not_run)
+    monkeypatch.setattr(report, "run_all", _must_not_run)
+    monkeypatch.setenv("MEMSTRATA_BENCH_QUALITY_SKIP", skip)
+    # When the whole suite (alone, or in `bench all`) is asked to skip a run
+    for argv in (["bench", "quality"], ["bench", "all"]):
+        # Then it stops with exit 2 and says why, having run nothing
+        assert cli.main(argv) == 2
+        assert says in capsys.readouterr().err
+
+
+def _must_not_run(*args: object, **kwargs: object) -> None:
+    raise AssertionError("the suite ran")

@@ -147,7 +147,8 @@ def _mixed_pool(rng: random.Random) -> list[PoolCandidate]:
             updated_at=NOW - rng.uniform(0, 1e6),
             message_ids=tuple(f"t{rng.randint(0, 6)}" for _ in range(rng.randint(0, 2))),
             layer_rank=rng.randint(0, 10) if ranked else None,
-            said_at=rng.choice([None, NOW - 100]), uncurated=rng.random() < 0.2,
+            said_at=rng.choice([None, NOW - 100, NOW - 86_500, NOW - 3 * 86_400, 0.0]),
+            uncurated=rng.random() < 0.2,
         ))  # fmt: skip
     return out
 

@@ -165,19 +165,29 @@ def skipped_runs(runs: list[Run]) -> set[str]:
     return names
 
 
+def kept_sections(runs: list[Run], doc: Path | None = None) -> dict[str, str]:
+    """The sections ``MEMSTRATA_BENCH_QUALITY_SKIP`` keeps, by run key: a misspelt key or
+    a run with no section on the page fails here, before anything runs."""
+    skip = skipped_runs(runs)
+    if not skip:
+        return {}
+    text = (doc or DOC).read_text(encoding="utf-8")
+    return {r.key: kept_section(r, text) for r in runs if r.key in skip}
+
+
 def kept_section(r: Run, doc_text: str) -> str:
     """``r``'s section as the page's figures block holds it, marked as not rerun (once:
     a section kept twice keeps its mark, and its Run line still names where it came from)."""
     a, b = doc_text.find(BEGIN), doc_text.find(END)
-    block = doc_text[a + len(BEGIN) : b] if 0 <= a < b else ""
+    block = "\n" + (doc_text[a + len(BEGIN) : b] if 0 <= a < b else "")
     head = f"## Results: {r.title}\n"
-    start = block.find(head)
-    if start < 0:
+    start = block.find("\n" + head) + 1  # a heading starts its line ("### Results: X" is not)
+    if start == 0:
         raise ValueError(f"{SKIP_ENV}: {r.key} has no section in the figures block to keep; "
                          "run it")  # fmt: skip
-    end = block.find("\n## Results: ", start + len(head))
+    end = block.find("\n## Results: ", start + len(head) - 1)
     text = block[start : end if end >= 0 else len(block)].strip("\n")
-    if NOT_RERUN in text:
+    if text[len(head) :].lstrip("\n").startswith(NOT_RERUN):  # its mark, right below it
         return text
     mark = (f"{NOT_RERUN} by the suite run that wrote the other sections of this block "
             f"(`{SKIP_ENV}={r.key}`): these figures are those of the run its Run line "
@@ -208,10 +218,8 @@ def run(
         raise ValueError("the suite behind docs/QUALITY.md runs every system; choosing "
                          "systems needs a dataset (--dataset) or --quick")  # fmt: skip
     runs = suite()
-    skip = skipped_runs(runs)
-    doc_text = DOC.read_text(encoding="utf-8")
-    kept = {r.key: kept_section(r, doc_text) for r in runs if r.key in skip}  # fail first
-    stamp = provenance()
+    kept = kept_sections(runs)  # fail first
+    stamp = provenance()  # the suite's start: what every section it writes ran on
     results: dict[str, dict[str, Any]] = {}
     sections: list[str] = []
     for r in runs:
@@ -242,7 +250,7 @@ def run(
         for k, f in results.items() if k != "locomo" and f.get("errors")
     }  # fmt: skip
     head["seconds"] = round(sum(f.get("seconds", 0.0) for f in results.values()), 1)
-    head["skipped_runs"] = sorted(skip)  # their sections were kept from the page
+    head["skipped_runs"] = sorted(kept)  # their sections were kept from the page
     json.dumps(head)  # fail here, not in the caller, if anything is not JSON-able
     return head
 
