@@ -148,13 +148,19 @@ digits split: 8 tokens, where :func:`estimate_tokens`' four characters a token w
 (``core.recall.render.RenderCost``)."""
 
 
-def said_day(c: PoolCandidate) -> int | None:
-    """The UTC day (days since the epoch) a long-term or raw line is printed under; None
-    for STM lines (never dated) and lines without a time.  Lines said the same day share
-    one heading, so a day costs its tokens once (``core.recall.render``)."""
-    if c.source_type is SourceType.REDIS_STM or c.said_at is None or c.said_at <= 0:
+def day_of(source: SourceType, said_at: float | None) -> int | None:
+    """The UTC day (days since the epoch) a long-term or raw line said at ``said_at`` is
+    printed under; None for STM lines (never dated) and lines without a time.  Lines said
+    the same day share one heading, so a day costs its tokens once (``core.recall.render``,
+    which groups its lines by this same function)."""
+    if source is SourceType.REDIS_STM or said_at is None or said_at <= 0:
         return None
-    return int(c.said_at // 86_400)
+    return int(said_at // 86_400)
+
+
+def said_day(c: PoolCandidate) -> int | None:
+    """:func:`day_of` a candidate."""
+    return day_of(c.source_type, c.said_at)
 
 
 def line_tokens(c: PoolCandidate) -> int:

@@ -24,7 +24,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict
 
 from memstrata.core.compress.tokens import TokenCounter
-from memstrata.core.recall.pool import PoolCandidate, SourceType, said_day, trusted
+from memstrata.core.recall.pool import PoolCandidate, SourceType, day_of, said_day, trusted
 
 Lang = Literal["zh", "en"]
 
@@ -115,18 +115,12 @@ def line_text(source: SourceType, memory_type: str, text: str, lang: Lang) -> st
     return f"- {text}"
 
 
-def _line_day(line: MemoryLine) -> int | None:
-    if line.source_type is SourceType.REDIS_STM or line.at is None or line.at <= 0:
-        return None
-    return int(line.at // 86_400)
-
-
 def _by_day(lines: Sequence[MemoryLine], lang: Lang) -> Iterator[str]:
     """A section's body: undated lines first, then each day's heading and its lines, the
     days in the order of their best-ranked line (lines keep their rank order within)."""
     days: dict[int | None, list[MemoryLine]] = {None: []}
     for m in lines:
-        days.setdefault(_line_day(m), []).append(m)
+        days.setdefault(day_of(m.source_type, m.at), []).append(m)
     for day, group in days.items():
         if day is not None:
             yield day_heading(day)
