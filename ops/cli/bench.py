@@ -17,7 +17,7 @@ def _bench(args: argparse.Namespace) -> int:
 
     bar = interactive(json_mode=args.json)
     try:
-        systems = _quality_systems(args)
+        systems = _quality_options(args)
     except ValueError as exc:
         print(f"memstrata bench: {exc}", file=sys.stderr)
         return 2
@@ -55,9 +55,11 @@ def _bench(args: argparse.Namespace) -> int:
     return 1 if "quality" in results and _quality_failed(results["quality"]) else 0
 
 
-def _quality_systems(args: argparse.Namespace) -> tuple[str, ...] | None:
-    """``--systems`` as names (None: every one), and the suite's skip list checked, so a
-    misspelt name fails before an hour's run; ValueError says what is wrong."""
+def _quality_options(args: argparse.Namespace) -> tuple[str, ...] | None:
+    """The quality options checked before anything runs: ``--systems`` as names (None:
+    every one) and, for a whole-suite run, ``MEMSTRATA_BENCH_QUALITY_SKIP`` (known runs,
+    sections to keep), so a misspelt name fails before an hour's run; ValueError says
+    what is wrong."""
     from memstrata.ops.bench.quality.runner import system_names
     from memstrata.ops.bench.quality.suite import SKIP_ENV, kept_sections, suite
 
