@@ -14,9 +14,10 @@ service API call.  The owner is ``(tenant, user)`` as everywhere (no tenant = th
   global structures (sweep hint, lifecycle batch queue and finalised sessions,
   compression activity, the round-robin cursors when they name the owner, the tenant
   cap's count), and the owner's dead-lettered turns;
-* **PostgreSQL**: LTM ledger cards (their projections cascade), the authority rows (user,
-  profile, preferences, project roles, stable facts with their history), the owner's
-  lifecycle audit rows and agent-store documents (``core.agent_store``);
+* **PostgreSQL**: LTM ledger cards (their projections and stale-row records cascade), the
+  authority rows (user, profile, preferences, project roles, stable facts with their
+  history), the owner's lifecycle audit rows and agent-store documents
+  (``core.agent_store``);
 * **LTM indexes**: both card collections and both raw-history collections, by an owner
   filter (not by ids, so records the ledger no longer knows go too).
 
@@ -57,7 +58,7 @@ from memstrata.core.ids import DEFAULT_TENANT, owner_tenant, validate_id
 from memstrata.core.ingest.queue import GROUP
 from memstrata.core.keys import GlobalKeys, LifecycleKeys, TenantKeys, user_scope
 from memstrata.core.lifecycle.audit import Action, AuditEvent, audit_table, erasures_table, record
-from memstrata.core.ltm.tables import cards, projections
+from memstrata.core.ltm.tables import cards, projections, stale_rows
 from memstrata.core.runtime import Runtime
 
 STEPS = ("queued_turns", "l0", "redis", "postgres", "ltm_indexes", "redis_final")
@@ -350,6 +351,8 @@ def _postgres(rt: Runtime, owner: _Owner, apply: bool) -> dict[str, int]:
     plan: list[tuple[str, Any, Any]] = [
         ("pg.ltm_projections", projections,
          projections.c.memory_id.in_(select(cards.c.memory_id).where(_owned(cards, owner)))),
+        ("pg.ltm_stale_rows", stale_rows,
+         stale_rows.c.memory_id.in_(select(cards.c.memory_id).where(_owned(cards, owner)))),
         ("pg.ltm_cards", cards, _owned(cards, owner)),
         ("pg.stable_memory_facts", FACTS, _owned(FACTS, owner)),
         ("pg.user_project_roles", ROLES, _owned(ROLES, owner)),

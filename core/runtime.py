@@ -192,6 +192,7 @@ def build_ltm(
         embedder=embedder,
         max_embed_chars=settings.max_embed_chars,
         context=context,
+        versioned=settings.versioned_indexes(),
     )
     search = LtmSearch(lexical=lexical, vector=vector, embedder=embedder, policy=settings.search)
     return LtmRuntime(

@@ -106,7 +106,8 @@ def delete_cards(self: Any, memory_ids: list[str]) -> dict[str, int]:
 
 @app.task(name=LTM_RECONCILE, **BEAT)
 def reconcile_ltm(limit: int | None = None) -> dict[str, int]:
-    """Re-drive pending and failed projections (Beat); one run at a time per namespace."""
+    """Re-drive pending and failed projections, then purge the rows updates replaced
+    (Beat); one run at a time per namespace."""
     limit = payload(BatchLimit, limit=limit).limit
     res = get_runtime()
     if not res.settings.ltm.enabled:  # nothing is projected: do not reach for Milvus
@@ -123,7 +124,9 @@ def reconcile_ltm(limit: int | None = None) -> dict[str, int]:
             limit=int(limit or cfg.reconcile_batch),
         )
         report = reconcile(rt.projector, plan)
-        return {"planned": len(plan.memory_ids), **_summary(report)}
+        # then the rows updates left behind, many per delete call (core/ltm/rows.py)
+        purged = rt.projector.purge_stale(cfg.stale_purge_batch) if not report.retry else 0
+        return {"planned": len(plan.memory_ids), **_summary(report), "purged": purged}
 
     ttl_s = max(30, int(cfg.reconcile_interval_s * 2))
     out = run_locked(res.redis, res.settings.key_namespace, "ltm-reconcile", ttl_s=ttl_s, work=work)

@@ -19,10 +19,12 @@ from memstrata.core.transcript.store import TranscriptStore
 
 
 def status(ltm: LtmRuntime) -> dict[str, Any]:
-    """Projection state counts per index (``{"lexical": {"indexed": n, ...}, ...}``) and
-    the collection / index name serving each (its generation, after a reindex)."""
+    """Projection state counts per index (``{"lexical": {"indexed": n, ...}, ...}``), the
+    collection / index name serving each (its generation, after a reindex), and how many
+    rows card updates replaced wait for the reconciler's purge (``stale_rows``)."""
     serving = {"lexical": ltm.lexical.collection, "vector": ltm.vector.collection}
-    return {"projections": ltm.ledger.counts(), "serving": serving}
+    return {"projections": ltm.ledger.counts(), "serving": serving,
+            "stale_rows": ltm.ledger.count_stale()}  # fmt: skip
 
 
 def reindex(
@@ -48,6 +50,7 @@ def reindex(
         embedder=ltm.embedder,
         max_embed_chars=ltm.settings.max_embed_chars,
         context=ltm.projector.context,
+        versioned=ltm.projector.versioned,
         settle_s=2 * ltm.settings.generation_refresh_s,
         on_progress=on_progress,
     )

@@ -60,6 +60,18 @@ class LtmSettings(BaseSettings):
     reconcile_max_attempts: int = Field(8, ge=1, le=1000)
     reconcile_batch: int = Field(500, ge=1, le=100_000)
     reconcile_interval_s: float = Field(60.0, gt=0)
+    # an update of a card inserts its new version's row in the Milvus collections instead
+    # of upserting (milvus-lite's upsert looks the id up, ~100 ms at 100k cards); the rows
+    # it replaces are purged by the reconciler, up to `stale_purge_batch` per run
+    # (core/ltm/rows.py; Elasticsearch updates in place and is never versioned)
+    versioned_rows: bool = True
+    stale_purge_batch: int = Field(5000, ge=1, le=100_000)
+
+    def versioned_indexes(self) -> frozenset[str]:
+        """The card indexes whose rows are versioned (:attr:`versioned_rows`)."""
+        if not self.versioned_rows:
+            return frozenset()
+        return frozenset({"vector", "lexical"} if self.lexical_backend == "milvus" else {"vector"})
 
     search: SearchPolicy = SearchPolicy()
     # the raw-history index (core/ltm/history.py): every user / assistant message of L0,

@@ -237,11 +237,11 @@ class RoutedLexical(_Routed[LexicalIndex]):
 
     name = "lexical"
 
-    def upsert(self, cards: Sequence[LtmCard]) -> None:
-        self._write(lambda a: a.upsert(cards))
+    def upsert(self, cards: Sequence[LtmCard], *, keys: Sequence[str] | None = None) -> None:
+        self._write(lambda a: a.upsert(cards, keys=keys))
 
-    def insert(self, cards: Sequence[LtmCard]) -> None:
-        self._insert(lambda a: a.insert(cards), lambda a: a.upsert(cards))
+    def insert(self, cards: Sequence[LtmCard], *, keys: Sequence[str] | None = None) -> None:
+        self._insert(lambda a: a.insert(cards, keys=keys), lambda a: a.upsert(cards, keys=keys))
 
     def delete(self, memory_ids: Sequence[str]) -> None:
         self._write(lambda a: a.delete(memory_ids))
@@ -273,11 +273,18 @@ class RoutedVector(_Routed[MilvusVectorIndex]):
         super().__init__(names, make)
         self.dim = dim
 
-    def upsert(self, cards: Sequence[LtmCard], vectors: Vectors) -> None:
-        self._write(lambda a: a.upsert(cards, vectors))
+    def upsert(
+        self, cards: Sequence[LtmCard], vectors: Vectors, *, keys: Sequence[str] | None = None
+    ) -> None:
+        self._write(lambda a: a.upsert(cards, vectors, keys=keys))
 
-    def insert(self, cards: Sequence[LtmCard], vectors: Vectors) -> None:
-        self._insert(lambda a: a.insert(cards, vectors), lambda a: a.upsert(cards, vectors))
+    def insert(
+        self, cards: Sequence[LtmCard], vectors: Vectors, *, keys: Sequence[str] | None = None
+    ) -> None:
+        self._insert(
+            lambda a: a.insert(cards, vectors, keys=keys),
+            lambda a: a.upsert(cards, vectors, keys=keys),
+        )
 
     def delete(self, memory_ids: Sequence[str]) -> None:
         self._write(lambda a: a.delete(memory_ids))

@@ -8,6 +8,11 @@ per (card, index) ``indexed``, a transient error (still ``pending``, attempts + 
 permanent one (``failed``, the dead letter, with its reason).  Every step is idempotent
 by memory_id, so a retry, a duplicate task or the reconciler can run it again at any
 time (a re-run insert can hold an id twice until its next write; searches return it once).
+
+An index with versioned rows (``versioned``, ``core.ltm.rows``) takes a new version of a
+held card as an *insert* under ``<memory_id>@<version>`` too; the rows it replaces are
+recorded with the marks and deleted later, many per call (:meth:`Projector.purge_stale`,
+run by the reconciler).
 """
 
 from __future__ import annotations
@@ -21,9 +26,10 @@ from dataclasses import dataclass, field
 from memstrata.core.errors import MemstrataError, PermanentError, TransientError
 from memstrata.core.ltm.card import CardStatus, LtmCard
 from memstrata.core.ltm.embedding import CachedEmbedder
-from memstrata.core.ltm.ledger import Ledger, Projection
+from memstrata.core.ltm.ledger import Ledger, Projection, StaleRow
 from memstrata.core.ltm.ports import ContextRead, IndexContext, LexicalIndex, VectorIndex
 from memstrata.core.ltm.projection import ProjectionState
+from memstrata.core.ltm.rows import card_of, row_key, stale_keys
 
 log = logging.getLogger(__name__)
 
@@ -61,12 +67,18 @@ class Outcome:
     transient: list[tuple[Mark, str]] = field(default_factory=list)
     permanent: list[tuple[Mark, str]] = field(default_factory=list)
     deleted: int = 0
+    stale: list[StaleRow] = field(default_factory=list)  # rows the writes replaced
+    # the versioned rows written, with their version: stale themselves if a newer version
+    # became the card's target before this run settled (a slower, concurrent projection)
+    written: list[tuple[StaleRow, int]] = field(default_factory=list)
 
     def merge(self, other: Outcome) -> None:
         self.done += other.done
         self.transient += other.transient
         self.permanent += other.permanent
         self.deleted += other.deleted
+        self.stale += other.stale
+        self.written += other.written
 
     def report(self, missing: list[str]) -> ProjectReport:
         return ProjectReport(
@@ -83,6 +95,16 @@ class Work:
     card: LtmCard
     version: int
     fresh: bool = False  # the index has never held this card: insert, not upsert
+    held: int | None = None  # the version the ledger last recorded as indexed
+
+    @property
+    def key(self) -> str:
+        """This version's row key in a versioned index."""
+        return row_key(self.card.memory_id, self.version)
+
+    def replaced(self) -> list[str]:
+        """The keys of the rows a versioned index may still hold for earlier versions."""
+        return [] if self.fresh else stale_keys(self.card.memory_id, self.version, self.held)
 
 
 def never_written(row: Projection) -> bool:
@@ -104,7 +126,7 @@ def _work_per_index(
         if not force and row.state is ProjectionState.INDEXED:
             continue
         fresh = not force and never_written(row)
-        todo[row.index_name].append(Work(card, row.target_version, fresh))
+        todo[row.index_name].append(Work(card, row.target_version, fresh, row.indexed_version))
     return todo
 
 
@@ -120,6 +142,7 @@ class Projector:
         embedder: CachedEmbedder,
         max_embed_chars: int = 2000,
         context: IndexContext | None = None,
+        versioned: frozenset[str] = frozenset(),
     ) -> None:
         self.ledger = ledger
         self.lexical = lexical
@@ -127,6 +150,7 @@ class Projector:
         self.embedder = embedder
         self.max_embed_chars = max_embed_chars
         self.context = context
+        self.versioned = versioned  # names of the indexes whose rows are versioned
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ltm-lexical")
 
     def close(self) -> None:
@@ -164,6 +188,8 @@ class Projector:
                 transient=outcome.transient,
                 permanent=outcome.permanent,
                 now=time.time(),
+                stale=outcome.stale,
+                written=outcome.written,
             )
         report = outcome.report(missing=[m for m in memory_ids if m not in cards])
         report.owners = {(c.tenant_id, c.user_id) for c in cards.values()}
@@ -216,28 +242,93 @@ class Projector:
             outcome.done.extend(marks)
             if removing:
                 outcome.deleted += len(batch)
+            else:
+                outcome.merge(self._replaced(index_name, batch))
 
         return outcome
+
+    def _replaced(self, index_name: str, batch: list[Work]) -> Outcome:
+        """What a successful write of ``batch`` left for the purge: the rows of earlier
+        versions (in an index that is not versioned, only versioned keys, which it held
+        while it was: its bare key is the card's current row), and, in a versioned one,
+        the rows written, in case a newer version overtook them (``Ledger.settle``)."""
+        versioned = index_name in self.versioned
+        out = Outcome()
+        out.stale = [StaleRow(index_name, key, w.card.memory_id) for w in batch
+                     for key in w.replaced() if versioned or key != w.card.memory_id]  # fmt: skip
+        if versioned:
+            out.written = [(StaleRow(index_name, w.key, w.card.memory_id), w.version)
+                           for w in batch]  # fmt: skip
+        return out
 
     def _write(
         self, index_name: str, batch: list[Work], removing: bool, extra: Mapping[str, str]
     ) -> None:
-        ids = [w.card.memory_id for w in batch]
-        if removing:
+        versioned = index_name in self.versioned
+        if removing:  # every row the card may have, versioned or not (versioned rows may
+            # have been on before) and those waiting for a purge: a deleted card must not
+            # be found until the next purge.  One call: the cost is per call, not per id
+            ids = [k for w in batch for k in stale_keys(w.card.memory_id, w.version + 1, None)]
             (self.lexical if index_name == "lexical" else self.vector).delete(ids)
             return
-        new = [w.card for w in batch if w.fresh]
-        known = [w.card for w in batch if not w.fresh]
+        if versioned:  # a new version is a new row: only a version written again upserts
+            new = [w for w in batch if w.fresh or w.held != w.version]
+            known = [w for w in batch if not (w.fresh or w.held != w.version)]
+        else:
+            new = [w for w in batch if w.fresh]
+            known = [w for w in batch if not w.fresh]
+        new_keys = [w.key for w in new] if versioned else None
+        known_keys = [w.key for w in known] if versioned else None
         if index_name == "lexical":
-            self.lexical.insert([c.with_context(extra.get(c.memory_id, "")) for c in new])
-            self.lexical.upsert([c.with_context(extra.get(c.memory_id, "")) for c in known])
+            self.lexical.insert([_with_context(w, extra) for w in new], keys=new_keys)
+            self.lexical.upsert([_with_context(w, extra) for w in known], keys=known_keys)
             return
         vectors = self.embedder.embed_documents([
-            c.embedding_text(self.max_embed_chars, extra.get(c.memory_id, ""))
-            for c in new + known
+            w.card.embedding_text(self.max_embed_chars, extra.get(w.card.memory_id, ""))
+            for w in new + known
         ])  # fmt: skip
-        self.vector.insert(new, vectors[: len(new)])
-        self.vector.upsert(known, vectors[len(new) :])
+        self.vector.insert([w.card for w in new], vectors[: len(new)], keys=new_keys)
+        self.vector.upsert([w.card for w in known], vectors[len(new) :], keys=known_keys)
+
+    def purge_stale(self, limit: int = 1000) -> int:
+        """Delete up to ``limit`` rows the indexes hold for versions they no longer serve
+        (oldest first, one delete call per index) and forget them; returns how many.
+
+        An index that is down keeps its rows for the next run; a key an index refuses
+        is tried alone, and dropped with a warning if it is refused again (it can never
+        be deleted, and must not hold back the others)."""
+        rows = self.ledger.stale_rows(limit)
+        gone: list[StaleRow] = []
+        for name, index in (("lexical", self.lexical), ("vector", self.vector)):
+            mine = [r for r in rows if r.index_name == name]
+            if name not in self.versioned:  # versioned rows turned off since: the bare key
+                # is the card's current row now, never delete it
+                gone += [r for r in mine if card_of(r.row_key) == r.row_key]
+                mine = [r for r in mine if card_of(r.row_key) != r.row_key]
+            if not mine:
+                continue
+            try:
+                index.delete([r.row_key for r in mine])
+                gone += mine
+            except TransientError as exc:
+                log.warning("ltm stale rows not purged index=%s rows=%s: %s", name,
+                            len(mine), exc)  # fmt: skip
+            except PermanentError:
+                for r in mine:
+                    try:
+                        index.delete([r.row_key])
+                    except TransientError:
+                        continue
+                    except PermanentError as exc:
+                        log.warning("ltm stale row dropped index=%s key=%s: %s", name,
+                                    r.row_key[:96], exc)  # fmt: skip
+                    gone.append(r)
+        self.ledger.forget_stale(gone)
+        return len(gone)
+
+
+def _with_context(w: Work, extra: Mapping[str, str]) -> LtmCard:
+    return w.card.with_context(extra.get(w.card.memory_id, ""))
 
 
 def _reason(exc: Exception) -> str:

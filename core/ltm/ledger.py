@@ -27,6 +27,7 @@ from sqlalchemy import (
     and_,
     any_,
     bindparam,
+    delete,
     func,
     or_,
     select,
@@ -42,7 +43,7 @@ from memstrata.core.ids import validate_id
 from memstrata.core.ltm.asof import HISTORY_SOURCE, history_prefix
 from memstrata.core.ltm.card import LABEL_PATTERN, CardDraft, CardStatus, LtmCard
 from memstrata.core.ltm.projection import ProjectionState
-from memstrata.core.ltm.tables import INDEX_NAMES, cards, projections
+from memstrata.core.ltm.tables import INDEX_NAMES, cards, projections, stale_rows
 
 RAW_HISTORY_SOURCE = "raw_history"  # a card of L0's raw text (core.ltm.history), not curated
 
@@ -60,6 +61,15 @@ class Projection:
     attempts: int
     last_error: str | None
     changed_at: float
+
+
+@dataclass(frozen=True)
+class StaleRow:
+    """A row an index holds for a version of a card it no longer serves (core/ltm/rows.py)."""
+
+    index_name: str
+    row_key: str
+    memory_id: str
 
 
 @dataclass(frozen=True)
@@ -283,6 +293,36 @@ def _mark_indexed_many(
         )
     )
     conn.execute(stmt, [{"m": m, "i": i, "v": v} for m, i, v in marks])
+
+
+def _record_stale(conn: Connection, rows: Sequence[StaleRow], *, now: float) -> None:
+    """Remember rows to purge; one already recorded keeps its first ``since``.  A card
+    erased meanwhile has no parent row left: its rows went with the owner's filter."""
+    if not rows:
+        return
+    values = [{"index_name": r.index_name, "row_key": r.row_key, "memory_id": r.memory_id,
+               "since": now} for r in rows]  # fmt: skip
+    known = select(cards.c.memory_id).where(cards.c.memory_id.in_({r.memory_id for r in rows}))
+    alive = {str(m) for m in conn.execute(known).scalars()}
+    values = [v for v in values if v["memory_id"] in alive]
+    if values:
+        stmt = insert(stale_rows).on_conflict_do_nothing(
+            index_elements=[stale_rows.c.index_name, stale_rows.c.row_key]
+        )
+        conn.execute(stmt, values)
+
+
+def _overtaken(conn: Connection, written: Sequence[tuple[StaleRow, int]]) -> list[StaleRow]:
+    """The rows of ``written`` whose version is no longer their card's target there."""
+    if not written:
+        return []
+    pairs = {(r.memory_id, r.index_name) for r, _ in written}
+    rows = conn.execute(
+        select(projections.c.memory_id, projections.c.index_name, projections.c.target_version)
+        .where(tuple_(projections.c.memory_id, projections.c.index_name).in_(pairs))
+    ).all()
+    target = {(str(m), str(i)): int(v) for m, i, v in rows}
+    return [r for r, v in written if target.get((r.memory_id, r.index_name), v) != v]
 
 
 def _mark_error(
@@ -613,15 +653,23 @@ class Ledger:
         transient: Sequence[tuple[tuple[str, str, int], str]],
         permanent: Sequence[tuple[tuple[str, str, int], str]],
         now: float,
+        stale: Sequence[StaleRow] = (),
+        written: Sequence[tuple[StaleRow, int]] = (),
     ) -> None:
-        """Record one projection run's outcomes in a single transaction."""
-        if not (indexed or transient or permanent):
+        """Record one projection run's outcomes in a single transaction, with the rows
+        its writes left behind (``stale``, for :meth:`stale_rows`) and, of the versioned
+        rows it wrote (``written``, with their versions), those a newer version of the
+        card overtook before this commit: a slower concurrent projection's row, which
+        no later write would name, since its version was never recorded as indexed."""
+        if not (indexed or transient or permanent or stale or written):
             return
         with self._begin("settle projections") as c:
-            # a lost mark only means one idempotent re-projection, so this commit need
-            # not wait for the WAL flush (saves a disk sync per projection run)
+            # a lost mark only means one idempotent re-projection (which records the same
+            # stale rows again), so this commit need not wait for the WAL flush (saves a
+            # disk sync per projection run)
             c.execute(text("SET LOCAL synchronous_commit = off"))
             _mark_indexed_many(c, indexed, now=now)
+            _record_stale(c, [*stale, *_overtaken(c, written)], now=now)
             for failures, is_permanent in ((transient, False), (permanent, True)):
                 for (memory_id, index_name, version), error in failures:
                     _mark_error(
@@ -633,6 +681,35 @@ class Ledger:
                         permanent=is_permanent,
                         now=now,
                     )
+
+    def stale_rows(self, limit: int) -> list[StaleRow]:
+        """Up to ``limit`` rows the indexes hold for versions no longer served, oldest
+        first (the reconciler deletes them, :meth:`Projector.purge_stale`)."""
+        with self._read("select stale rows") as c:
+            rows = c.execute(
+                select(stale_rows.c.index_name, stale_rows.c.row_key, stale_rows.c.memory_id)
+                .order_by(stale_rows.c.since)
+                .limit(max(0, limit))
+            ).all()
+        return [StaleRow(str(i), str(k), str(m)) for i, k, m in rows]
+
+    def forget_stale(self, rows: Sequence[StaleRow]) -> None:
+        """The indexes no longer hold these rows (deleted, or absent all along)."""
+        if not rows:
+            return
+        with self._begin("forget stale rows") as c:
+            c.execute(
+                delete(stale_rows).where(
+                    stale_rows.c.index_name == bindparam("i"),
+                    stale_rows.c.row_key == bindparam("k"),
+                ),
+                [{"i": r.index_name, "k": r.row_key} for r in rows],
+            )
+
+    def count_stale(self) -> int:
+        """How many rows wait to be purged (``memstrata ltm status``, the benchmark)."""
+        with self._read("count stale rows") as c:
+            return int(c.execute(select(func.count()).select_from(stale_rows)).scalar_one())
 
     def due(self, *, now: float, grace_s: float, max_attempts: int, limit: int) -> list[str]:
         """Card ids whose projections the reconciler should re-drive, oldest first."""

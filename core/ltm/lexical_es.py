@@ -15,12 +15,13 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from memstrata.core.errors import missing_extra
+from memstrata.core.errors import InvalidInput, missing_extra
 from memstrata.core.ids import validate_id
 from memstrata.core.ltm.card import LtmCard
 from memstrata.core.ltm.errors import IndexRejected, IndexUnavailable
 from memstrata.core.ltm.filters import CardFilter, es_filter, owner_filter
 from memstrata.core.ltm.ports import Hit
+from memstrata.core.ltm.rows import card_of, validate_row_keys
 from memstrata.core.ltm.text import normalise
 
 _KEYWORDS = ("tenant_id", "user_id", "project_id", "memory_type", "status")
@@ -128,27 +129,30 @@ class ElasticsearchLexicalIndex:
             error = IndexUnavailable if status == 429 or status >= 500 else IndexRejected
             raise error(f"elasticsearch {what}: {len(real)} failed, first: {real[0]}")
 
-    def upsert(self, cards: Sequence[LtmCard]) -> None:
+    def upsert(self, cards: Sequence[LtmCard], *, keys: Sequence[str] | None = None) -> None:
+        """Each card as the document ``_id`` = its row key (``keys``) or its memory_id."""
+        if keys is not None and len(keys) != len(cards):
+            raise InvalidInput("one row key per card")
         if cards:
             self._bulk(
                 [
                     {
                         "_op_type": "index",
                         "_index": self.index,
-                        "_id": c.memory_id,
+                        "_id": c.memory_id if keys is None else keys[i],
                         "_source": self._doc(c),
                     }
-                    for c in cards
+                    for i, c in enumerate(cards)
                 ],
                 "bulk upsert",
             )
 
-    def insert(self, cards: Sequence[LtmCard]) -> None:
+    def insert(self, cards: Sequence[LtmCard], *, keys: Sequence[str] | None = None) -> None:
         """Elasticsearch indexes by ``_id`` at the same cost either way."""
-        self.upsert(cards)
+        self.upsert(cards, keys=keys)
 
     def delete(self, memory_ids: Sequence[str]) -> None:
-        ids = [validate_id(m, kind="memory_id") for m in memory_ids]
+        ids = validate_row_keys(memory_ids)
         if ids:
             self._bulk(
                 [{"_op_type": "delete", "_index": self.index, "_id": m} for m in ids], "bulk delete"
@@ -179,7 +183,7 @@ class ElasticsearchLexicalIndex:
             )
         return [
             Hit(
-                memory_id=str(hit["_id"]),
+                memory_id=card_of(str(hit["_id"])),
                 score=float(hit["_score"]),
                 importance=float(hit["_source"].get("importance", 0.0)),
                 updated_at=float(hit["_source"].get("updated_at", 0.0)),
@@ -202,7 +206,7 @@ class ElasticsearchLexicalIndex:
             )
         return [
             Hit(
-                memory_id=str(doc["_id"]),
+                memory_id=card_of(str(doc["_id"])),
                 score=0.0,
                 importance=float(doc["_source"].get("importance", 0.0)),
                 updated_at=float(doc["_source"].get("updated_at", 0.0)),

@@ -12,7 +12,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from memstrata.core.errors import MemstrataError
+from memstrata.core.errors import InvalidInput, MemstrataError
 from memstrata.core.ids import validate_id
 from memstrata.core.ltm.card import LtmCard
 from memstrata.core.ltm.filters import CardFilter, milvus_expr
@@ -25,6 +25,7 @@ from memstrata.core.ltm.milvus import (
     rpc_timeout,
 )
 from memstrata.core.ltm.ports import Hit
+from memstrata.core.ltm.rows import card_of, validate_row_keys
 from memstrata.core.ltm.vector import (
     MAX_VARCHAR_BYTES,
     add_scalar_fields,
@@ -39,11 +40,14 @@ _OUT = ["importance", "updated_at", "title", "summary"]
 EMPTY_RECHECK_S = 1.0
 
 
-def _rows(cards: Sequence[LtmCard]) -> list[dict[str, Any]]:
-    """The collection's rows of ``cards`` (text fields clipped to the VARCHAR limits)."""
+def _rows(cards: Sequence[LtmCard], keys: Sequence[str] | None = None) -> list[dict[str, Any]]:
+    """The collection's rows of ``cards`` (text fields clipped to the VARCHAR limits),
+    under ``keys`` when given (``core.ltm.rows``), else their memory_ids."""
+    if keys is not None and len(keys) != len(cards):
+        raise InvalidInput("one row key per card")
     return [
         {
-            "id": card.memory_id,
+            "id": card.memory_id if keys is None else keys[i],
             "bm25_text": clip_bytes(card.bm25_text),
             **text_fields(card),
             "content": clip_bytes(card.content),
@@ -55,7 +59,7 @@ def _rows(cards: Sequence[LtmCard]) -> list[dict[str, Any]]:
             "importance": card.importance,
             "updated_at": card.updated_at,
         }
-        for card in cards
+        for i, card in enumerate(cards)
     ]
 
 
@@ -112,21 +116,23 @@ class MilvusLexicalIndex:
                 self.collection, schema=schema, index_params=index, timeout=self._rpc_timeout
             )
 
-    def upsert(self, cards: Sequence[LtmCard]) -> None:
+    def upsert(self, cards: Sequence[LtmCard], *, keys: Sequence[str] | None = None) -> None:
         if cards:
+            rows = _rows(cards, keys)
             with milvus_errors("upsert lexical", self.conn):
-                self.conn.client.upsert(self.collection, _rows(cards), timeout=self._rpc_timeout)
+                self.conn.client.upsert(self.collection, rows, timeout=self._rpc_timeout)
             self._has_rows = True
 
-    def insert(self, cards: Sequence[LtmCard]) -> None:
-        """Cards the collection has never held: no lookup of the id (ports.py)."""
+    def insert(self, cards: Sequence[LtmCard], *, keys: Sequence[str] | None = None) -> None:
+        """Rows the collection has never held: no lookup of the id (ports.py)."""
         if cards:
+            rows = _rows(cards, keys)
             with milvus_errors("insert lexical", self.conn):
-                self.conn.client.insert(self.collection, _rows(cards), timeout=self._rpc_timeout)
+                self.conn.client.insert(self.collection, rows, timeout=self._rpc_timeout)
             self._has_rows = True
 
     def delete(self, memory_ids: Sequence[str]) -> None:
-        ids = [validate_id(m, kind="memory_id") for m in memory_ids]
+        ids = validate_row_keys(memory_ids)
         if ids:
             with milvus_errors("delete lexical", self.conn):
                 self.conn.client.delete(self.collection, ids=ids, timeout=self._rpc_timeout)
@@ -178,7 +184,7 @@ class MilvusLexicalIndex:
             )
         return [
             Hit(
-                memory_id=str(row["id"]),
+                memory_id=card_of(str(row["id"])),
                 score=0.0,
                 importance=float(row.get("importance", 0.0)),
                 updated_at=float(row.get("updated_at", 0.0)),

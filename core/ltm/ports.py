@@ -7,6 +7,11 @@ the id up, a cost that grows with the collection (docs/LTM.md, "Benchmarks"), wh
 insert does not; should a crash ever make one id appear twice, Milvus's search still
 returns it once (it reduces results by primary key) and the next upsert or delete
 removes both (tests/integration/test_ltm_search_pipeline.py).
+
+``keys`` (one per card, optional): the row keys to write the cards under instead of their
+memory_ids, for an index whose rows are versioned (``core.ltm.rows``): an update then
+inserts a new row instead of upserting, and ``delete`` takes row keys as well as ids.
+A hit's ``memory_id`` is always the card's, whatever key its row has.
 """
 
 from __future__ import annotations
@@ -58,13 +63,15 @@ class LexicalIndex(Protocol):
 
     def ensure_schema(self) -> None: ...
 
-    def upsert(self, cards: Sequence[LtmCard]) -> None: ...
+    def upsert(self, cards: Sequence[LtmCard], *, keys: Sequence[str] | None = None) -> None: ...
 
-    def insert(self, cards: Sequence[LtmCard]) -> None:
-        """Add cards the index has never held (cheaper than ``upsert`` where it differs)."""
+    def insert(self, cards: Sequence[LtmCard], *, keys: Sequence[str] | None = None) -> None:
+        """Add rows the index has never held (cheaper than ``upsert`` where it differs)."""
         ...
 
-    def delete(self, memory_ids: Sequence[str]) -> None: ...
+    def delete(self, memory_ids: Sequence[str]) -> None:
+        """Delete these rows (memory_ids or row keys); absent ones are no-ops."""
+        ...
 
     def search(self, normalised_query: str, flt: CardFilter, limit: int) -> list[Hit]: ...
 
@@ -95,13 +102,19 @@ class VectorIndex(Protocol):
 
     def ensure_schema(self) -> None: ...
 
-    def upsert(self, cards: Sequence[LtmCard], vectors: Vectors) -> None: ...
+    def upsert(
+        self, cards: Sequence[LtmCard], vectors: Vectors, *, keys: Sequence[str] | None = None
+    ) -> None: ...
 
-    def insert(self, cards: Sequence[LtmCard], vectors: Vectors) -> None:
-        """Add cards the index has never held (cheaper than ``upsert`` where it differs)."""
+    def insert(
+        self, cards: Sequence[LtmCard], vectors: Vectors, *, keys: Sequence[str] | None = None
+    ) -> None:
+        """Add rows the index has never held (cheaper than ``upsert`` where it differs)."""
         ...
 
-    def delete(self, memory_ids: Sequence[str]) -> None: ...
+    def delete(self, memory_ids: Sequence[str]) -> None:
+        """Delete these rows (memory_ids or row keys); absent ones are no-ops."""
+        ...
 
     def search(self, vector: Vectors, flt: CardFilter, limit: int) -> list[Hit]: ...
 

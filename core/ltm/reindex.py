@@ -76,6 +76,7 @@ def rebuild_and_swap(
     max_embed_chars: int,
     settle_s: float,
     context: IndexContext | None = None,
+    versioned: frozenset[str] = frozenset(),
     batch: int = 500,
     on_progress: Callable[[int, int], None] | None = None,
     sleep: Callable[[float], None] = time.sleep,
@@ -105,7 +106,7 @@ def rebuild_and_swap(
             sleep(settle_s)
             projector = Projector(ledger=ledger, lexical=new_lexical, vector=new_vector,
                                   embedder=embedder, max_embed_chars=max_embed_chars,
-                                  context=context)  # fmt: skip
+                                  context=context, versioned=versioned)  # fmt: skip
             try:
                 report = _copy(ledger, projector, batch, on_progress)
                 caught_up = None if report.transient else _catch_up(

@@ -13,7 +13,7 @@ import math
 import time
 from collections.abc import Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from memstrata.core.errors import InvalidInput
 from memstrata.core.ltm.embedding import CachedEmbedder
@@ -53,11 +53,29 @@ def _max_normalised(hits: Sequence[Hit]) -> dict[str, float]:
     return {h.memory_id: max(h.score, 0.0) / top for h in hits}
 
 
+def first_per_card(hits: Sequence[Hit]) -> list[Hit]:
+    """One hit per card of one ranked list, at its best row's place and score, with the
+    fields (text, importance, time) of its newest row: a versioned index holds an updated
+    card's old row beside its new one until the reconciler purges it (``core.ltm.rows``),
+    and until then the old words may still find the card, but never show."""
+    place: dict[str, int] = {}
+    out: list[Hit] = []
+    for h in hits:
+        i = place.get(h.memory_id)
+        if i is None:
+            place[h.memory_id] = len(out)
+            out.append(h)
+        elif h.updated_at > out[i].updated_at:
+            out[i] = replace(h, score=out[i].score)
+    return out
+
+
 def fuse(lists: Mapping[str, Sequence[Hit]], policy: SearchPolicy) -> dict[str, _Fused]:
     """Fuse ranked hit lists by memory_id; similarity is scaled to [0, 1]."""
     weights = {"lexical": policy.lexical_weight, "vector": policy.vector_weight}
     fused: dict[str, _Fused] = {}
-    for source, hits in lists.items():
+    for source, ranked in lists.items():
+        hits = first_per_card(ranked)
         weight = weights.get(source, 1.0)
         if policy.fusion is Fusion.RRF:
             scores = {h.memory_id: weight / (policy.rrf_k + rank) for rank, h in enumerate(hits, 1)}

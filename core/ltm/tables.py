@@ -93,6 +93,28 @@ projections = Table(
     Index("ix_ltm_projections_state", "state", "changed_at"),
 )
 
+# rows an index still holds for versions of a card it no longer serves (an update inserts
+# the new version's row, core/ltm/rows.py): the reconciler deletes them in batches; they
+# go with their card (an erase deletes the owner's rows from the indexes by filter)
+stale_rows = Table(
+    "ltm_stale_rows",
+    ltm_metadata,
+    Column("index_name", String(16), nullable=False),
+    Column("row_key", String(96), nullable=False),
+    Column("memory_id", String(64), nullable=False),
+    Column("since", Float(precision=53), nullable=False),
+    PrimaryKeyConstraint("index_name", "row_key", name="pk_ltm_stale_rows"),
+    ForeignKeyConstraint(
+        ["memory_id"],
+        ["ltm_cards.memory_id"],
+        name="fk_ltm_stale_rows_memory_id_ltm_cards",
+        ondelete="CASCADE",
+    ),
+    CheckConstraint("index_name IN ('lexical', 'vector')", name="ck_ltm_stale_rows_index_name"),
+    Index("ix_ltm_stale_rows_since", "since"),
+    Index("ix_ltm_stale_rows_memory_id", "memory_id"),
+)
+
 # which collection (Milvus) or index (Elasticsearch) serves each logical index, keyed by
 # its base name (the settings' name, unique per deployment): ``ltm reindex`` builds a
 # new generation beside the serving one and swaps this pointer (core/ltm/generations.py)

@@ -15,7 +15,6 @@ from collections.abc import Sequence
 from typing import Any
 
 from memstrata.core.errors import InvalidInput
-from memstrata.core.ids import validate_id
 from memstrata.core.ltm.card import LtmCard
 from memstrata.core.ltm.embedding import Vectors
 from memstrata.core.ltm.errors import EmbeddingDimensionMismatch
@@ -29,6 +28,7 @@ from memstrata.core.ltm.milvus import (
     rpc_timeout,
 )
 from memstrata.core.ltm.ports import Hit
+from memstrata.core.ltm.rows import card_of, validate_row_keys
 
 _OUT = ["importance", "updated_at"]
 _TEXT_OUT = ["title", "summary"]
@@ -77,7 +77,7 @@ def hits_of(result: Any) -> list[Hit]:
         entity = row.get("entity", {})
         out.append(
             Hit(
-                memory_id=str(row["id"]),
+                memory_id=card_of(str(row["id"])),
                 score=float(row["distance"]),
                 importance=float(entity.get("importance", 0.0)),
                 updated_at=float(entity.get("updated_at", 0.0)),
@@ -180,22 +180,31 @@ class MilvusVectorIndex:
                 f"embedder makes {self.dim}-d ones: rebuild the collection or switch model"
             )
 
-    def upsert(self, cards: Sequence[LtmCard], vectors: Vectors) -> None:
-        rows = self._rows(cards, vectors)
+    def upsert(
+        self, cards: Sequence[LtmCard], vectors: Vectors, *, keys: Sequence[str] | None = None
+    ) -> None:
+        rows = self._rows(cards, vectors, keys)
         if rows:
             with milvus_errors("upsert vectors", self.conn):
                 self.conn.client.upsert(self.collection, rows, timeout=self._rpc_timeout)
 
-    def insert(self, cards: Sequence[LtmCard], vectors: Vectors) -> None:
-        """Cards the collection has never held: no lookup of the id (ports.py)."""
-        rows = self._rows(cards, vectors)
+    def insert(
+        self, cards: Sequence[LtmCard], vectors: Vectors, *, keys: Sequence[str] | None = None
+    ) -> None:
+        """Rows the collection has never held: no lookup of the id (ports.py)."""
+        rows = self._rows(cards, vectors, keys)
         if rows:
             with milvus_errors("insert vectors", self.conn):
                 self.conn.client.insert(self.collection, rows, timeout=self._rpc_timeout)
 
-    def _rows(self, cards: Sequence[LtmCard], vectors: Vectors) -> list[dict[str, Any]]:
+    def _rows(
+        self, cards: Sequence[LtmCard], vectors: Vectors, keys: Sequence[str] | None
+    ) -> list[dict[str, Any]]:
+        """One row per card, under ``keys`` when given (``core.ltm.rows``)."""
         if len(cards) != len(vectors):
             raise InvalidInput("one vector per card")
+        if keys is not None and len(keys) != len(cards):
+            raise InvalidInput("one row key per card")
         if not cards:
             return []
         if vectors.shape[1] != self.dim:
@@ -203,13 +212,16 @@ class MilvusVectorIndex:
                 f"vectors of {vectors.shape[1]}-d, index is {self.dim}-d"
             )
         rows = [card.vector_record(vec.tolist()) for card, vec in zip(cards, vectors, strict=True)]
+        if keys is not None:
+            for row, key in zip(rows, keys, strict=True):
+                row["id"] = key
         if self.stores_text:
             for row, card in zip(rows, cards, strict=True):
                 row.update(text_fields(card))
         return rows
 
     def delete(self, memory_ids: Sequence[str]) -> None:
-        ids = [validate_id(m, kind="memory_id") for m in memory_ids]
+        ids = validate_row_keys(memory_ids)
         if ids:
             with milvus_errors("delete vectors", self.conn):
                 self.conn.client.delete(self.collection, ids=ids, timeout=self._rpc_timeout)

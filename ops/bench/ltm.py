@@ -217,18 +217,37 @@ def _after_flush(
     }
 
 
-def _updates(rt: LtmRuntime, n: int, size: int, rng: random.Random) -> list[float]:
+def _updates(
+    rt: LtmRuntime, n: int, size: int, rng: random.Random, *, versioned: bool = True
+) -> list[float]:
     """One held card rewritten at a time (new version): ledger write + embed + both
-    projections, which are upserts (the id is in both indexes)."""
+    projections, which insert the new version's row (versioned rows, the default) or,
+    with ``versioned`` false, upsert the card's row in place (what every update did
+    before versioned rows: the same run's before and after)."""
+    shipped = rt.projector.versioned
+    if not versioned:
+        rt.projector.versioned = frozenset()
     times = []
-    for k in range(n):
-        draft = load_draft(rng.randrange(size))
-        draft = draft.model_copy(update={"summary": f"{draft.summary} (revised {k})"})
-        t0 = time.perf_counter()
-        memory_id = rt.ledger.write(draft).memory_id
-        rt.projector.project([memory_id])
-        times.append((time.perf_counter() - t0) * 1000)
+    try:
+        for k in range(n):
+            draft = load_draft(rng.randrange(size))
+            draft = draft.model_copy(update={"summary": f"{draft.summary} (revised {k})"})
+            t0 = time.perf_counter()
+            memory_id = rt.ledger.write(draft).memory_id
+            rt.projector.project([memory_id])
+            times.append((time.perf_counter() - t0) * 1000)
+    finally:
+        rt.projector.versioned = shipped
     return times
+
+
+def _purge(rt: LtmRuntime) -> dict[str, float]:
+    """What the reconciler's purge of the rows the updates replaced costs: one run, every
+    recorded row (one delete call per index); ``rows``: how many, ``ms``: its wall time."""
+    waiting = rt.ledger.count_stale()
+    t0 = time.perf_counter()
+    rows = rt.projector.purge_stale(max(1, waiting))
+    return {"rows": rows, "ms": r3((time.perf_counter() - t0) * 1000)}
 
 
 def _searches(
@@ -286,6 +305,8 @@ def run(quick: bool) -> dict[str, Any]:
             live = precomputed.live
             writes = _writes(rt, 50 if quick else 200, users, rng, base=10_000_000 + size)
             updates = _updates(rt, 20 if quick else 50, size, rng)
+            purge = _purge(rt)
+            upserted = _updates(rt, 20 if quick else 50, size, rng, versioned=False)
             entry: dict[str, Any] = {
                 "cards": size,
                 "load_s": r3(wall),
@@ -297,6 +318,9 @@ def run(quick: bool) -> dict[str, Any]:
                 "write_p95_ms": r3(percentile(writes, 95)),
                 "update_p50_ms": r3(percentile(updates, 50)),
                 "update_p95_ms": r3(percentile(updates, 95)),
+                "update_upsert_p50_ms": r3(percentile(upserted, 50)),
+                "update_upsert_p95_ms": r3(percentile(upserted, 95)),
+                "purge": purge,
                 "search_ms": _searches(rt, 60 if quick else 200, users, rng),
                 "strategy": _strategy(rt, 10 if quick else 30, size, rng),
                 "reproject_cards_per_s": r3(_reproject(rt, BATCH)),
@@ -322,9 +346,9 @@ def _scale_rows(scales: list[dict[str, Any]]) -> list[str]:
     rows = [
         "| cards | bulk load cards/s (ledger + 2 projections, cached vectors) | projection/s "
         "| re-projection/s (upserts, batch of 500) | new card write p50 / p95 ms "
-        "| card update p50 / p95 ms | lexical p50 / p95 ms | vector p50 / p95 ms "
-        "| hybrid p50 / p95 ms |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| card update p50 / p95 ms | card update upserted (versioned rows off) p50 / p95 ms "
+        "| lexical p50 / p95 ms | vector p50 / p95 ms | hybrid p50 / p95 ms |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for s in scales:
         cells = [
@@ -334,6 +358,7 @@ def _scale_rows(scales: list[dict[str, Any]]) -> list[str]:
             s["reproject_cards_per_s"],
             f"{s['write_p50_ms']} / {s['write_p95_ms']}",
             f"{s['update_p50_ms']} / {s['update_p95_ms']}",
+            f"{s.get('update_upsert_p50_ms', '-')} / {s.get('update_upsert_p95_ms', '-')}",
             *(f"{s['search_ms'][m]['p50']} / {s['search_ms'][m]['p95']}" for m in MODE_NAMES),
         ]
         rows.append("| " + " | ".join(str(c) for c in cells) + " |")
@@ -358,6 +383,20 @@ def _strategy_rows(scales: list[dict[str, Any]], flushed: dict[str, Any] | None)
                      for o in STRATEGY_OPS]  # fmt: skip
             rows.append(f"| {flushed['cards']}, flushed | {index} | " + " | ".join(cells) + " |")
     return rows
+
+
+def _purge_line(scales: list[dict[str, Any]]) -> list[str]:
+    runs = [s for s in scales if "purge" in s]
+    if not runs:
+        return []
+    parts = [f"{s['purge']['rows']} rows in {s['purge']['ms']} ms at {s['cards']} cards"
+             for s in runs]  # fmt: skip
+    return [
+        "The reconciler's purge of the rows the updates replaced (one run, one delete call "
+        f"per index; each update leaves its old version's key and the bare one): "
+        f"{'; '.join(parts)}.",
+        "",
+    ]
 
 
 def _flush_line(flushed: dict[str, Any] | None) -> list[str]:
@@ -411,8 +450,9 @@ def markdown(figures: dict[str, Any]) -> str:
                 "embedding included, distinct query texts (no cache hits).  Bulk load from "
                 "pre-computed vectors (`var/bench-cache`, "
                 f"{sum(s.get('load_embedded_live', 0) for s in f['scales'])} embedded live); "
-                "a write or an update embeds its card live.  New cards are inserted, "
-                "updates upserted (docs/LTM.md).",
+                "a write or an update embeds its card live.  New cards are inserted, and so "
+                "are updates, under a versioned row key; the rows they replace are purged "
+                "by the reconciler (docs/LTM.md).",
                 "",
                 *_scale_rows(f["scales"]),
                 "",
@@ -421,6 +461,7 @@ def markdown(figures: dict[str, Any]) -> str:
                 f"{f['cards']} cards: {hybrid_ok}; hybrid ≥ best single mode on recall@5: "
                 f"{', '.join(fusion)}.",
                 "",
+                *_purge_line(f["scales"]),
                 "Index calls, one card each, p50 / p95 ms (`strategy`): what a write costs "
                 "as the collection grows.",
                 "",

@@ -88,6 +88,10 @@ def states(rt: LtmRuntime, memory_id: str) -> set[str]:
     return {p.state.value for p in rt.ledger.projections([memory_id])}
 
 
+def stale(rt: LtmRuntime, memory_id: str) -> int:
+    return sum(1 for r in rt.ledger.stale_rows(100_000) if r.memory_id == memory_id)
+
+
 def test_tasks_index_delete_and_reconcile_cards_on_a_real_worker(
     rt: LtmRuntime, ltm_worker: CeleryProcess, producer: Celery, tenant: str
 ) -> None:
@@ -105,6 +109,17 @@ def test_tasks_index_delete_and_reconcile_cards_on_a_real_worker(
     ).memory_id
     producer.send_task(LTM_RECONCILE)
     wait_until(lambda: states(rt, forgotten) == {"indexed"}, "reconcile task", worker=ltm_worker)
+
+    # an update inserts the new version's row; the reconciler purges the one it replaced
+    rt.ledger.write(ltm_env.card_draft(tenant, "case.504", "HTTP504 from payment-service",
+                                       "the gateway's read timeout was two seconds"))  # fmt: skip
+    producer.send_task(LTM_INDEX, args=[[memory_id]])
+    wait_until(lambda: stale(rt, memory_id) > 0, "update task", worker=ltm_worker)
+    assert rt.vector.count_owner(tenant, "u_42") == 3  # two cards, one of them twice
+    producer.send_task(LTM_RECONCILE)
+    wait_until(lambda: stale(rt, memory_id) == 0, "purge by the reconciler", worker=ltm_worker)
+    assert rt.vector.count_owner(tenant, "u_42") == 2
+    assert rt.lexical.count_owner(tenant, "u_42") == 2
 
     producer.send_task(LTM_DELETE, args=[[memory_id]])
     wait_until(

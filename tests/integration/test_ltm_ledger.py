@@ -100,6 +100,9 @@ def test_migrated_ledger_matches_the_table_definitions(ltm_pg_url: str) -> None:
         "ck_ltm_projections_state",
         "pk_ltm_index_generations",
         "ck_ltm_index_generations_phase",
+        "pk_ltm_stale_rows",
+        "fk_ltm_stale_rows_memory_id_ltm_cards",
+        "ck_ltm_stale_rows_index_name",
     }
 
 

@@ -7,13 +7,17 @@ from collections.abc import Sequence
 
 import pytest
 
+from memstrata.core.ltm import admin
 from memstrata.core.ltm.card import LtmCard
 from memstrata.core.ltm.errors import EmbeddingDimensionMismatch
 from memstrata.core.ltm.filters import CardFilter
-from memstrata.core.ltm.indexer import plan_reconcile, rebuild, reconcile
+from memstrata.core.ltm.indexer import Projector, plan_reconcile, rebuild, reconcile
+from memstrata.core.ltm.ledger import Ledger, Projection
 from memstrata.core.ltm.ports import ContextRead
+from memstrata.core.ltm.rows import row_key
 from memstrata.core.ltm.runtime import LtmRuntime
 from memstrata.core.ltm.search import SearchMode
+from memstrata.core.ltm.text import normalise
 from memstrata.core.ltm.vector import MilvusVectorIndex
 from tests.integration import ltm_env
 
@@ -55,10 +59,91 @@ def test_re_promotion_does_not_duplicate_and_reindexing_is_idempotent(
     assert ltm.ledger.write(again).memory_id == ids["case.ora00942"]
     ltm.projector.project([ids["case.ora00942"]])
     ltm.projector.project([ids["case.ora00942"]], force=True)
-    assert ltm.vector.count() == len(ltm_env.CORPUS)
+    # the update inserted version 2's row; version 1's waits for the reconciler's purge
+    assert ltm.vector.count() == len(ltm_env.CORPUS) + 1
     flt = CardFilter(tenant_id=tenant)
     hits = ltm.search.search("ORA-00942", flt, mode=SearchMode.LEXICAL)
     assert [h.summary for h in hits if h.memory_id == ids["case.ora00942"]] == ["new text"]
+    # per index: version 1's key and the bare one (a row an earlier version may have left)
+    assert ltm.projector.purge_stale() == 4
+    assert ltm.vector.count() == len(ltm_env.CORPUS)
+    assert ltm.lexical.count_owner(tenant, "u_42") == len(ltm_env.CORPUS)
+    hits = ltm.search.search("ORA-00942", flt, mode=SearchMode.LEXICAL)
+    assert [h.summary for h in hits if h.memory_id == ids["case.ora00942"]] == ["new text"]
+
+
+def test_an_update_inserts_a_row_and_the_reconciler_purges_the_one_it_replaced(
+    ltm: LtmRuntime, tenant: str
+) -> None:
+    """milvus-lite looks an id up before an upsert or a delete (~100 ms at 100k cards), so
+    a versioned index takes an update as an insert of the new version's row; until the
+    purge the old row may still find the card, which is then returned once, with its new
+    text, and after it only the new words do."""
+    ids = ltm_env.seed_corpus(ltm, tenant)
+    mid = ids["case.ora00942"]
+    assert ltm.projector.versioned == frozenset({"lexical", "vector"})
+    draft = ltm_env.card_draft(tenant, "case.ora00942", "ORA-00942 on the reporting job",
+                               "the grant was missing on the reporting schema")  # fmt: skip
+    version = ltm.ledger.write(draft).version
+    ltm.projector.project([mid])
+    assert {p.indexed_version for p in ltm.ledger.projections([mid])} == {version}
+    assert ltm.ledger.count_stale() == 4  # per index: version 1's key and the bare one
+    assert admin.status(ltm)["stale_rows"] == 4  # `memstrata ltm status` shows them
+    flt = CardFilter(tenant_id=tenant, user_id="u_42")
+    old_words = "view was dropped in a migration"  # said by version 1 only
+    assert old_words in dict((k, t) for k, _, t in ltm_env.CORPUS)["case.ora00942"]
+    for mode in SearchMode:
+        found = ltm.search.search(f"ORA-00942 {old_words}", flt, mode=mode)
+        mine = [h for h in found if h.memory_id == mid]
+        assert len(mine) == 1, (mode, [h.memory_id for h in found])
+        if mode is not SearchMode.VECTOR:  # the vector collection stores no text
+            assert mine[0].summary == "the grant was missing on the reporting schema"
+    assert ltm.projector.purge_stale() == 4
+    assert ltm.ledger.count_stale() == 0
+    assert ltm.projector.purge_stale() == 0
+    assert ltm.vector.count_owner(tenant, "u_42") == len(ltm_env.CORPUS)
+    assert ltm.lexical.count_owner(tenant, "u_42") == len(ltm_env.CORPUS)
+    lexical = ltm.lexical.search(normalise(old_words), flt, 20)
+    assert mid not in [h.memory_id for h in lexical]  # the old words are gone with the row
+    assert top(ltm, "grant missing reporting schema", flt, SearchMode.LEXICAL)[0] == mid
+
+
+def test_rows_written_before_versioned_keys_go_with_the_first_update(
+    ltm: LtmRuntime, tenant: str
+) -> None:
+    """A collection filled by an earlier version holds each card under its bare
+    memory_id: such a row is still found (once), and the card's first update schedules
+    it with the replaced versions."""
+    ids = ltm_env.seed_corpus(ltm, tenant)
+    mid = ids["case.ora00942"]
+    card = ltm.ledger.cards([mid])[mid]
+    ltm.lexical.insert([card])  # as an earlier version wrote it: keyed by the memory_id
+    ltm.vector.insert([card], ltm.embedder.embed_documents([card.embedding_text(2000)]))
+    flt = CardFilter(tenant_id=tenant, user_id="u_42")
+    for mode in SearchMode:
+        assert top(ltm, "ORA-00942 reporting job", flt, mode).count(mid) == 1, mode
+    ltm.ledger.write(ltm_env.card_draft(tenant, "case.ora00942", "ORA-00942", "v2"))
+    ltm.projector.project([mid])
+    assert ltm.vector.count_owner(tenant, "u_42") == len(ltm_env.CORPUS) + 2
+    assert ltm.projector.purge_stale() == 4  # the bare key and version 1, in both indexes
+    assert ltm.vector.count_owner(tenant, "u_42") == len(ltm_env.CORPUS)
+    assert ltm.lexical.count_owner(tenant, "u_42") == len(ltm_env.CORPUS)
+
+
+def test_a_deleted_card_leaves_no_row_of_any_version(ltm: LtmRuntime, tenant: str) -> None:
+    ids = ltm_env.seed_corpus(ltm, tenant)
+    mid = ids["case.ora00942"]
+    ltm.ledger.write(ltm_env.card_draft(tenant, "case.ora00942", "ORA-00942", "v2"))
+    ltm.projector.project([mid])  # version 1's rows are stale, not purged yet
+    ltm.ledger.delete(mid)
+    assert ltm.projector.project([mid]).deleted == 2
+    # no row of any version is left to find the deleted card before the purge runs
+    assert ltm.vector.count_owner(tenant, "u_42") == len(ltm_env.CORPUS) - 1
+    assert ltm.lexical.count_owner(tenant, "u_42") == len(ltm_env.CORPUS) - 1
+    flt = CardFilter(tenant_id=tenant, user_id="u_42")
+    for mode in SearchMode:
+        assert mid not in top(ltm, "ORA-00942 reporting job view dropped", flt, mode)
+    assert ltm.projector.purge_stale() == 4  # already gone: the deletes are no-ops
 
 
 def test_filters_keep_other_users_and_projects_out(ltm: LtmRuntime, tenant: str) -> None:
@@ -136,19 +221,84 @@ def test_a_policy_given_per_search_sets_how_many_candidates_each_index_returns(
     assert len(ltm.search.search("timeout", flt, mode=SearchMode.VECTOR, policy=narrow)) == 2
 
 
+class _Late(Ledger):
+    """The ledger as a slow projection saw it: ``work`` answers the snapshot read before
+    another process wrote and projected a newer version (every other call is live)."""
+
+    def __init__(self, ledger: Ledger, snapshot: tuple[dict[str, LtmCard], list[Projection]]):
+        self.__dict__.update(ledger.__dict__)
+        self.snapshot = snapshot
+
+    def work(self, memory_ids: Sequence[str]) -> tuple[dict[str, LtmCard], list[Projection]]:
+        return self.snapshot
+
+
+def test_a_row_a_newer_version_overtook_before_it_settled_is_purged_too(
+    ltm: LtmRuntime, tenant: str
+) -> None:
+    ids = ltm_env.seed_corpus(ltm, tenant)
+    mid = ids["case.ora00942"]
+    ltm.ledger.write(ltm_env.card_draft(tenant, "case.ora00942", "ORA-00942", "second words"))
+    read_before = ltm.ledger.work([mid])  # a slow projection reads version 2 ...
+    ltm.ledger.write(ltm_env.card_draft(tenant, "case.ora00942", "ORA-00942", "third words"))
+    ltm.projector.project([mid])  # ... another projects version 3, and the purge runs
+    ltm.projector.purge_stale()
+    slow = Projector(ledger=_Late(ltm.ledger, read_before), lexical=ltm.lexical,
+                     vector=ltm.vector, embedder=ltm.embedder,
+                     versioned=ltm.projector.versioned)  # fmt: skip
+    try:
+        slow.project([mid])  # ... then its version 2 lands, after version 3
+    finally:
+        slow.close()
+    assert {p.indexed_version for p in ltm.ledger.projections([mid])} == {3}
+    assert ltm.vector.count_owner(tenant, "u_42") == len(ltm_env.CORPUS) + 1
+    ltm.projector.purge_stale()  # version 2's row was recorded when its run settled
+    assert ltm.vector.count_owner(tenant, "u_42") == len(ltm_env.CORPUS)
+    assert ltm.lexical.count_owner(tenant, "u_42") == len(ltm_env.CORPUS)
+    flt = CardFilter(tenant_id=tenant, user_id="u_42")
+    assert mid not in [h.memory_id for h in ltm.lexical.search("second", flt, 20)]
+    assert mid in [h.memory_id for h in ltm.lexical.search("third", flt, 20)]
+
+
+def test_turning_versioned_rows_off_never_purges_the_row_that_serves(
+    ltm: LtmRuntime, tenant: str
+) -> None:
+    """After versioned rows are turned off a card's row is its bare memory_id again: the
+    rows it held while they were on are still purged, the bare key never is."""
+    ids = ltm_env.seed_corpus(ltm, tenant)  # versioned: held as <id>@1
+    mid = ids["case.ora00942"]
+    ltm.projector.versioned = frozenset()
+    try:
+        ltm.ledger.write(ltm_env.card_draft(tenant, "case.ora00942", "ORA-00942", "upserted"))
+        ltm.projector.project([mid])  # upserts the bare key; <id>@1 is left to the purge
+        assert ltm.vector.count_owner(tenant, "u_42") == len(ltm_env.CORPUS) + 1
+        ltm.projector.purge_stale()
+        assert ltm.vector.count_owner(tenant, "u_42") == len(ltm_env.CORPUS)
+        assert ltm.lexical.count_owner(tenant, "u_42") == len(ltm_env.CORPUS)
+        flt = CardFilter(tenant_id=tenant, user_id="u_42")
+        assert top(ltm, "upserted", flt, SearchMode.LEXICAL) == [mid]
+        ltm.ledger.delete(mid)  # a delete names every key the card may have
+        ltm.projector.project([mid])
+        assert ltm.vector.count_owner(tenant, "u_42") == len(ltm_env.CORPUS) - 1
+    finally:
+        ltm.projector.versioned = ltm.settings.versioned_indexes()
+
+
 def test_an_id_written_twice_by_a_crashed_projection_is_found_once_and_healed(
     ltm: LtmRuntime, tenant: str
 ) -> None:
-    """A first projection inserts (no upsert lookup); a crash between that insert and the
-    ledger settle re-inserts on redelivery, so one id is held twice for a while.  What the
-    insert strategy relies on, pinned here: Milvus's searches reduce results by primary
-    key, and an upsert replaces every copy."""
+    """A projection inserts (no upsert lookup); a crash between that insert and the
+    ledger settle re-inserts on redelivery, so one row key is held twice for a while.  What
+    the insert strategy relies on, pinned here: Milvus's searches reduce results by primary
+    key, and deleting the key (the purge after the next update) removes every copy."""
     ids = ltm_env.seed_corpus(ltm, tenant)
     mid = ids["case.ora00942"]
-    cards, _ = ltm.ledger.work([mid])
+    cards, rows = ltm.ledger.work([mid])
     card = cards[mid]
-    ltm.lexical.insert([card])
-    ltm.vector.insert([card], ltm.embedder.embed_documents([card.embedding_text(2000)]))
+    key = row_key(mid, next(r.indexed_version for r in rows if r.index_name == "vector") or 0)
+    ltm.lexical.insert([card], keys=[key])
+    ltm.vector.insert([card], ltm.embedder.embed_documents([card.embedding_text(2000)]),
+                      keys=[key])  # fmt: skip
     assert ltm.vector.count_owner(tenant, "u_42") == len(ltm_env.CORPUS) + 1
     flt = CardFilter(tenant_id=tenant, user_id="u_42")
     for mode in SearchMode:
@@ -160,7 +310,8 @@ def test_an_id_written_twice_by_a_crashed_projection_is_found_once_and_healed(
         assert [h.memory_id for h in hits].count(mid) == 1
     again = ltm_env.card_draft(tenant, "case.ora00942", "ORA-00942 on the reporting job", "v2")
     ltm.ledger.write(again)
-    ltm.projector.project([mid])  # a known card: upserted, which replaces both copies
+    ltm.projector.project([mid])  # a new version: inserted; both copies of the old are stale
+    ltm.projector.purge_stale()
     assert ltm.vector.count_owner(tenant, "u_42") == len(ltm_env.CORPUS)
     assert ltm.lexical.count_owner(tenant, "u_42") == len(ltm_env.CORPUS)
 

@@ -33,10 +33,10 @@ class _Recording:
     def __init__(self, name: str, calls: list[tuple[str, str]]) -> None:
         self.name, self.calls = name, calls
 
-    def insert(self, cards: object) -> None:
+    def insert(self, cards: object, *, keys: object = None) -> None:
         self.calls.append(("insert", self.name))
 
-    def upsert(self, cards: object) -> None:
+    def upsert(self, cards: object, *, keys: object = None) -> None:
         self.calls.append(("upsert", self.name))
 
 

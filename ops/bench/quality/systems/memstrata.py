@@ -222,6 +222,14 @@ class MemstrataSystem:
             pass
         if now - self._consolidated_at >= self.settings.lifecycle.consolidate.interval_s:
             self._consolidate(now)
+        self._purge()
+
+    def _purge(self) -> None:
+        """The reconciler's purge (Beat, every minute): the index rows that card updates
+        replaced (core/ltm/rows.py) are gone before the next session, as in a deployment."""
+        if self.ltm_runtime is not None:
+            while self.ltm_runtime.projector.purge_stale(self.settings.ltm.stale_purge_batch):
+                pass
 
     def _consolidate(self, now: float) -> None:
         """Celery Beat's consolidation job for the owner being ingested, at time ``now``."""
@@ -340,6 +348,7 @@ class MemstrataSystem:
         state.query_now = max((t.at for t in space.turns), default=0.0) + QUERY_DELAY_S
         if last_at is not None:  # Beat has run since the last turn, before any question
             self._consolidate(last_at + QUERY_DELAY_S / 2)
+            self._purge()
         self.spaces[space.id] = state
         self.stats.ingested_turns += len(space.turns)
         held = self.inventory(space.id)
