@@ -124,8 +124,9 @@ def reconcile_ltm(limit: int | None = None) -> dict[str, int]:
             limit=int(limit or cfg.reconcile_batch),
         )
         report = reconcile(rt.projector, plan)
-        # then the rows updates left behind, many per delete call (core/ltm/rows.py)
-        purged = rt.projector.purge_stale(cfg.stale_purge_batch) if not report.retry else 0
+        # then the rows updates left behind, many per delete call (core/ltm/rows.py); a
+        # card stuck pending must not hold them back (an index that is down keeps them)
+        purged = rt.projector.purge_stale(cfg.stale_purge_batch)
         return {"planned": len(plan.memory_ids), **_summary(report), "purged": purged}
 
     ttl_s = max(30, int(cfg.reconcile_interval_s * 2))

@@ -103,8 +103,13 @@ class Work:
         return row_key(self.card.memory_id, self.version)
 
     def replaced(self) -> list[str]:
-        """The keys of the rows a versioned index may still hold for earlier versions."""
-        return [] if self.fresh else stale_keys(self.card.memory_id, self.version, self.held)
+        """The keys of the rows a versioned index may still hold for earlier versions:
+        from the one last settled on; a card never recorded as written may still hold
+        an earlier version's row (written, then the settle was lost, then updated: the
+        update resets the attempts), so it names them all."""
+        if self.fresh:
+            return stale_keys(self.card.memory_id, self.version, None) if self.version > 1 else []
+        return stale_keys(self.card.memory_id, self.version, self.held)
 
 
 def never_written(row: Projection) -> bool:
@@ -254,8 +259,14 @@ class Projector:
         the rows written, in case a newer version overtook them (``Ledger.settle``)."""
         versioned = index_name in self.versioned
         out = Outcome()
-        out.stale = [StaleRow(index_name, key, w.card.memory_id) for w in batch
-                     for key in w.replaced() if versioned or key != w.card.memory_id]  # fmt: skip
+        if versioned:
+            out.stale = [StaleRow(index_name, key, w.card.memory_id)
+                         for w in batch for key in w.replaced()]  # fmt: skip
+        else:  # the bare key is the row just written; a versioned row of this very
+            # version (written while they were on) is not
+            out.stale = [StaleRow(index_name, key, w.card.memory_id) for w in batch if not w.fresh
+                         for key in stale_keys(w.card.memory_id, w.version + 1, w.held)
+                         if key != w.card.memory_id]  # fmt: skip
         if versioned:
             out.written = [(StaleRow(index_name, w.key, w.card.memory_id), w.version)
                            for w in batch]  # fmt: skip
@@ -292,11 +303,14 @@ class Projector:
 
     def purge_stale(self, limit: int = 1000) -> int:
         """Delete up to ``limit`` rows the indexes hold for versions they no longer serve
-        (oldest first, one delete call per index) and forget them; returns how many.
+        (oldest first, up to :data:`PURGE_CALL` keys a delete call) and forget them;
+        returns how many.
 
-        An index that is down keeps its rows for the next run; a key an index refuses
-        is tried alone, and dropped with a warning if it is refused again (it can never
-        be deleted, and must not hold back the others)."""
+        An index that is down keeps its rows for the next run.  A batch an index refuses
+        is split in halves until the refused keys are alone; those are dropped with a
+        warning (they can never be deleted, and must not hold back the others).  A row
+        recorded again while this ran (a late write of that version) is not forgotten:
+        the next run deletes it (``Ledger.forget_stale``)."""
         rows = self.ledger.stale_rows(limit)
         gone: list[StaleRow] = []
         for name, index in (("lexical", self.lexical), ("vector", self.vector)):
@@ -305,26 +319,49 @@ class Projector:
                 # is the card's current row now, never delete it
                 gone += [r for r in mine if card_of(r.row_key) == r.row_key]
                 mine = [r for r in mine if card_of(r.row_key) != r.row_key]
-            if not mine:
-                continue
-            try:
-                index.delete([r.row_key for r in mine])
-                gone += mine
-            except TransientError as exc:
-                log.warning("ltm stale rows not purged index=%s rows=%s: %s", name,
-                            len(mine), exc)  # fmt: skip
-            except PermanentError:
-                for r in mine:
-                    try:
-                        index.delete([r.row_key])
-                    except TransientError:
-                        continue
-                    except PermanentError as exc:
-                        log.warning("ltm stale row dropped index=%s key=%s: %s", name,
-                                    r.row_key[:96], exc)  # fmt: skip
-                    gone.append(r)
+            for start in range(0, len(mine), PURGE_CALL):
+                try:
+                    gone += _delete_rows(index, name, mine[start : start + PURGE_CALL])
+                except TransientError as exc:
+                    log.warning("ltm stale rows not purged index=%s rows=%s: %s", name,
+                                len(mine) - start, exc)  # fmt: skip
+                    break
         self.ledger.forget_stale(gone)
         return len(gone)
+
+    def drop_earlier(self, versions: Mapping[str, int]) -> None:
+        """Delete every row of these cards older than the given version (each card's
+        earlier versions and, in a versioned index, its bare key), one call per index:
+        what a reindex's catch-up does in the generation it built, where the copy may
+        have written an old version after the live update that replaced it was purged."""
+        for name, index in (("lexical", self.lexical), ("vector", self.vector)):
+            keep_bare = name not in self.versioned
+            keys = [k for m, v in versions.items() for k in stale_keys(m, v, None)
+                    if not (keep_bare and k == m)]  # fmt: skip
+            if keys:
+                index.delete(keys)
+
+
+PURGE_CALL = 5000
+"""Keys per delete call of the purge: the call's cost is mostly the index's id lookup,
+once per call; the cap bounds the expression Milvus parses."""
+
+
+def _delete_rows(
+    index: LexicalIndex | VectorIndex, name: str, rows: list[StaleRow]
+) -> list[StaleRow]:
+    """Delete ``rows`` from ``index`` in one call; on a refusal, each half alone, down to
+    single keys, which are dropped with a warning.  The rows the index no longer holds."""
+    try:
+        index.delete([r.row_key for r in rows])
+        return rows
+    except PermanentError as exc:
+        if len(rows) == 1:
+            log.warning("ltm stale row dropped index=%s key=%s: %s", name,
+                        rows[0].row_key[:96], exc)  # fmt: skip
+            return rows
+    half = len(rows) // 2
+    return _delete_rows(index, name, rows[:half]) + _delete_rows(index, name, rows[half:])
 
 
 def _with_context(w: Work, extra: Mapping[str, str]) -> LtmCard:

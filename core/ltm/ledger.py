@@ -70,6 +70,7 @@ class StaleRow:
     index_name: str
     row_key: str
     memory_id: str
+    since: float = 0.0  # when it was (last) recorded, as read by the purge
 
 
 @dataclass(frozen=True)
@@ -296,8 +297,8 @@ def _mark_indexed_many(
 
 
 def _record_stale(conn: Connection, rows: Sequence[StaleRow], *, now: float) -> None:
-    """Remember rows to purge; one already recorded keeps its first ``since``.  A card
-    erased meanwhile has no parent row left: its rows went with the owner's filter."""
+    """Remember rows to purge, ``since`` = now (one recorded again gets the new time).  A
+    card erased meanwhile has no parent row left: its rows went with the owner's filter."""
     if not rows:
         return
     values = [{"index_name": r.index_name, "row_key": r.row_key, "memory_id": r.memory_id,
@@ -306,8 +307,12 @@ def _record_stale(conn: Connection, rows: Sequence[StaleRow], *, now: float) -> 
     alive = {str(m) for m in conn.execute(known).scalars()}
     values = [v for v in values if v["memory_id"] in alive]
     if values:
-        stmt = insert(stale_rows).on_conflict_do_nothing(
-            index_elements=[stale_rows.c.index_name, stale_rows.c.row_key]
+        # recorded again (a late write of that version): a purge that read it before
+        # must not forget it (Ledger.forget_stale compares ``since``)
+        stmt = insert(stale_rows)
+        stmt = stmt.on_conflict_do_update(
+            index_elements=[stale_rows.c.index_name, stale_rows.c.row_key],
+            set_={"since": stmt.excluded.since},
         )
         conn.execute(stmt, values)
 
@@ -687,14 +692,17 @@ class Ledger:
         first (the reconciler deletes them, :meth:`Projector.purge_stale`)."""
         with self._read("select stale rows") as c:
             rows = c.execute(
-                select(stale_rows.c.index_name, stale_rows.c.row_key, stale_rows.c.memory_id)
+                select(stale_rows.c.index_name, stale_rows.c.row_key, stale_rows.c.memory_id,
+                       stale_rows.c.since)
                 .order_by(stale_rows.c.since)
                 .limit(max(0, limit))
-            ).all()
-        return [StaleRow(str(i), str(k), str(m)) for i, k, m in rows]
+            ).all()  # fmt: skip
+        return [StaleRow(str(i), str(k), str(m), float(t)) for i, k, m, t in rows]
 
     def forget_stale(self, rows: Sequence[StaleRow]) -> None:
-        """The indexes no longer hold these rows (deleted, or absent all along)."""
+        """The indexes no longer hold these rows (deleted, or absent all along), unless a
+        row was recorded again after it was read (``since`` moved: a late write of that
+        version landed after the delete, and the next purge must delete it)."""
         if not rows:
             return
         with self._begin("forget stale rows") as c:
@@ -702,8 +710,9 @@ class Ledger:
                 delete(stale_rows).where(
                     stale_rows.c.index_name == bindparam("i"),
                     stale_rows.c.row_key == bindparam("k"),
+                    stale_rows.c.since <= bindparam("t"),
                 ),
-                [{"i": r.index_name, "k": r.row_key} for r in rows],
+                [{"i": r.index_name, "k": r.row_key, "t": r.since} for r in rows],
             )
 
     def count_stale(self) -> int:

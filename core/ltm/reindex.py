@@ -213,6 +213,9 @@ def _catch_up(
             total.owners |= part.owners
             if part.transient:
                 return None
+        # the copy may have written an old version of a card after the live update that
+        # replaced it had its stale rows purged: nothing else would ever name that row
+        projector.drop_earlier({m: versions[m] for m in todo})
         redone.update(todo)
         now = _versions(ledger, todo)
         versions = {m: v for m, v in now.items() if v != versions[m]}

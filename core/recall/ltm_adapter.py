@@ -18,7 +18,7 @@ from memstrata.core.errors import TransientError
 from memstrata.core.extract.lexicon import default_lexicon
 from memstrata.core.extract.rules import says_nothing_of_its_own
 from memstrata.core.ltm.asof import version_at
-from memstrata.core.ltm.card import CONSOLIDATED, LtmCard, focus
+from memstrata.core.ltm.card import CONSOLIDATED, CardStatus, LtmCard, focus
 from memstrata.core.ltm.filters import CardFilter
 from memstrata.core.ltm.history import HISTORY_TYPE, HistoryIndex
 from memstrata.core.ltm.ledger import Ledger
@@ -110,10 +110,13 @@ class LedgerBackedSearcher:
         # relevance order: the pool blends importance and recency itself, once
         ranked = sorted(ranked, key=lambda r: (-r.similarity, r.memory_id))
         cards = self.ledger.cards([r.memory_id for r in ranked])
-        # a card deleted since it was indexed is absent: the ledger is the truth
+        # a card deleted since it was indexed is absent, or a tombstone a late index row
+        # still finds until the purge (core/ltm/rows.py): the ledger is the truth
         found = [(n, cards[r.memory_id]) for n, r in enumerate(ranked) if r.memory_id in cards]
         if as_of is not None:
             found = self._as_of(found, filters, as_of)
+        else:
+            found = [(n, c) for n, c in found if c.status is CardStatus.ACTIVE]
         # a view (an entity card) is a way to its cards: the ones the query is about take
         # its rank, each as the memory it is (found again later, it is not repeated)
         views = [card for _, card in found if card.source_card_ids]

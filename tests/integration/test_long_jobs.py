@@ -199,6 +199,7 @@ def test_changes_made_while_the_copy_runs_win_over_the_copy_after_the_swap(
         worker.ledger.write(ltm_env.card_draft(tenant, "case.ora00942", "ORA-00942 fixed", fixed))
         worker.ledger.delete(forgotten)
         assert not worker.projector.project([updated, forgotten]).retry
+        worker.projector.purge_stale()  # the reconciler runs before the copy's late write
         with worker.engine.begin() as conn:  # core/erase.py: the ledger rows, then indexes
             conn.execute(delete(cards).where(cards.c.user_id == "u_erased"))
         worker.lexical.delete_owner(tenant, "u_erased")
@@ -225,10 +226,10 @@ def test_changes_made_while_the_copy_runs_win_over_the_copy_after_the_swap(
     found = {h.memory_id for h in ltm.search.search("mango ice cream zebra quarry", flt,
                                                      mode=SearchMode.HYBRID)}  # fmt: skip
     assert forgotten not in found and erased not in found
-    # the copy's late row of the updated card's old version is a stale row the update
-    # recorded: the reconciler's purge removes it from the generation that now serves
-    ltm.projector.purge_stale()
+    # the copy's late row of the updated card's old version landed after the purge of
+    # the rows the update replaced: the catch-up removed it from the generation it built
     assert ltm.vector.count() == len(ltm_env.CORPUS) - 1
+    assert ltm.lexical.count_owner(tenant, "u_42") == len(ltm_env.CORPUS) - 1
     assert ltm.lexical.count_owner(tenant, "u_erased") == 0
     assert ltm.vector.count_owner(tenant, "u_erased") == 0
 

@@ -284,6 +284,45 @@ def test_turning_versioned_rows_off_never_purges_the_row_that_serves(
         ltm.projector.versioned = ltm.settings.versioned_indexes()
 
 
+def test_a_version_written_but_never_settled_goes_with_the_next_update(
+    ltm: LtmRuntime, tenant: str
+) -> None:
+    """Version 1 reached the indexes but its settle was lost, and the card was updated
+    before a retry: the ledger still says never written, yet the row is there."""
+    ids = ltm_env.seed_corpus(ltm, tenant)
+    draft = ltm_env.card_draft(tenant, "case.lost", "ERR_LOST on the batch job", "first")
+    mid = ltm.ledger.write(draft).memory_id
+    card = ltm.ledger.cards([mid])[mid]
+    key = row_key(mid, card.version)  # what the lost projection wrote
+    ltm.lexical.insert([card], keys=[key])
+    ltm.vector.insert([card], ltm.embedder.embed_documents([card.embedding_text(2000)]),
+                      keys=[key])  # fmt: skip
+    ltm.ledger.write(ltm_env.card_draft(tenant, "case.lost", "ERR_LOST on the batch job",
+                                        "second"))  # fmt: skip
+    ltm.projector.project([mid])
+    ltm.projector.purge_stale()
+    assert ltm.vector.count_owner(tenant, "u_42") == len(ids) + 1
+    assert ltm.lexical.count_owner(tenant, "u_42") == len(ids) + 1
+    flt = CardFilter(tenant_id=tenant, user_id="u_42")
+    assert mid not in [h.memory_id for h in ltm.lexical.search("first", flt, 20)]
+
+
+def test_a_stale_row_recorded_again_during_a_purge_is_not_forgotten(
+    ltm: LtmRuntime, tenant: str
+) -> None:
+    ids = ltm_env.seed_corpus(ltm, tenant)
+    mid = ids["case.ora00942"]
+    ltm.ledger.write(ltm_env.card_draft(tenant, "case.ora00942", "ORA-00942", "v2"))
+    ltm.projector.project([mid])
+    read = ltm.ledger.stale_rows(100)  # a purge reads the rows, deletes them ...
+    assert read
+    time.sleep(0.01)
+    # ... while a late write of one of those versions lands and is recorded again
+    ltm.ledger.settle(indexed=[], transient=[], permanent=[], now=time.time(), stale=read[:1])
+    ltm.ledger.forget_stale(read)
+    assert [r.row_key for r in ltm.ledger.stale_rows(100)] == [read[0].row_key]
+
+
 def test_an_id_written_twice_by_a_crashed_projection_is_found_once_and_healed(
     ltm: LtmRuntime, tenant: str
 ) -> None:

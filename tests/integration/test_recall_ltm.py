@@ -267,3 +267,27 @@ def test_a_question_that_routes_to_ltm_has_its_embedding_started_before_stm_and_
         assert asked == [similar]
     finally:
         r.close()
+
+
+def test_a_deleted_card_a_late_index_row_still_finds_is_never_recalled(
+    res: Runtime, world: World, ltm: LtmRuntime, recaller: Recaller
+) -> None:
+    """A slower projection may land a card's row after the card was deleted (its row
+    goes at the next purge, core/ltm/rows.py): the ledger says deleted, so recall drops
+    it whatever the index found."""
+    ids = _cards(ltm, world)
+    gone = ids["case.createorder.timeout"]
+    ltm.ledger.delete(gone)  # tombstoned; its rows not deleted yet
+    out = recaller.recall(
+        RecallRequest(
+            tenant_id=world.tenant_id, user_id=world.alice, session_id="s9",
+            project_id=world.shop, query="以前有没有类似的 createOrder 超时案例？",
+            now=T0 + 600, explain=True,
+        )
+    )  # fmt: skip
+    assert out.route.need_ltm and out.degraded == {}
+    assert out.explain is not None
+    found = {s.candidate.memory_id for s in out.explain.candidates}
+    assert ids["bug456:excluded:database"] in found  # the search did run and find cards
+    assert gone not in found
+    assert "线程池饱和" not in out.text
