@@ -257,19 +257,17 @@ class Projector:
         versions (in an index that is not versioned, only versioned keys, which it held
         while it was: its bare key is the card's current row), and, in a versioned one,
         the rows written, in case a newer version overtook them (``Ledger.settle``)."""
-        versioned = index_name in self.versioned
         out = Outcome()
-        if versioned:
+        if index_name in self.versioned:
             out.stale = [StaleRow(index_name, key, w.card.memory_id)
                          for w in batch for key in w.replaced()]  # fmt: skip
+            out.written = [(StaleRow(index_name, w.key, w.card.memory_id), w.version)
+                           for w in batch]  # fmt: skip
         else:  # the bare key is the row just written; a versioned row of this very
             # version (written while they were on) is not
             out.stale = [StaleRow(index_name, key, w.card.memory_id) for w in batch if not w.fresh
                          for key in stale_keys(w.card.memory_id, w.version + 1, w.held)
                          if key != w.card.memory_id]  # fmt: skip
-        if versioned:
-            out.written = [(StaleRow(index_name, w.key, w.card.memory_id), w.version)
-                           for w in batch]  # fmt: skip
         return out
 
     def _write(
@@ -282,12 +280,10 @@ class Projector:
             ids = [k for w in batch for k in stale_keys(w.card.memory_id, w.version + 1, None)]
             (self.lexical if index_name == "lexical" else self.vector).delete(ids)
             return
-        if versioned:  # a new version is a new row: only a version written again upserts
-            new = [w for w in batch if w.fresh or w.held != w.version]
-            known = [w for w in batch if not (w.fresh or w.held != w.version)]
-        else:
-            new = [w for w in batch if w.fresh]
-            known = [w for w in batch if not w.fresh]
+        # versioned, a new version is a new row: only a version written again upserts
+        inserted = [w.fresh or (versioned and w.held != w.version) for w in batch]
+        new = [w for w, i in zip(batch, inserted, strict=True) if i]
+        known = [w for w, i in zip(batch, inserted, strict=True) if not i]
         new_keys = [w.key for w in new] if versioned else None
         known_keys = [w.key for w in known] if versioned else None
         if index_name == "lexical":

@@ -296,16 +296,31 @@ def _mark_indexed_many(
     conn.execute(stmt, [{"m": m, "i": i, "v": v} for m, i, v in marks])
 
 
-def _record_stale(conn: Connection, rows: Sequence[StaleRow], *, now: float) -> None:
-    """Remember rows to purge, ``since`` = now (one recorded again gets the new time).  A
-    card erased meanwhile has no parent row left: its rows went with the owner's filter."""
-    if not rows:
+def _record_stale(
+    conn: Connection,
+    stale: Sequence[StaleRow],
+    written: Sequence[tuple[StaleRow, int]],
+    *,
+    now: float,
+) -> None:
+    """Remember rows to purge, ``since`` = now (one recorded again gets the new time):
+    ``stale``, and the rows of ``written`` whose version is no longer their card's target
+    there.  One read of the cards' projections answers both that and which cards still
+    exist (an erased card has none: its rows went with the owner's filter)."""
+    if not (stale or written):
         return
+    ids = {r.memory_id for r in stale} | {r.memory_id for r, _ in written}
+    target = {
+        (str(m), str(i)): int(v)
+        for m, i, v in conn.execute(
+            select(projections.c.memory_id, projections.c.index_name,
+                   projections.c.target_version).where(projections.c.memory_id.in_(ids))
+        )
+    }  # fmt: skip
+    alive = {m for m, _ in target}
+    overtaken = [r for r, v in written if target.get((r.memory_id, r.index_name), v) != v]
     values = [{"index_name": r.index_name, "row_key": r.row_key, "memory_id": r.memory_id,
-               "since": now} for r in rows]  # fmt: skip
-    known = select(cards.c.memory_id).where(cards.c.memory_id.in_({r.memory_id for r in rows}))
-    alive = {str(m) for m in conn.execute(known).scalars()}
-    values = [v for v in values if v["memory_id"] in alive]
+               "since": now} for r in (*stale, *overtaken) if r.memory_id in alive]  # fmt: skip
     if values:
         # recorded again (a late write of that version): a purge that read it before
         # must not forget it (Ledger.forget_stale compares ``since``)
@@ -315,19 +330,6 @@ def _record_stale(conn: Connection, rows: Sequence[StaleRow], *, now: float) -> 
             set_={"since": stmt.excluded.since},
         )
         conn.execute(stmt, values)
-
-
-def _overtaken(conn: Connection, written: Sequence[tuple[StaleRow, int]]) -> list[StaleRow]:
-    """The rows of ``written`` whose version is no longer their card's target there."""
-    if not written:
-        return []
-    pairs = {(r.memory_id, r.index_name) for r, _ in written}
-    rows = conn.execute(
-        select(projections.c.memory_id, projections.c.index_name, projections.c.target_version)
-        .where(tuple_(projections.c.memory_id, projections.c.index_name).in_(pairs))
-    ).all()
-    target = {(str(m), str(i)): int(v) for m, i, v in rows}
-    return [r for r, v in written if target.get((r.memory_id, r.index_name), v) != v]
 
 
 def _mark_error(
@@ -674,7 +676,7 @@ class Ledger:
             # disk sync per projection run)
             c.execute(text("SET LOCAL synchronous_commit = off"))
             _mark_indexed_many(c, indexed, now=now)
-            _record_stale(c, [*stale, *_overtaken(c, written)], now=now)
+            _record_stale(c, stale, written, now=now)
             for failures, is_permanent in ((transient, False), (permanent, True)):
                 for (memory_id, index_name, version), error in failures:
                     _mark_error(

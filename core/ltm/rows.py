@@ -2,15 +2,16 @@
 
 milvus-lite 2.5.1 looks an id up before every ``upsert`` or ``delete``, and that lookup
 grows with the collection (~100 ms a call at 100k cards, docs/LTM.md), while an
-``insert`` does not (~3 ms).  So an index that declares ``versioned_rows`` holds a card
-as one row per written version, keyed ``<memory_id>@<version>``: an update *inserts* the
-new version's row, and the rows it replaces are recorded in the ledger
-(``ltm_stale_rows``, in the same transaction as the projection's mark) and deleted later,
-many per call, by the reconciler (:meth:`memstrata.core.ltm.indexer.Projector.purge_stale`).
-Searches read a hit's card from its key (:func:`card_of`) and keep one hit per card.
+``insert`` does not (~3 ms).  So a versioned index (``LtmSettings.versioned_indexes``,
+the projector's ``versioned``) holds a card as one row per written version, keyed
+``<memory_id>@<version>``: an update *inserts* the new version's row, and the rows it
+replaces are recorded in the ledger (``ltm_stale_rows``, in the same transaction as the
+projection's mark) and deleted later, many per call, by the reconciler
+(:meth:`memstrata.core.ltm.indexer.Projector.purge_stale`).  Searches read a hit's card
+from its key (:func:`card_of`) and keep one hit per card.
 
 Rows written before versioned keys are keyed by the bare memory_id; every write of a
-card schedules that key too, so they go with the card's first update.
+card to a versioned index schedules that key too, so they go with its first update.
 """
 
 from __future__ import annotations
