@@ -208,3 +208,42 @@ def test_a_tenant_session_is_compressed_from_its_own_scope(res: Runtime) -> None
     got = cache.get("u1", "s1", acme.last_message_id, 6000, tenant_id="acme")
     assert got == acme
     assert cache.get("u1", "s1", acme.last_message_id, 6000) is None
+
+
+def test_a_drained_batch_is_counted_as_its_turns_one_by_one(res: Runtime) -> None:
+    # Given two sessions' turns interleaved, a turn with no records and a redelivery
+    records = ingest(res, "u1", "s1", scripted_session("en", cycles=3))
+    records += ingest(res, "u1", "s2", scripted_session("en", cycles=2))
+    turns: list[list[TranscriptRecord]] = []
+    for r in records:
+        if not turns or turns[-1][0].turn_id != r.turn_id:
+            turns.append([])
+        turns[-1].append(r)
+    batch = [turns[0], [], *turns[1:], turns[1]]
+    other = res.settings.key_namespace + "x"  # the same turns counted one call at a time
+    one_by_one = SessionActivity(res.redis, namespace=other)
+    activity = SessionActivity(res.redis, namespace=res.settings.key_namespace)
+    try:
+        expected = [one_by_one.note_turn(t, default_counter()) for t in batch]
+
+        # When the batch is counted in one call
+        got = activity.note_turns(batch, default_counter())
+
+        # Then every turn reads as if counted alone, in order: the redelivery adds nothing
+        assert got == expected and got[1] is None
+        assert got[-1] is not None and got[-1][0] == got[-1][1]
+        for session in ("s1", "s2"):
+            alone, batched = one_by_one.get("u1", session), activity.get("u1", session)
+            assert batched is not None and alone is not None
+            assert (batched.tokens, batched.last_message_id) == (
+                alone.tokens, alone.last_message_id
+            )
+            # the active-sessions index holds each session's newest turn, as one ZADD a
+            # turn left it
+            assert activity.last_activity("u1", session) == max(
+                r.at for r in records if r.session_id == session
+            )
+            assert one_by_one.last_activity("u1", session) == activity.last_activity("u1", session)
+    finally:
+        for key in res.redis.scan_iter(match=f"{other}:*", count=1000):
+            res.redis.delete(key)
