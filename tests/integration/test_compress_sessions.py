@@ -211,7 +211,8 @@ def test_a_tenant_session_is_compressed_from_its_own_scope(res: Runtime) -> None
 
 
 def test_a_drained_batch_is_counted_as_its_turns_one_by_one(res: Runtime) -> None:
-    # Given two sessions' turns interleaved, a turn with no records and a redelivery
+    # Given two sessions' turns, a turn with no records, and a redelivery of the first
+    # session's second turn after the other session's turns
     records = ingest(res, "u1", "s1", scripted_session("en", cycles=3))
     records += ingest(res, "u1", "s2", scripted_session("en", cycles=2))
     turns: list[list[TranscriptRecord]] = []
