@@ -15,13 +15,13 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from memstrata.core.errors import InvalidInput, missing_extra
+from memstrata.core.errors import missing_extra
 from memstrata.core.ids import validate_id
 from memstrata.core.ltm.card import LtmCard
 from memstrata.core.ltm.errors import IndexRejected, IndexUnavailable
 from memstrata.core.ltm.filters import CardFilter, es_filter, owner_filter
 from memstrata.core.ltm.ports import Hit
-from memstrata.core.ltm.rows import card_of, validate_row_keys
+from memstrata.core.ltm.rows import card_of, keys_for, validate_row_keys
 from memstrata.core.ltm.text import normalise
 
 _KEYWORDS = ("tenant_id", "user_id", "project_id", "memory_type", "status")
@@ -131,18 +131,17 @@ class ElasticsearchLexicalIndex:
 
     def upsert(self, cards: Sequence[LtmCard], *, keys: Sequence[str] | None = None) -> None:
         """Each card as the document ``_id`` = its row key (``keys``) or its memory_id."""
-        if keys is not None and len(keys) != len(cards):
-            raise InvalidInput("one row key per card")
+        ids = keys_for(cards, keys)
         if cards:
             self._bulk(
                 [
                     {
                         "_op_type": "index",
                         "_index": self.index,
-                        "_id": c.memory_id if keys is None else keys[i],
+                        "_id": key,
                         "_source": self._doc(c),
                     }
-                    for i, c in enumerate(cards)
+                    for c, key in zip(cards, ids, strict=True)
                 ],
                 "bulk upsert",
             )

@@ -12,7 +12,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from memstrata.core.errors import InvalidInput, MemstrataError
+from memstrata.core.errors import MemstrataError
 from memstrata.core.ids import validate_id
 from memstrata.core.ltm.card import LtmCard
 from memstrata.core.ltm.filters import CardFilter, milvus_expr
@@ -25,7 +25,7 @@ from memstrata.core.ltm.milvus import (
     rpc_timeout,
 )
 from memstrata.core.ltm.ports import Hit
-from memstrata.core.ltm.rows import card_of, validate_row_keys
+from memstrata.core.ltm.rows import card_of, keys_for, validate_row_keys
 from memstrata.core.ltm.vector import (
     MAX_VARCHAR_BYTES,
     add_scalar_fields,
@@ -43,11 +43,9 @@ EMPTY_RECHECK_S = 1.0
 def _rows(cards: Sequence[LtmCard], keys: Sequence[str] | None = None) -> list[dict[str, Any]]:
     """The collection's rows of ``cards`` (text fields clipped to the VARCHAR limits),
     under ``keys`` when given (``core.ltm.rows``), else their memory_ids."""
-    if keys is not None and len(keys) != len(cards):
-        raise InvalidInput("one row key per card")
     return [
         {
-            "id": card.memory_id if keys is None else keys[i],
+            "id": key,
             "bm25_text": clip_bytes(card.bm25_text),
             **text_fields(card),
             "content": clip_bytes(card.content),
@@ -59,7 +57,7 @@ def _rows(cards: Sequence[LtmCard], keys: Sequence[str] | None = None) -> list[d
             "importance": card.importance,
             "updated_at": card.updated_at,
         }
-        for i, card in enumerate(cards)
+        for card, key in zip(cards, keys_for(cards, keys), strict=True)
     ]
 
 

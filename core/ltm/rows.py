@@ -21,6 +21,7 @@ from collections.abc import Sequence
 
 from memstrata.core.errors import InvalidInput
 from memstrata.core.ids import validate_id
+from memstrata.core.ltm.card import LtmCard
 
 SEPARATOR = "@"
 """Not in the id alphabet (``core.ids``): a key splits back into its card unambiguously."""
@@ -36,6 +37,16 @@ _VERSION = re.compile(r"[1-9][0-9]{0,9}")
 def row_key(memory_id: str, version: int) -> str:
     """The key of ``version`` of a card in a versioned index."""
     return f"{memory_id}{SEPARATOR}{version}"
+
+
+def keys_for(cards: Sequence[LtmCard], keys: Sequence[str] | None) -> list[str]:
+    """The key each card's row is written under: ``keys`` (one per card, from the
+    projector) when given, else the card's memory_id (an index that is not versioned)."""
+    if keys is None:
+        return [c.memory_id for c in cards]
+    if len(keys) != len(cards):
+        raise InvalidInput("one row key per card")
+    return list(keys)
 
 
 def card_of(key: str) -> str:

@@ -28,7 +28,7 @@ from memstrata.core.ltm.milvus import (
     rpc_timeout,
 )
 from memstrata.core.ltm.ports import Hit
-from memstrata.core.ltm.rows import card_of, validate_row_keys
+from memstrata.core.ltm.rows import card_of, keys_for, validate_row_keys
 
 _OUT = ["importance", "updated_at"]
 _TEXT_OUT = ["title", "summary"]
@@ -203,18 +203,17 @@ class MilvusVectorIndex:
         """One row per card, under ``keys`` when given (``core.ltm.rows``)."""
         if len(cards) != len(vectors):
             raise InvalidInput("one vector per card")
-        if keys is not None and len(keys) != len(cards):
-            raise InvalidInput("one row key per card")
+        ids = keys_for(cards, keys)
         if not cards:
             return []
         if vectors.shape[1] != self.dim:
             raise EmbeddingDimensionMismatch(
                 f"vectors of {vectors.shape[1]}-d, index is {self.dim}-d"
             )
-        rows = [card.vector_record(vec.tolist()) for card, vec in zip(cards, vectors, strict=True)]
-        if keys is not None:
-            for row, key in zip(rows, keys, strict=True):
-                row["id"] = key
+        rows = [
+            {**card.vector_record(vec.tolist()), "id": key}
+            for card, vec, key in zip(cards, vectors, ids, strict=True)
+        ]
         if self.stores_text:
             for row, card in zip(rows, cards, strict=True):
                 row.update(text_fields(card))
