@@ -18,6 +18,7 @@ from memstrata.core.keys import GlobalKeys
 from memstrata.core.maintenance import last_runs
 from memstrata.core.redact import redact
 from memstrata.core.runtime import Runtime
+from memstrata.core.stm.index_order import legacy_index_found
 
 QUEUES = ("ingest", "ltm", "maintenance")
 
@@ -210,6 +211,12 @@ def _redis_checks(
                         f"(every {job.interval_s:g} s): is Beat running?")  # fmt: skip
         elif job.outcome == "failed":
             need.append(f"Beat job {job.job} failed: {job.error}")
+    try:
+        if legacy_index_found(rt.redis, rt.settings.key_namespace):
+            need.append("STM indexes of the order before 2026-12-07 (the sweep skips them): "
+                        "run memstrata migrate")  # fmt: skip
+    except MemstrataError as exc:
+        need.append(f"STM index order not read: {_why(exc)}")
 
 
 def _pg_checks(rt: Runtime, out: Status) -> None:

@@ -30,10 +30,8 @@ def plan_sweep(res: Runtime, *, now: float, max_items: int) -> list[tuple[str, M
         budget = max_items - len(plan)
         if budget <= 0:
             break
-        expire = stm.keys(user_id, tenant_id).expire
-        ids = r.zrangebyscore(expire, "-inf", now, start=0, num=budget)
-        items = stm.get_many(user_id, [str(i) for i in ids], include_expired=True,
-                             tenant_id=tenant_id)  # fmt: skip
+        ids = stm.expired_ids(user_id, now=now, limit=budget, tenant_id=tenant_id)
+        items = stm.get_many(user_id, ids, include_expired=True, tenant_id=tenant_id)
         owner = f"{tenant_id}/{external_user_id(user_id)}"
         plan.extend((owner, item) for item in items)
     return plan

@@ -26,6 +26,7 @@ from memstrata.core.metrics import configure_multiprocess
 from memstrata.core.redact import redact
 from memstrata.core.settings import load_settings
 from memstrata.ops.demo_run import run_demo
+from memstrata.ops.layout import upgrade_layouts
 from memstrata.ops.procs import (
     Child,
     Supervisor,
@@ -193,6 +194,8 @@ def up(args: argparse.Namespace) -> int:
     if hasattr(sys.stdout, "reconfigure"):
         sys.stdout.reconfigure(line_buffering=True)
     res = connected_runtime()
+    for line in upgrade_layouts(res):  # before any worker reads the data
+        print(line)
     settings = res.settings
     args.log_dir = args.log_dir or str(log_dir(settings.key_namespace))
     if port_in_use(args.flower_address, settings.flower_port):

@@ -34,6 +34,7 @@ from memstrata.core.keys import (
 )
 from memstrata.core.models.decision_record import DecisionRecord
 from memstrata.core.models.memory import MemoryItem, MemoryStatus
+from memstrata.core.stm.index_order import score_of
 
 log = logging.getLogger(__name__)
 
@@ -588,8 +589,8 @@ class StmStore:
     ) -> list[MemoryItem]:
         if not 1 <= limit <= 1000:
             raise InvalidInput("limit must be within 1..1000")
-        with redis_errors():
-            ids = [str(m) for m in self._r.zrevrange(key, 0, limit - 1)]
+        with redis_errors():  # newest first: the scores are negated times (index_order.py)
+            ids = [str(m) for m in self._r.zrange(key, 0, limit - 1)]
         return self.get_many(user_id, ids, now=now, tenant_id=tenant_id)
 
     def recent(
@@ -662,7 +663,7 @@ class StmStore:
         # newest first, reading one field per item (bounded by the per-user cap)
         k = self.keys(user_id, tenant_id)
         with redis_errors():
-            ids = [str(m) for m in self._r.zrevrange(k.recent, 0, -1)]
+            ids = [str(m) for m in self._r.zrange(k.recent, 0, -1)]
             pipe = self._r.pipeline(transaction=False)
             for mid in ids:
                 pipe.hget(k.item(mid), "memory_type")
@@ -686,7 +687,7 @@ class StmStore:
         """Session, task, entity and recent indexes in one round trip, only ranking fields,
         and (``with_flag``) the session's last-recall flag.
 
-        The recall hot path: one EVALSHA instead of a ZREVRANGE and a pipeline of
+        The recall hot path: one EVALSHA instead of a ZRANGE and a pipeline of
         HGETALLs per index, and no full model validation per item.  ``also_get``: other
         string keys of the same owner (the profile cache's) read in the same call, their
         values in :attr:`RecallRead.values`; a key of another owner is refused.
@@ -753,6 +754,15 @@ class StmStore:
         """Every user scope that holds STM items (the ``sweep:users`` hint), unsorted."""
         with redis_errors():
             return [str(s) for s in self._r.zrange(self.gkeys.sweep_users, 0, -1)]
+
+    def expired_ids(
+        self, user_id: str, *, now: float, limit: int, tenant_id: str | None = None
+    ) -> list[str]:
+        """The ids a sweep at ``now`` would remove first, at most ``limit`` (a dry run)."""
+        key = self.keys(user_id, tenant_id).expire
+        with redis_errors():  # what sweep.lua reads: negated expiries >= -now, oldest first
+            raw = self._r.zrevrangebyscore(key, "(0", score_of(now), start=0, num=limit)
+        return [str(m) for m in raw]
 
     def sweep_user(
         self, user_id: str, *, now: float, limit: int, tenant_id: str | None = None

@@ -6,7 +6,7 @@
     memstrata inspect | explain        what is in STM, and why each candidate was (not) stored
                                        (explain --card ID: what was merged into a card, why)
     memstrata sweep [--dry-run]        run the expire sweep once
-    memstrata migrate                  bring every PostgreSQL table up to date (Alembic)
+    memstrata migrate                  bring PostgreSQL (Alembic) and the Redis layout up to date
     memstrata replay [...]             replay public agent sessions (ops/replay/)
     memstrata bench <name>             benchmarks (ops/bench)
     memstrata ltm status|reindex|requeue  LTM projections: counts, rebuild-and-swap, dead letters

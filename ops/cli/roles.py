@@ -87,6 +87,8 @@ def _demo(args: argparse.Namespace) -> int:
 
 def _migrate(args: argparse.Namespace) -> int:
     from memstrata.core import migrations
+    from memstrata.core.runtime import get_runtime
+    from memstrata.ops.layout import upgrade_layouts
 
     url = load_settings().postgres_url
     before = migrations.current(url)
@@ -94,23 +96,9 @@ def _migrate(args: argparse.Namespace) -> int:
     after = migrations.current(url)
     for branch in migrations.BRANCHES:
         print(f"{branch}: {before.get(branch, 'empty')} → {after.get(branch, 'empty')}")
-    _adopt_owner_layout()
+    for line in upgrade_layouts(get_runtime()):
+        print(line)
     return 0
-
-
-def _adopt_owner_layout() -> None:
-    """Data written before one owner identity moves into the default tenant (once)."""
-    from memstrata.core.owner_layout import adopt_redis, adopt_transcripts
-    from memstrata.core.runtime import get_runtime
-
-    runtime = get_runtime()
-    keys = adopt_redis(runtime.redis, runtime.settings.key_namespace)
-    files = adopt_transcripts(runtime.settings.transcript_dir)
-    if keys.keys or keys.members or files.files:
-        print(f"owner layout: {keys.keys} keys, {keys.members} index members and "
-              f"{files.files} transcript files moved into tenant 'default'")  # fmt: skip
-    for name in keys.conflicts + files.conflicts:
-        print(f"owner layout: left in place (the new layout holds it too): {name}")
 
 
 def add_up(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -155,6 +143,6 @@ def add_demo(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def add_migrate(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    m = sub.add_parser("migrate", help="bring every PostgreSQL table up to date (Alembic)")
+    m = sub.add_parser("migrate", help="bring PostgreSQL (Alembic) and the Redis layout up to date")
     m.add_argument("--revision", default="heads", help="target Alembic revision (all branches)")
     m.set_defaults(func=_migrate)

@@ -146,15 +146,16 @@ def test_insert_writes_the_item_every_index_and_both_dedup_maps(res: Runtime) ->
         "entity:createorder",
         f"entity:{entity_key_part('thread pool')}",
     ])  # fmt: skip
-    # And every index scores it by updated_at, the expire index by expires_at
+    # And every index scores it by its negated updated_at (newest first), the expire index
+    # by its negated expires_at (core.stm.index_order)
     assert zsets(res) == {
-        "recent": {"m_1": T0},
-        "session:s_1": {"m_1": T0},
-        "task:bug456": {"m_1": T0},
-        "entity:payment-service": {"m_1": T0},
-        "entity:createorder": {"m_1": T0},
-        f"entity:{entity_key_part('thread pool')}": {"m_1": T0},
-        "expire": {"m_1": T0 + 2 * HOUR},
+        "recent": {"m_1": -T0},
+        "session:s_1": {"m_1": -T0},
+        "task:bug456": {"m_1": -T0},
+        "entity:payment-service": {"m_1": -T0},
+        "entity:createorder": {"m_1": -T0},
+        f"entity:{entity_key_part('thread pool')}": {"m_1": -T0},
+        "expire": {"m_1": -(T0 + 2 * HOUR)},
         # eviction order of the session: importance (4 decimals) above updated_at
         "evict:s_1": {"m_1": 5000 * 1e10 + T0},
     }
@@ -289,11 +290,11 @@ def test_restated_fact_from_another_message_is_merged_without_a_version_bump(
     # And the twin id was never created; indexes follow the new time and new session
     assert res.stm.get("u_1", "m_other") is None
     z = zsets(res)
-    assert z["recent"] == {"m_1": T0 + 60}
-    assert z["session:s_1"] == {"m_1": T0 + 60}
-    assert z["session:s_2"] == {"m_1": T0 + 60}
-    assert z["entity:createorder"] == {"m_1": T0 + 60}
-    assert z["expire"] == {"m_1": T0 + 60 + HOUR}
+    assert z["recent"] == {"m_1": -(T0 + 60)}
+    assert z["session:s_1"] == {"m_1": -(T0 + 60)}
+    assert z["session:s_2"] == {"m_1": -(T0 + 60)}
+    assert z["entity:createorder"] == {"m_1": -(T0 + 60)}
+    assert z["expire"] == {"m_1": -(T0 + 60 + HOUR)}
     assert_no_dangling_references(res)
 
 
@@ -360,8 +361,8 @@ def test_changed_fact_under_the_same_key_bumps_the_version_and_keeps_history(
     # And the indexes follow the new content: the dropped entity no longer lists it
     z = zsets(res)
     assert "entity:payment-service" not in z
-    assert z["entity:thread_pool"] == {"m_1": T0 + 120}
-    assert z["expire"] == {"m_1": T0 + 120 + HOUR}
+    assert z["entity:thread_pool"] == {"m_1": -(T0 + 120)}
+    assert z["expire"] == {"m_1": -(T0 + 120 + HOUR)}
     assert_no_dangling_references(res)
 
 
@@ -460,7 +461,7 @@ def test_a_late_restatement_does_not_make_the_item_look_older(res: Runtime) -> N
     assert cur is not None
     assert cur.mention_count == 2
     assert (cur.updated_at, cur.last_access_at) == (T0 + 100, T0 + 100)
-    assert zsets(res)["recent"] == {"m_1": T0 + 100}
+    assert zsets(res)["recent"] == {"m_1": -(T0 + 100)}
 
 
 # ---------------------------------------------------------------- batches and limits

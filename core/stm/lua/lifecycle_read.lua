@@ -5,7 +5,8 @@
 -- policy never promotes (counted, not sent) and items already settled for their current
 -- fingerprint (queued, promoted, merged, dropped, retracted).
 -- Returns ONE JSON string {rows, lifecycle records (flat), access hits (flat), never, settled}.
-local ids = redis.call('ZRANGEBYSCORE', KEYS[1] .. 'expire', '(' .. ARGV[1], '+inf')
+-- items not yet expired, soonest expiry first (`expire` holds negated times, common.lua)
+local ids = redis.call('ZREVRANGEBYSCORE', KEYS[1] .. 'expire', '(-' .. ARGV[1], '-inf')
 local never = cjson.decode(ARGV[2])
 local skip_type, skip_sub = {}, {}
 for _, t in ipairs(never.types) do skip_type[t] = true end

@@ -14,7 +14,7 @@ local out = {flag}
 for i = 5, 4 + n_get do out[#out + 1] = redis.call('GET', P .. ARGV[i]) end
 local seen = {}
 for i = 5 + n_get, #ARGV do
-  local ids = redis.call('ZREVRANGE', P .. ARGV[i], 0, limit - 1)
+  local ids = redis.call('ZRANGE', P .. ARGV[i], 0, limit - 1)  -- newest first
   for _, id in ipairs(ids) do
     if not seen[id] then
       seen[id] = true

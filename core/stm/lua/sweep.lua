@@ -6,7 +6,9 @@
 -- Returns {removed_count, next_expiry_or_empty_string, items the owner still holds}.
 local now = tonumber(ARGV[1])
 local limit = tonumber(ARGV[2])
-local ids = redis.call('ZRANGEBYSCORE', P .. 'expire', '-inf', now, 'LIMIT', 0, limit)
+-- `expire` scores are negated (common.lua, "Index order"): expired is a score >= -now, the
+-- longest expired first; the bound (0 leaves entries of the earlier order alone
+local ids = redis.call('ZREVRANGEBYSCORE', P .. 'expire', '(0', -now, 'LIMIT', 0, limit)
 local function chunks(list, fn)
   for i = 1, #list, 1000 do fn(i, math.min(i + 999, #list)) end
 end
@@ -52,6 +54,6 @@ unmap('fp', fp_f, fp_id)
 local removed = 0
 chunks(keys, function(i, j) removed = removed + redis.call('DEL', unpack(keys, i, j)) end)
 chunks(ids, function(i, j) redis.call('ZREM', P .. 'expire', unpack(ids, i, j)) end)
-local nxt = redis.call('ZRANGE', P .. 'expire', 0, 0, 'WITHSCORES')
-if #nxt == 0 then return {removed, '', 0} end
-return {removed, nxt[2], owner_items()}
+local nxt = redis.call('ZREVRANGEBYSCORE', P .. 'expire', '(0', '-inf', 'LIMIT', 0, 1, 'WITHSCORES')
+if #nxt == 0 then return {removed, '', owner_items()} end
+return {removed, string.sub(nxt[2], 2), owner_items()}  -- the score without its minus

@@ -107,7 +107,8 @@ local function without_type(suffixes)
 end
 
 local function index(id, item)
-  local score = tonumber(item.updated_at)
+  -- negated times (common.lua, "Index order"): the newest entry goes to the head
+  local score = -tonumber(item.updated_at)
   local escore = evict_score(item.importance, item.updated_at, durable[item.subtype or 'general'])
   for _, suffix in ipairs(cjson.decode(item._idx)) do
     redis.call('ZADD', P .. suffix, score, id)
@@ -115,7 +116,7 @@ local function index(id, item)
       redis.call('ZADD', evict_key(suffix), escore, id)
     end
   end
-  redis.call('ZADD', P .. 'expire', tonumber(item.expires_at), id)
+  redis.call('ZADD', P .. 'expire', -tonumber(item.expires_at), id)
   redis.call('HSET', P .. 'canon', item.canonical_fact_key, id)
   redis.call('HSET', P .. 'fp', item.fingerprint, id)
 end

@@ -16,6 +16,7 @@ from typing import Any
 import redis
 
 from memstrata.core.keys import UserKeys
+from memstrata.core.stm.index_order import score_of, time_of
 from memstrata.ops.bench.common.cpu import cpu_seconds
 from memstrata.ops.bench.common.fixtures import turn_messages
 
@@ -109,7 +110,7 @@ def produce_child(
 
 
 def _watch_child(env: dict[str, str], users: list[str], stop: Any, results: Any) -> None:
-    """Poll every user's ``recent`` index; report, per user, when its newest score rose.
+    """Poll every user's ``recent`` index; report, per user, when its newest time rose.
 
     A later turn of a user can overwrite the items of an earlier one in the same batch
     (same slot: next step, the same constraint restated), so a turn's own score may never
@@ -127,12 +128,13 @@ def _watch_child(env: dict[str, str], users: list[str], stop: Any, results: Any)
     while not stop.is_set():
         pipe = client.pipeline(transaction=False)
         for key, lo in zip(keys, last, strict=True):
-            pipe.zrangebyscore(key, f"({lo!r}", "+inf", withscores=True)
+            # the entries newer than `lo`; the scores are negated times (core.stm.index_order)
+            pipe.zrangebyscore(key, "-inf", f"({score_of(lo)!r}", withscores=True)
         replies = pipe.execute()
         now = time.time()
         polls += 1
         for j, rows in enumerate(replies):
-            top = max((score for _member, score in rows), default=0.0)
+            top = max((time_of(score) for _member, score in rows), default=0.0)
             if top > last[j]:
                 last[j] = top
                 hist[users[j]].append((top, now))

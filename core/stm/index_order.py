@@ -1,0 +1,116 @@
+"""The order of an owner's STM indexes: scores are negated times, the newest entry first.
+
+The item indexes (``recent``, ``session:``, ``task:``, ``entity:``) score an entry by the
+negated ``updated_at`` of its item and ``expire`` by the negated ``expires_at``
+(``common.lua``, "Index order").  An owner's sorted sets are listpacks
+(``ops/redis.conf``), and a listpack ``ZADD`` scans from the head for the new score's
+place: a new item, always the newest, used to be placed after a scan of every entry and
+is now placed at once (issue 17; docs/PERFORMANCE.md).  Readers take the newest first
+with ``ZRANGE``.
+
+Until 2026-12-07 the scores were the times themselves.  :func:`negate_legacy_scores`
+(run by ``memstrata migrate``) turns the positive scores an older version left, key by
+key, each key in one atomic script; running it again finds nothing.  Before it ran, the
+sweep and the promotion scan leave the older entries alone (their ranges end below 0),
+so nothing is lost, only ordered oddly; ``memstrata status`` names the leftover
+(:func:`legacy_index_found`).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import redis
+
+from memstrata.core.adapters.redis import redis_errors
+from memstrata.core.keys import GlobalKeys
+
+# the index families whose scores are times (`type:` is the index dropped in 2026-12,
+# still listed by older items and removed when they are next written)
+_INDEX_SUFFIX = re.compile(r"^(recent|expire|(session|task|entity|type):.+)$")
+_USER_KEY = re.compile(r"^(?P<ns>[^:]+):user:\{(?P<scope>[^{}]+)\}:(?P<suffix>.+)$")
+
+# KEYS[1] = one index; negate every positive score, in chunks (Lua's unpack has a limit).
+# Returns {entries turned, the smallest time turned or ''}: `expire`'s is the owner's
+# soonest expiry, the sweep hint's score.
+_NEGATE = """
+local rows = redis.call('ZRANGEBYSCORE', KEYS[1], '(0', '+inf', 'WITHSCORES')
+local flat = {}
+for i = 1, #rows, 2 do
+  flat[#flat + 1] = -tonumber(rows[i + 1])
+  flat[#flat + 1] = rows[i]
+  if #flat >= 2000 then redis.call('ZADD', KEYS[1], unpack(flat)); flat = {} end
+end
+if #flat > 0 then redis.call('ZADD', KEYS[1], unpack(flat)) end
+return {#rows / 2, rows[2] or ''}
+"""
+
+
+def score_of(at: float) -> float:
+    """The index score of a time (``updated_at`` or ``expires_at``)."""
+    return -at
+
+
+def time_of(score: float) -> float:
+    """The time an index score stands for (:func:`score_of` reversed)."""
+    return -score
+
+
+@dataclass
+class Negated:
+    """What one :func:`negate_legacy_scores` turned."""
+
+    keys: int = 0
+    entries: int = 0
+
+
+def negate_legacy_scores(client: redis.Redis, namespace: str, *, batch: int = 500) -> Negated:
+    """Turn every positive index score of the namespace into its negation, once.
+
+    Each key is turned atomically by one script, so a reader sees it whole before or
+    after.  An owner whose ``expire`` index held such entries is put back on the sweep
+    hint at its soonest expiry (``ZADD LT``): the sweep, which skips older entries, may
+    have dropped it.
+    """
+    out = Negated()
+    negate = client.register_script(_NEGATE)
+    hint = GlobalKeys(namespace).sweep_users
+    with redis_errors():
+        keys: list[tuple[str, str, str]] = []
+        for raw in client.scan_iter(match=f"{namespace}:user:*", count=1000, _type="zset"):
+            m = _USER_KEY.match(str(raw))
+            if m and m["ns"] == namespace and _INDEX_SUFFIX.match(m["suffix"]):
+                keys.append((str(raw), m["scope"], m["suffix"]))
+        for i in range(0, len(keys), batch):
+            part = keys[i : i + batch]
+            pipe = client.pipeline(transaction=False)
+            for key, _scope, _suffix in part:
+                negate(keys=[key], client=pipe)
+            replies = pipe.execute()
+            pipe = client.pipeline(transaction=False)
+            for (_key, scope, suffix), (n, soonest) in zip(part, replies, strict=True):
+                if int(n):
+                    out.keys += 1
+                    out.entries += int(n)
+                    if suffix == "expire":
+                        pipe.zadd(hint, {scope: float(soonest)}, lt=True)
+            pipe.execute()
+    return out
+
+
+def legacy_index_found(client: redis.Redis, namespace: str, *, scans: int = 100) -> bool:
+    """Whether an ``expire`` index with an entry of the earlier order is among the keys
+    the first ``scans`` SCAN calls see (a probe for ``memstrata status``, not a census)."""
+    cursor = 0
+    with redis_errors():
+        for _ in range(scans):
+            cursor, found = client.scan(
+                cursor, match=f"{namespace}:user:*:expire", count=1000, _type="zset"
+            )
+            for key in found:
+                if client.zrangebyscore(key, "(0", "+inf", start=0, num=1):
+                    return True
+            if cursor == 0:
+                break
+    return False
