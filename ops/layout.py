@@ -8,9 +8,12 @@ workers start: an older entry is never lost meanwhile, but is swept or listed od
 
 from __future__ import annotations
 
+import sys
+import time
+
 from memstrata.core.owner_layout import adopt_redis, adopt_transcripts
 from memstrata.core.runtime import Runtime
-from memstrata.core.stm.index_order import negate_legacy_scores
+from memstrata.core.stm.index_order import Negated, negate_legacy_scores
 
 
 def upgrade_layouts(runtime: Runtime) -> list[str]:
@@ -25,7 +28,14 @@ def upgrade_layouts(runtime: Runtime) -> list[str]:
                      f"{files.files} transcript files moved into tenant 'default'")  # fmt: skip
     lines += [f"owner layout: left in place (the new layout holds it too): {name}"
               for name in keys.conflicts + files.conflicts]  # fmt: skip
-    turned = negate_legacy_scores(runtime.redis, ns)
+    last = [time.monotonic()]
+
+    def progress(done: Negated) -> None:  # a long job says how far it is, every 5 s
+        if time.monotonic() - last[0] >= 5.0:
+            last[0] = time.monotonic()
+            print(f"STM index order: {done.keys} indexes turned so far", file=sys.stderr)
+
+    turned = negate_legacy_scores(runtime.redis, ns, progress=progress)
     if turned.keys:
         lines.append(f"STM index order: {turned.entries} entries of {turned.keys} indexes "
                      "now newest first")  # fmt: skip

@@ -19,6 +19,7 @@ so nothing is lost, only ordered oddly; ``memstrata status`` names the leftover
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import redis
@@ -29,7 +30,9 @@ from memstrata.core.keys import GlobalKeys
 # the index families whose scores are times (`type:` is the index dropped in 2026-12,
 # still listed by older items and removed when they are next written)
 _INDEX_SUFFIX = re.compile(r"^(recent|expire|(session|task|entity|type):.+)$")
-_USER_KEY = re.compile(r"^(?P<ns>[^:]+):user:\{(?P<scope>[^{}]+)\}:(?P<suffix>.+)$")
+# a scope of today's owner layout, `<tenant>/<user>`: keys of the no-tenant layout that
+# its adoption left in place (conflicts, core/owner_layout.py) are an operator's to judge
+_USER_KEY = re.compile(r"^(?P<ns>[^:]+):user:\{(?P<scope>[^{}/]+/[^{}/]+)\}:(?P<suffix>.+)$")
 
 # KEYS[1] = one index; negate every positive score, in chunks (Lua's unpack has a limit).
 # Returns {entries turned, the smallest time turned or ''}: `expire`'s is the owner's
@@ -65,52 +68,77 @@ class Negated:
     entries: int = 0
 
 
-def negate_legacy_scores(client: redis.Redis, namespace: str, *, batch: int = 500) -> Negated:
+def negate_legacy_scores(
+    client: redis.Redis,
+    namespace: str,
+    *,
+    batch: int = 500,
+    progress: Callable[[Negated], None] | None = None,
+) -> Negated:
     """Turn every positive index score of the namespace into its negation, once.
 
-    Each key is turned atomically by one script, so a reader sees it whole before or
-    after.  An owner whose ``expire`` index held such entries is put back on the sweep
-    hint at its soonest expiry (``ZADD LT``): the sweep, which skips older entries, may
-    have dropped it.
+    Keys are taken as SCAN finds them, ``batch`` at a time (one pipelined round trip of
+    scripts each); each key is turned atomically by one script, so a reader sees it whole
+    before or after, and a key SCAN returns twice is simply found turned.  An owner whose
+    ``expire`` index held such entries is put back on the sweep hint at its soonest
+    expiry (``ZADD LT``): the sweep, which skips older entries, may have dropped it.
+    ``progress`` is called with the running totals after each batch that turned some.
     """
     out = Negated()
     negate = client.register_script(_NEGATE)
     hint = GlobalKeys(namespace).sweep_users
+
+    def turn(part: list[tuple[str, str, str]]) -> None:
+        pipe = client.pipeline(transaction=False)
+        for key, _scope, _suffix in part:
+            negate(keys=[key], client=pipe)
+        replies = pipe.execute()
+        pipe = client.pipeline(transaction=False)
+        before = out.keys
+        for (_key, scope, suffix), (n, soonest) in zip(part, replies, strict=True):
+            if int(n):
+                out.keys += 1
+                out.entries += int(n)
+                if suffix == "expire":
+                    pipe.zadd(hint, {scope: float(soonest)}, lt=True)
+        pipe.execute()
+        if progress is not None and out.keys > before:
+            progress(out)
+
     with redis_errors():
-        keys: list[tuple[str, str, str]] = []
+        part: list[tuple[str, str, str]] = []
         for raw in client.scan_iter(match=f"{namespace}:user:*", count=1000, _type="zset"):
             m = _USER_KEY.match(str(raw))
             if m and m["ns"] == namespace and _INDEX_SUFFIX.match(m["suffix"]):
-                keys.append((str(raw), m["scope"], m["suffix"]))
-        for i in range(0, len(keys), batch):
-            part = keys[i : i + batch]
-            pipe = client.pipeline(transaction=False)
-            for key, _scope, _suffix in part:
-                negate(keys=[key], client=pipe)
-            replies = pipe.execute()
-            pipe = client.pipeline(transaction=False)
-            for (_key, scope, suffix), (n, soonest) in zip(part, replies, strict=True):
-                if int(n):
-                    out.keys += 1
-                    out.entries += int(n)
-                    if suffix == "expire":
-                        pipe.zadd(hint, {scope: float(soonest)}, lt=True)
-            pipe.execute()
+                part.append((str(raw), m["scope"], m["suffix"]))
+                if len(part) >= batch:
+                    turn(part)
+                    part = []
+        if part:
+            turn(part)
     return out
 
 
-def legacy_index_found(client: redis.Redis, namespace: str, *, scans: int = 100) -> bool:
-    """Whether an ``expire`` index with an entry of the earlier order is among the keys
-    the first ``scans`` SCAN calls see (a probe for ``memstrata status``, not a census)."""
-    cursor = 0
+def legacy_index_found(
+    client: redis.Redis, namespace: str, *, probe: int = 2000, scans: int = 200
+) -> bool:
+    """Whether one of the first ``probe`` ``expire`` indexes that at most ``scans`` SCAN
+    calls find holds an entry of the earlier order (a bounded probe for ``memstrata
+    status``, not a census: older entries are on every owner that wrote before the
+    upgrade)."""
+    cursor, checked = 0, 0
     with redis_errors():
         for _ in range(scans):
             cursor, found = client.scan(
                 cursor, match=f"{namespace}:user:*:expire", count=1000, _type="zset"
             )
+            found = found[: probe - checked]
+            pipe = client.pipeline(transaction=False)
             for key in found:
-                if client.zrangebyscore(key, "(0", "+inf", start=0, num=1):
-                    return True
-            if cursor == 0:
+                pipe.zrangebyscore(key, "(0", "+inf", start=0, num=1)
+            if any(pipe.execute()):
+                return True
+            checked += len(found)
+            if cursor == 0 or checked >= probe:
                 break
     return False

@@ -443,10 +443,11 @@ class StmStore:
     def session_members(
         self, user_id: str, session_id: str, *, tenant_id: str | None = None
     ) -> list[str]:
-        """Every memory id in the session's index (expired or gone ones included)."""
+        """Every memory id in the session's index (expired or gone ones included), oldest
+        first: the order a session's summary card lists its items in."""
         key = self.keys(user_id, tenant_id).session(session_id)
-        with redis_errors():
-            return [str(m) for m in self._r.zrange(key, 0, -1)]
+        with redis_errors():  # the scores are negated times (index_order.py): the tail first
+            return [str(m) for m in self._r.zrange(key, 0, -1, desc=True)]
 
     def drop_session(
         self,

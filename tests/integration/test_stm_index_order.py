@@ -52,7 +52,7 @@ def test_indexes_of_the_earlier_order_lose_nothing_and_migrate_turns_them_once(
     res.stm.upsert_many([
         item("m_1", ttl=HOUR),
         item("m_2", at=T0 + 10, ttl=2 * HOUR, entities=("gc",)),
-        item("m_3", at=T0 + 20, ttl=3 * HOUR, session="s_2", task=None),
+        item("m_3", at=T0 + 20.25, ttl=3 * HOUR, session="s_2", task=None),
     ])  # fmt: skip
     expected: dict[str, Any] = user_state(res, "u_1")
     hint = res.stm.gkeys.sweep_users
@@ -85,19 +85,23 @@ def test_indexes_of_the_earlier_order_lose_nothing_and_migrate_turns_them_once(
     # And a second run finds nothing to turn
     assert negate_legacy_scores(res.redis, res.settings.key_namespace) == Negated(0, 0)
     # And the sweep now removes what expired, soonest first, and names the next expiry
-    assert res.stm.sweep_user("u_1", now=T0 + 10 + 2 * HOUR, limit=100) == (2, T0 + 20 + 3 * HOUR)
+    assert res.stm.sweep_user("u_1", now=T0 + 10 + 2 * HOUR, limit=100) == (
+        2, T0 + 20.25 + 3 * HOUR)  # fmt: skip
     assert _stored(res) == ["m_3"]
 
 
 def test_the_migration_turns_only_this_namespaces_time_indexes(res: Runtime) -> None:
-    # Given an item of this version and, beside it, positive scores that are not times:
-    # the session's eviction order, the recall-access counts, another namespace's index
+    # Given an item of this version and, beside it, positive scores that are not its to
+    # turn: the session's eviction order, the recall-access counts, another namespace's
+    # index, and a no-tenant key that the owner adoption left in place (a conflict)
     res.stm.upsert(item("m_1"))
     ns = res.settings.key_namespace
     k = res.stm.keys("u_1")
     res.redis.zadd(k.access, {"redis_stm:m_1": 2.0})
     other = f"{ns}x:user:{{default/u_1}}:recent"
     res.redis.zadd(other, {"m_1": T0})
+    conflict = f"{ns}:user:{{u_1}}:recent"
+    res.redis.zadd(conflict, {"m_1": T0})
     try:
         before = user_state(res, "u_1")
         # When the migration runs
@@ -106,5 +110,33 @@ def test_the_migration_turns_only_this_namespaces_time_indexes(res: Runtime) -> 
         assert done == Negated(0, 0)
         assert user_state(res, "u_1") == before
         assert res.redis.zscore(other, "m_1") == T0
+        assert res.redis.zscore(conflict, "m_1") == T0
+        assert res.redis.zscore(res.stm.gkeys.sweep_users, "u_1") is None
     finally:
         res.redis.delete(other)
+
+
+def test_the_migration_turns_key_batches_and_reports_its_progress(res: Runtime) -> None:
+    # Given three owners whose indexes an older version wrote
+    users = ("u_1", "u_2", "u_3")
+    res.stm.upsert_many([item(f"m_{u}", user=u, key=f"k:{u}") for u in users])
+    expected = {u: user_state(res, u) for u in users}
+    turned = [to_earlier_order(res, u) for u in users]
+    # When they are turned three keys at a time
+    seen: list[tuple[int, int]] = []
+    done = negate_legacy_scores(res.redis, res.settings.key_namespace, batch=3,
+                                progress=lambda n: seen.append((n.keys, n.entries)))  # fmt: skip
+    # Then every key is turned once, the running totals grow to the end, and each owner's
+    # state is what this version writes
+    assert (done.keys, done.entries) == tuple(map(sum, zip(*turned, strict=True)))
+    assert len(seen) >= 2 and seen == sorted(seen) and seen[-1] == (done.keys, done.entries)
+    assert {u: user_state(res, u) for u in users} == expected
+
+
+def test_a_sessions_members_are_listed_oldest_first(res: Runtime) -> None:
+    # Given three items of one session written in turn (the summary card lists them so)
+    res.stm.upsert_many([item("m_b", at=T0 + 10), item("m_c", at=T0 + 20), item("m_a", at=T0)])
+    # Then the session lists them oldest first, and the reads newest first
+    assert res.stm.session_members("u_1", "s_1") == ["m_a", "m_b", "m_c"]
+    assert [i.id for i in res.stm.by_session("u_1", "s_1")] == ["m_c", "m_b", "m_a"]
+    assert [i.id for i in res.stm.recent("u_1")] == ["m_c", "m_b", "m_a"]
