@@ -12,6 +12,7 @@ from typing import Any, cast
 
 import pytest
 
+from memstrata.core.lifecycle.views import read_users
 from memstrata.core.runtime import Runtime, close_runtime, reset_runtime
 from memstrata.core.stm.index_order import Negated, legacy_index_found, negate_legacy_scores
 from memstrata.ops.cli import main
@@ -44,6 +45,11 @@ def _stored(res: Runtime) -> list[str]:
                                                    include_expired=True))  # fmt: skip
 
 
+def promotable(res: Runtime, *, now: float) -> list[str]:
+    [batch] = read_users(res.lifecycle_store, ["default/u_1"], now=now)
+    return [view.memory_id for view in batch.items]
+
+
 def test_indexes_of_the_earlier_order_lose_nothing_and_migrate_turns_them_once(
     res: Runtime, lifecycle_pg: str, monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
@@ -67,6 +73,8 @@ def test_indexes_of_the_earlier_order_lose_nothing_and_migrate_turns_them_once(
     assert (removed, nxt) == (0, None)
     assert _stored(res) == ["m_1", "m_2", "m_3"]
     res.redis.zrem(hint, "default/u_1")  # what the hinted sweep does with such an owner
+    # And the promotion scan leaves them alone too
+    assert promotable(res, now=T0) == []
     # When `memstrata migrate` runs (PostgreSQL already at head)
     monkeypatch.setenv("MEMSTRATA_POSTGRES_URL", lifecycle_pg)
     reset_runtime(res.settings)
@@ -82,6 +90,9 @@ def test_indexes_of_the_earlier_order_lose_nothing_and_migrate_turns_them_once(
     assert user_state(res, "u_1") == expected
     assert res.redis.zscore(hint, "default/u_1") == T0 + HOUR
     assert not legacy_index_found(res.redis, res.settings.key_namespace)
+    # And the promotion scan reads the live items, soonest expiry first (an item that
+    # expires at `now` is no longer live)
+    assert promotable(res, now=T0 + HOUR) == ["m_2", "m_3"]
     # And a second run finds nothing to turn
     assert negate_legacy_scores(res.redis, res.settings.key_namespace) == Negated(0, 0)
     # And the sweep now removes what expired, soonest first, and names the next expiry
