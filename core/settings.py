@@ -44,6 +44,20 @@ def embedded_milvus_uri(namespace: str) -> str:
     return f"http://127.0.0.1:{19530 + 1 + zlib.crc32(namespace.encode()) % 400}"
 
 
+# ports of services often run beside memstrata that the derived Flower ports skip:
+# Kibana (beside Elasticsearch), AMQP and AMQPS (RabbitMQ, a Celery broker), VNC
+_FLOWER_PORTS_TAKEN = frozenset({5601, 5671, 5672, 5900})
+
+
+def derived_flower_port(namespace: str) -> int:
+    """Flower's port for a namespace other than ``memory`` (5555): one of 5556-5955 from
+    the namespace's crc32, the next one up where that is a well-known service's port."""
+    slot = zlib.crc32(namespace.encode()) % 400
+    while 5556 + slot in _FLOWER_PORTS_TAKEN:
+        slot = (slot + 1) % 400
+    return 5556 + slot
+
+
 class McpSettings(BaseModel):
     """``memstrata mcp`` (``MEMSTRATA_MCP__*``): the MCP server's defaults and limits."""
 
@@ -227,10 +241,9 @@ class Settings(BaseSettings):
         if not isinstance(ns, str) or ns == "memory":
             return data
         validate_id(ns, kind="key namespace")
-        slot = 1 + zlib.crc32(ns.encode()) % 400
         data = dict(data)
         data.setdefault("transcript_dir", Path("var") / ns / "transcripts")
-        data.setdefault("flower_port", 5555 + slot)
+        data.setdefault("flower_port", derived_flower_port(ns))
         ltm = data.get("ltm")
         if isinstance(ltm, LtmSettings):
             if "milvus_uri" not in ltm.model_fields_set:

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import zlib
 from pathlib import Path
 
 from memstrata.core.ltm.config import LtmSettings
-from memstrata.core.settings import embedded_milvus_uri, load_settings
+from memstrata.core.settings import derived_flower_port, embedded_milvus_uri, load_settings
 
 
 def test_defaults_that_could_cross_derive_from_the_namespace() -> None:
@@ -30,3 +31,15 @@ def test_explicit_values_win() -> None:
         Path("/srv/l0"), 6000, "http://milvus:19530")
     kept = load_settings(key_namespace="team-a", ltm=LtmSettings(history_enabled=False))
     assert kept.ltm.milvus_uri == embedded_milvus_uri("team-a") and not kept.ltm.history_enabled
+
+
+def test_a_derived_flower_port_skips_the_ports_of_services_run_beside_memstrata() -> None:
+    # Given namespaces whose crc32 slot is RabbitMQ's AMQPS (5671) or AMQP (5672) port
+    # (a Celery broker is often on the same host: the port would be taken)
+    assert [5556 + zlib.crc32(ns.encode()) % 400 for ns in ("t000719", "t000265")] == [
+        5671, 5672]  # fmt: skip
+    # Then each gets the next port up that no such service uses
+    assert [derived_flower_port(ns) for ns in ("t000719", "t000265")] == [5673, 5673]
+    assert load_settings(key_namespace="t000265").flower_port == 5673
+    # And every other namespace keeps its port
+    assert derived_flower_port("team-a") == 5556 + zlib.crc32(b"team-a") % 400
