@@ -194,8 +194,6 @@ def up(args: argparse.Namespace) -> int:
     if hasattr(sys.stdout, "reconfigure"):
         sys.stdout.reconfigure(line_buffering=True)
     res = connected_runtime()
-    for line in upgrade_layouts(res):  # before any worker reads the data
-        print(line)
     settings = res.settings
     args.log_dir = args.log_dir or str(log_dir(settings.key_namespace))
     if port_in_use(args.flower_address, settings.flower_port):
@@ -209,6 +207,8 @@ def up(args: argparse.Namespace) -> int:
         children = _children(args)
     except ValueError as exc:  # flower_env: no usable Flower password
         raise CliError(str(exc)) from exc
+    for line in upgrade_layouts(res):  # every check passed; before any worker reads the data
+        print(line)
     previous = {s: signal.signal(s, _on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
     code = 0
     try:

@@ -32,7 +32,8 @@ from memstrata.core.keys import GlobalKeys
 _INDEX_SUFFIX = re.compile(r"^(recent|expire|(session|task|entity|type):.+)$")
 # a scope of today's owner layout, `<tenant>/<user>`: keys of the no-tenant layout that
 # its adoption left in place (conflicts, core/owner_layout.py) are an operator's to judge
-_USER_KEY = re.compile(r"^(?P<ns>[^:]+):user:\{(?P<scope>[^{}/]+/[^{}/]+)\}:(?P<suffix>.+)$")
+# (SCAN's match pattern already holds the namespace)
+_USER_KEY = re.compile(r"^[^:]+:user:\{(?P<scope>[^{}/]+/[^{}/]+)\}:(?P<suffix>.+)$")
 
 # KEYS[1] = one index; negate every positive score, in chunks (Lua's unpack has a limit).
 # Returns {entries turned, the smallest time turned or ''}: `expire`'s is the owner's
@@ -109,7 +110,7 @@ def negate_legacy_scores(
         part: list[tuple[str, str, str]] = []
         for raw in client.scan_iter(match=f"{namespace}:user:*", count=1000, _type="zset"):
             m = _USER_KEY.match(str(raw))
-            if m and m["ns"] == namespace and _INDEX_SUFFIX.match(m["suffix"]):
+            if m and _INDEX_SUFFIX.match(m["suffix"]):
                 part.append((str(raw), m["scope"], m["suffix"]))
                 if len(part) >= batch:
                     turn(part)
