@@ -18,6 +18,7 @@ so nothing is lost, only ordered oddly; ``memstrata status`` names the leftover
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -54,6 +55,13 @@ return {#rows / 2, rows[2] or ''}
 def score_of(at: float) -> float:
     """The index score of a time (``updated_at`` or ``expires_at``)."""
     return -at
+
+
+def expire_second(expires_at: float) -> int:
+    """The whole second ``expire`` files an expiry under: rounded up, so an item is swept
+    at most a second late and never early (common.lua ``expire_score``: integral scores
+    are what a listpack stores and reads back without parsing)."""
+    return math.ceil(expires_at)
 
 
 def time_of(score: float) -> float:

@@ -34,7 +34,7 @@ from memstrata.core.keys import (
 )
 from memstrata.core.models.decision_record import DecisionRecord
 from memstrata.core.models.memory import MemoryItem, MemoryStatus
-from memstrata.core.stm.index_order import score_of
+from memstrata.core.stm.index_order import expire_second, score_of
 
 log = logging.getLogger(__name__)
 
@@ -305,7 +305,8 @@ class StmStore:
                 pipe.evalsha(self._upsert.sha, 1, k.prefix, payload, self.session_cap,
                              self.history_cap, self.user_cap, self._durable)  # fmt: skip
             for (k, _payload), item in zip(payloads, items, strict=True):
-                pipe.zadd(self.gkeys.sweep_users, {k.scope: item.expires_at}, lt=True)
+                pipe.zadd(self.gkeys.sweep_users, {k.scope: expire_second(item.expires_at)},
+                          lt=True)  # fmt: skip
             return pipe.execute()
 
         with redis_errors():
@@ -350,7 +351,7 @@ class StmStore:
                 pipe.evalsha(self._upsert_batch.sha, 1, k.prefix, self.session_cap,
                              self.history_cap, self.user_cap, self._durable, *payloads)  # fmt: skip
             for (user_id, tenant_id), idxs in by_owner.items():  # ZADD LT: the earliest counts
-                soonest = min(items[n].expires_at for n in idxs)
+                soonest = expire_second(min(items[n].expires_at for n in idxs))
                 pipe.zadd(self.gkeys.sweep_users, {self.keys(user_id, tenant_id).scope: soonest},
                           lt=True)  # fmt: skip
             return pipe.execute()

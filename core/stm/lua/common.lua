@@ -13,9 +13,26 @@ local P = KEYS[1]
 -- are turned by `memstrata migrate` (core/stm/index_order.py); until then the sweep and
 -- the promotion scan leave them alone.
 
+-- Integer scores (issue 17): a listpack keeps an integral score as an integer and reads
+-- it back without parsing, while a fractional one is printed on every insert and parsed
+-- again (strtod) at every entry an insert or a range walks past.  `expire` and the
+-- eviction zsets, whose inserts land mid-list, therefore hold whole seconds: an expiry
+-- rounded up (an item is swept at most a second late, never early), an eviction time
+-- rounded down.  The time indexes keep exact times: their inserts stop at the head, and
+-- their order is recall's recency.
+local function expire_score(expires_at)
+  return string.format('%d', -math.ceil(tonumber(expires_at)))
+end
+
+-- A time index's score, the negated time as written: no number conversion on the way.
+local function time_score(at)
+  if string.sub(at, 1, 1) == '-' then return string.sub(at, 2) end
+  return '-' .. at
+end
+
 -- Per-session eviction order (DESIGN §3 addition): ZSET id -> importance, then updated_at,
--- in one score (importance to 4 decimals above the timestamp), so the per-session cap
--- evicts with one ZRANGE instead of reading every item of a full session.
+-- in one score (importance to 4 decimals above the timestamp in whole seconds), so the
+-- per-session cap evicts with one ZRANGE instead of reading every item of a full session.
 local function evict_key(session_suffix)
   return P .. 'evict:' .. string.sub(session_suffix, 9)  -- 'session:' is 8 characters
 end
@@ -23,9 +40,10 @@ end
 -- Least important, then oldest, first; a durable statement (one that becomes an episode
 -- card when its session ends) only after every item of task state.
 local function evict_score(importance, updated_at, durable)
-  local score = math.floor((tonumber(importance) or 0) * 10000) * 1e10 + (tonumber(updated_at) or 0)
+  local score = math.floor((tonumber(importance) or 0) * 10000) * 1e10
+    + math.floor(tonumber(updated_at) or 0)
   if durable then score = score + 1e15 end
-  return score
+  return string.format('%d', score)  -- below 2^53: exact as a double and as an integer
 end
 
 -- The index suffixes an item hash lists (docs/KEYS.md "Compact items"): compact, `ix`

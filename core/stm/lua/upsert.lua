@@ -108,7 +108,7 @@ end
 
 local function index(id, item)
   -- negated times (common.lua, "Index order"): the newest entry goes to the head
-  local score = -tonumber(item.updated_at)
+  local score = time_score(item.updated_at)
   local escore = evict_score(item.importance, item.updated_at, durable[item.subtype or 'general'])
   for _, suffix in ipairs(cjson.decode(item._idx)) do
     redis.call('ZADD', P .. suffix, score, id)
@@ -116,7 +116,7 @@ local function index(id, item)
       redis.call('ZADD', evict_key(suffix), escore, id)
     end
   end
-  redis.call('ZADD', P .. 'expire', -tonumber(item.expires_at), id)
+  redis.call('ZADD', P .. 'expire', expire_score(item.expires_at), id)
   redis.call('HSET', P .. 'canon', item.canonical_fact_key, id)
   redis.call('HSET', P .. 'fp', item.fingerprint, id)
 end
@@ -149,9 +149,15 @@ local op, id, version
 if not existing then
   id = new.id
   version = 1
-  unindex(id)  -- a leftover with the same id (e.g. a redelivery after eviction)
+  local ikey = P .. 'item:' .. id
+  if redis.call('EXISTS', ikey) == 1 then
+    unindex(id)  -- a leftover with the same id (e.g. a redelivery after eviction)
+    -- (with no hash there is nothing to unindex: index() rewrites the expiry's entry)
+  end
   index(id, new)
-  write_hash(P .. 'item:' .. id, compact(new))
+  local flat = {}
+  for k, v in pairs(compact(new)) do flat[#flat + 1] = k; flat[#flat + 1] = v end
+  redis.call('HSET', ikey, unpack(flat))  -- a new key: no DEL first (write_hash)
   op = 'inserted'
 else
   id = existing
