@@ -89,11 +89,21 @@ local function union(a, b, limit)
   return out
 end
 
-local function write_hash(key, tbl)
-  local flat = {}
-  for k, v in pairs(tbl) do flat[#flat + 1] = k; flat[#flat + 1] = v end
-  redis.call('DEL', key)
-  redis.call('HSET', key, unpack(flat))
+local function rewrite_hash(key, stored, tbl)
+  -- `stored` (the HGETALL reply the merge read) becomes exactly `tbl`: only the fields
+  -- that changed are set and the ones compacted away removed, the same hash as a DEL and
+  -- an HSET of every field at a fraction of the cost (issue 17: a merge used to rebuild
+  -- the hash field by field, a sixth of the upserts' Redis instructions)
+  local old = {}
+  for i = 1, #stored, 2 do old[stored[i]] = stored[i + 1] end
+  local set, gone = {}, {}
+  for k, v in pairs(tbl) do
+    if old[k] ~= v then set[#set + 1] = k; set[#set + 1] = v end
+    old[k] = nil
+  end
+  for k in pairs(old) do gone[#gone + 1] = k end
+  if #gone > 0 then redis.call('HDEL', key, unpack(gone)) end
+  if #set > 0 then redis.call('HSET', key, unpack(set)) end
 end
 
 local function without_type(suffixes)
@@ -157,7 +167,7 @@ if not existing then
   index(id, new)
   local flat = {}
   for k, v in pairs(compact(new)) do flat[#flat + 1] = k; flat[#flat + 1] = v end
-  redis.call('HSET', ikey, unpack(flat))  -- a new key: no DEL first (write_hash)
+  redis.call('HSET', ikey, unpack(flat))  -- a new key: nothing to delete first
   op = 'inserted'
 else
   id = existing
@@ -250,7 +260,7 @@ else
   end
   index(id, merged)
   version = merged.version
-  write_hash(ikey, compact(merged))
+  rewrite_hash(ikey, flat, compact(merged))
 end
 
 local evicted = enforce_cap('session:' .. new.session_id)
