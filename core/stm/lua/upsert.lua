@@ -116,7 +116,7 @@ local function without_type(suffixes)
   return out
 end
 
-local function index(id, item)
+local function index(id, item, canon_holds)
   -- negated times (common.lua, "Index order"): the newest entry goes to the head
   local score = time_score(item.updated_at)
   local escore = evict_score(item.importance, item.updated_at, durable[item.subtype or 'general'])
@@ -127,7 +127,9 @@ local function index(id, item)
     end
   end
   redis.call('ZADD', P .. 'expire', expire_score(item.expires_at), id)
-  redis.call('HSET', P .. 'canon', item.canonical_fact_key, id)
+  -- `canon_holds`: the lookup above just read this very mapping (a full owner's map is
+  -- a 500-field listpack, and writing a field walks it)
+  if not canon_holds then redis.call('HSET', P .. 'canon', item.canonical_fact_key, id) end
   redis.call('HSET', P .. 'fp', item.fingerprint, id)
 end
 
@@ -258,7 +260,7 @@ else
       if string.sub(suffix, 1, 8) == 'session:' then redis.call('ZREM', evict_key(suffix), id) end
     end
   end
-  index(id, merged)
+  index(id, merged, matched_by == 'canon' and merged.canonical_fact_key == new.canonical_fact_key)
   version = merged.version
   rewrite_hash(ikey, flat, compact(merged))
 end
