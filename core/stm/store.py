@@ -253,11 +253,9 @@ class StmStore:
         # the session cap evicts these last: they wait for their session's end (episodes)
         self._durable = json.dumps(sorted(durable_subtypes))
         common = lua("common.lua")
-        self._upsert: Script = client.register_script(common + lua("upsert.lua"))
-        self._upsert_batch: Script = client.register_script(
-            common + "local function upsert_one(ARGV)\n" + lua("upsert.lua") + "\nend\n"
-            + lua("upsert_batch.lua")
-        )  # fmt: skip
+        upsert = common + lua("upsert.lua")  # defines upsert_item; an entry point calls it
+        self._upsert: Script = client.register_script(upsert + lua("upsert_one.lua"))
+        self._upsert_batch: Script = client.register_script(upsert + lua("upsert_batch.lua"))
         self._delete: Script = client.register_script(common + lua("delete.lua"))
         self._sweep: Script = client.register_script(common + lua("sweep.lua"))
         self._evict: Script = client.register_script(common + lua("evict.lua"))

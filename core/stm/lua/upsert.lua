@@ -1,10 +1,13 @@
 -- Atomic STM upsert (DESIGN §3): dedup by canonical_fact_key, then fingerprint; insert,
 -- merge a restated fact, or bump the version of a changed one (old content kept in
 -- `history`); write the item, every index and the expiry; enforce the per-session cap.
--- ARGV[1] = JSON object of the new item's hash fields (all strings, incl. `_idx`)
--- ARGV[2] = per-session cap, ARGV[3] = history entries kept, ARGV[4] = per-owner cap
--- (0 = none), ARGV[5] = JSON list of durable subtypes (evicted after all task state)
--- Returns {op, id, version, items the owner holds after the write, evicted_id...};
+-- Defines upsert_item(payload) and configure(...); an entry script follows it
+-- (upsert_one.lua: one item, upsert_batch.lua: the items of one owner), so the helpers
+-- below are built once a call, not once an item (issue 17).
+-- configure(per-session cap, history entries kept, per-owner cap (0 = none), JSON list
+-- of durable subtypes (evicted after all task state)) sets the call's settings;
+-- upsert_item(JSON object of the new item's hash fields, all strings, incl. `_idx`)
+-- returns {op, id, version, items the owner holds after the write, evicted_id...};
 -- op = inserted | merged | updated | unchanged | stale (older than the stored version)
 --
 -- Compact items (docs/KEYS.md): the hash leaves out what its key or its other fields
@@ -14,12 +17,15 @@
 -- The index list is kept as `ix` (common.lua suffixes_of); the merge logic works on the
 -- full JSON list `_idx`, as the payload from Python carries it.
 
-local new = cjson.decode(ARGV[1])
-local cap = tonumber(ARGV[2])
-local hist_cap = tonumber(ARGV[3])
-local owner_cap = tonumber(ARGV[4]) or 0
-local durable = {}
-for _, sub in ipairs(cjson.decode(ARGV[5] or '[]')) do durable[sub] = true end
+local cap, hist_cap, owner_cap, durable
+
+local function configure(session_cap, history_cap, per_owner_cap, durable_json)
+  cap = tonumber(session_cap)
+  hist_cap = tonumber(history_cap)
+  owner_cap = tonumber(per_owner_cap) or 0
+  durable = {}
+  for _, sub in ipairs(cjson.decode(durable_json or '[]')) do durable[sub] = true end
+end
 
 local DEFAULTS = {version = '1', mention_count = '1', history = '[]', entities = '[]',
                   tags = '[]', detail = '{}', subtype = 'general'}
@@ -147,131 +153,134 @@ local function enforce_cap(session_suffix)
   return evicted
 end
 
-local existing = redis.call('HGET', P .. 'canon', new.canonical_fact_key)
-local matched_by = 'canon'
-if not existing then
-  existing = redis.call('HGET', P .. 'fp', new.fingerprint)
-  matched_by = 'fp'
-end
-if existing and redis.call('EXISTS', P .. 'item:' .. existing) == 0 then
-  existing = false  -- stale mapping to an item already swept or evicted
-end
+local function upsert_item(payload)
+  local new = cjson.decode(payload)
+  local existing = redis.call('HGET', P .. 'canon', new.canonical_fact_key)
+  local matched_by = 'canon'
+  if not existing then
+    existing = redis.call('HGET', P .. 'fp', new.fingerprint)
+    matched_by = 'fp'
+  end
+  if existing and redis.call('EXISTS', P .. 'item:' .. existing) == 0 then
+    existing = false  -- stale mapping to an item already swept or evicted
+  end
 
-local op, id, version
-if not existing then
-  id = new.id
-  version = 1
-  local ikey = P .. 'item:' .. id
-  if redis.call('EXISTS', ikey) == 1 then
-    unindex(id)  -- a leftover with the same id (e.g. a redelivery after eviction)
-    -- (with no hash there is nothing to unindex: index() rewrites the expiry's entry)
-  end
-  index(id, new)
-  local flat = {}
-  for k, v in pairs(compact(new)) do flat[#flat + 1] = k; flat[#flat + 1] = v end
-  redis.call('HSET', ikey, unpack(flat))  -- a new key: nothing to delete first
-  op = 'inserted'
-else
-  id = existing
-  local ikey = P .. 'item:' .. id
-  local flat = redis.call('HGETALL', ikey)
-  local cur = {}
-  for i = 1, #flat, 2 do cur[flat[i]] = flat[i + 1] end
-  expand(cur)
-  expand(new)
-  local cur_src = cjson.decode(cur.source)
-  local new_src = cjson.decode(new.source)
-  local cur_msgs = cur_src.message_ids or {}
-  local seen_all = #(new_src.message_ids or {}) > 0
-  for _, m in ipairs(new_src.message_ids or {}) do
-    if not contains(cur_msgs, m) then seen_all = false end
-  end
-  local hist = cjson.decode(cur.history)
-  for _, h in ipairs(hist) do
-    for _, m in ipairs(h.message_ids or {}) do
-      if contains(new_src.message_ids or {}, m) then seen_all = true end
+  local op, id, version
+  if not existing then
+    id = new.id
+    version = 1
+    local ikey = P .. 'item:' .. id
+    if redis.call('EXISTS', ikey) == 1 then
+      unindex(id)  -- a leftover with the same id (e.g. a redelivery after eviction)
+      -- (with no hash there is nothing to unindex: index() rewrites the expiry's entry)
     end
-  end
-  if seen_all then
-    return {'unchanged', id, cur.version, owner_items()}
-  end
-  if cur.fingerprint ~= new.fingerprint and matched_by == 'canon'
-      and tonumber(new.updated_at) < tonumber(cur.updated_at) then
-    -- an older version delivered late (two drains raced): keep the newer content and
-    -- file the late one under history so a redelivery is recognised
-    hist[#hist + 1] = {version = 0, summary = new.summary, fingerprint = new.fingerprint,
-                       updated_at = tonumber(new.updated_at),
-                       message_ids = new_src.message_ids or {}}
-    while #hist > hist_cap do table.remove(hist, 1) end
-    redis.call('HSET', ikey, 'history', cjson.encode(hist))
-    return {'stale', id, cur.version, owner_items()}
-  end
-  local old_suffixes = cjson.decode(cur._idx)
-  local merged = {}
-  for k, v in pairs(cur) do merged[k] = v end
-  local sessions = union(cjson.decode(cur.seen_sessions), cjson.decode(new.seen_sessions), 32)
-  if cur.fingerprint == new.fingerprint or matched_by == 'fp' then
-    -- the same fact said again: keep content, merge provenance and indexes
-    cur_src.message_ids = union(cur_msgs, new_src.message_ids or {}, 256)
-    cur_src.tool_call_ids = union(cur_src.tool_call_ids or {}, new_src.tool_call_ids or {}, 256)
-    merged.source = compact_source(cur_src)
-    merged.entities = cjson.encode(union(cjson.decode(cur.entities), cjson.decode(new.entities), 64))
-    merged.tags = cjson.encode(union(cjson.decode(cur.tags), cjson.decode(new.tags), 32))
-    if tonumber(new.importance) > tonumber(cur.importance) then merged.importance = new.importance end
-    if tonumber(new.confidence) > tonumber(cur.confidence) then merged.confidence = new.confidence end
-    if tonumber(new.expires_at) > tonumber(cur.expires_at) then merged.expires_at = new.expires_at end
-    merged._idx = cjson.encode(union(without_type(cjson.decode(cur._idx)),
-                                     cjson.decode(new._idx), 128))
-    op = 'merged'
+    index(id, new)
+    local flat = {}
+    for k, v in pairs(compact(new)) do flat[#flat + 1] = k; flat[#flat + 1] = v end
+    redis.call('HSET', ikey, unpack(flat))  -- a new key: nothing to delete first
+    op = 'inserted'
   else
-    -- the fact changed: bump the version and keep the old content as provenance
-    hist[#hist + 1] = {version = tonumber(cur.version), summary = cur.summary,
-                       fingerprint = cur.fingerprint, updated_at = tonumber(cur.updated_at),
-                       message_ids = cur_msgs}
-    while #hist > hist_cap do table.remove(hist, 1) end
-    for k, v in pairs(new) do
-      if k ~= 'id' and k ~= 'created_at' then merged[k] = v end
+    id = existing
+    local ikey = P .. 'item:' .. id
+    local flat = redis.call('HGETALL', ikey)
+    local cur = {}
+    for i = 1, #flat, 2 do cur[flat[i]] = flat[i + 1] end
+    expand(cur)
+    expand(new)
+    local cur_src = cjson.decode(cur.source)
+    local new_src = cjson.decode(new.source)
+    local cur_msgs = cur_src.message_ids or {}
+    local seen_all = #(new_src.message_ids or {}) > 0
+    for _, m in ipairs(new_src.message_ids or {}) do
+      if not contains(cur_msgs, m) then seen_all = false end
     end
-    merged.history = cjson.encode(hist)
-    merged.version = tostring(tonumber(cur.version) + 1)
-    if redis.call('HGET', P .. 'fp', cur.fingerprint) == id then
-      redis.call('HDEL', P .. 'fp', cur.fingerprint)
+    local hist = cjson.decode(cur.history)
+    for _, h in ipairs(hist) do
+      for _, m in ipairs(h.message_ids or {}) do
+        if contains(new_src.message_ids or {}, m) then seen_all = true end
+      end
     end
-    op = 'updated'
-  end
-  merged.seen_sessions = cjson.encode(sessions)
-  merged.session_id = new.session_id
-  if new.task_id then merged.task_id = new.task_id end
-  if tonumber(new.updated_at) > tonumber(cur.updated_at) then
-    -- a restatement delivered late counts as a mention but does not make the item older
-    merged.updated_at = new.updated_at
-    merged.last_access_at = new.last_access_at
-  end
-  merged.mention_count = tostring(tonumber(cur.mention_count) + 1)
-  merged.canonical_fact_key = cur.canonical_fact_key
-  -- index() re-scores the entries the item keeps (ZADD updates in place, the expire
-  -- entry too); only an index the item leaves is removed from (issue 17: one command
-  -- per index instead of a ZREM and a ZADD each)
-  local kept = {}
-  for _, suffix in ipairs(cjson.decode(merged._idx)) do kept[suffix] = true end
-  for _, suffix in ipairs(old_suffixes) do
-    if not kept[suffix] then
-      redis.call('ZREM', P .. suffix, id)
-      if string.sub(suffix, 1, 8) == 'session:' then redis.call('ZREM', evict_key(suffix), id) end
+    if seen_all then
+      return {'unchanged', id, cur.version, owner_items()}
     end
+    if cur.fingerprint ~= new.fingerprint and matched_by == 'canon'
+        and tonumber(new.updated_at) < tonumber(cur.updated_at) then
+      -- an older version delivered late (two drains raced): keep the newer content and
+      -- file the late one under history so a redelivery is recognised
+      hist[#hist + 1] = {version = 0, summary = new.summary, fingerprint = new.fingerprint,
+                         updated_at = tonumber(new.updated_at),
+                         message_ids = new_src.message_ids or {}}
+      while #hist > hist_cap do table.remove(hist, 1) end
+      redis.call('HSET', ikey, 'history', cjson.encode(hist))
+      return {'stale', id, cur.version, owner_items()}
+    end
+    local old_suffixes = cjson.decode(cur._idx)
+    local merged = {}
+    for k, v in pairs(cur) do merged[k] = v end
+    local sessions = union(cjson.decode(cur.seen_sessions), cjson.decode(new.seen_sessions), 32)
+    if cur.fingerprint == new.fingerprint or matched_by == 'fp' then
+      -- the same fact said again: keep content, merge provenance and indexes
+      cur_src.message_ids = union(cur_msgs, new_src.message_ids or {}, 256)
+      cur_src.tool_call_ids = union(cur_src.tool_call_ids or {}, new_src.tool_call_ids or {}, 256)
+      merged.source = compact_source(cur_src)
+      merged.entities = cjson.encode(union(cjson.decode(cur.entities), cjson.decode(new.entities), 64))
+      merged.tags = cjson.encode(union(cjson.decode(cur.tags), cjson.decode(new.tags), 32))
+      if tonumber(new.importance) > tonumber(cur.importance) then merged.importance = new.importance end
+      if tonumber(new.confidence) > tonumber(cur.confidence) then merged.confidence = new.confidence end
+      if tonumber(new.expires_at) > tonumber(cur.expires_at) then merged.expires_at = new.expires_at end
+      merged._idx = cjson.encode(union(without_type(cjson.decode(cur._idx)),
+                                       cjson.decode(new._idx), 128))
+      op = 'merged'
+    else
+      -- the fact changed: bump the version and keep the old content as provenance
+      hist[#hist + 1] = {version = tonumber(cur.version), summary = cur.summary,
+                         fingerprint = cur.fingerprint, updated_at = tonumber(cur.updated_at),
+                         message_ids = cur_msgs}
+      while #hist > hist_cap do table.remove(hist, 1) end
+      for k, v in pairs(new) do
+        if k ~= 'id' and k ~= 'created_at' then merged[k] = v end
+      end
+      merged.history = cjson.encode(hist)
+      merged.version = tostring(tonumber(cur.version) + 1)
+      if redis.call('HGET', P .. 'fp', cur.fingerprint) == id then
+        redis.call('HDEL', P .. 'fp', cur.fingerprint)
+      end
+      op = 'updated'
+    end
+    merged.seen_sessions = cjson.encode(sessions)
+    merged.session_id = new.session_id
+    if new.task_id then merged.task_id = new.task_id end
+    if tonumber(new.updated_at) > tonumber(cur.updated_at) then
+      -- a restatement delivered late counts as a mention but does not make the item older
+      merged.updated_at = new.updated_at
+      merged.last_access_at = new.last_access_at
+    end
+    merged.mention_count = tostring(tonumber(cur.mention_count) + 1)
+    merged.canonical_fact_key = cur.canonical_fact_key
+    -- index() re-scores the entries the item keeps (ZADD updates in place, the expire
+    -- entry too); only an index the item leaves is removed from (issue 17: one command
+    -- per index instead of a ZREM and a ZADD each)
+    local kept = {}
+    for _, suffix in ipairs(cjson.decode(merged._idx)) do kept[suffix] = true end
+    for _, suffix in ipairs(old_suffixes) do
+      if not kept[suffix] then
+        redis.call('ZREM', P .. suffix, id)
+        if string.sub(suffix, 1, 8) == 'session:' then redis.call('ZREM', evict_key(suffix), id) end
+      end
+    end
+    index(id, merged, matched_by == 'canon' and merged.canonical_fact_key == new.canonical_fact_key)
+    version = merged.version
+    rewrite_hash(ikey, flat, compact(merged))
   end
-  index(id, merged, matched_by == 'canon' and merged.canonical_fact_key == new.canonical_fact_key)
-  version = merged.version
-  rewrite_hash(ikey, flat, compact(merged))
-end
 
-local evicted = enforce_cap('session:' .. new.session_id)
-if owner_cap > 0 then
-  local over = owner_items() - owner_cap
-  if over > 0 then
-    for _, e in ipairs(evict_from_owner(over)) do evicted[#evicted + 1] = e end
+  local evicted = enforce_cap('session:' .. new.session_id)
+  if owner_cap > 0 then
+    local over = owner_items() - owner_cap
+    if over > 0 then
+      for _, e in ipairs(evict_from_owner(over)) do evicted[#evicted + 1] = e end
+    end
   end
+  local out = {op, id, tostring(version), owner_items()}
+  for _, e in ipairs(evicted) do out[#out + 1] = e end
+  return out
 end
-local out = {op, id, tostring(version), owner_items()}
-for _, e in ipairs(evicted) do out[#out + 1] = e end
-return out
