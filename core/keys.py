@@ -295,7 +295,8 @@ class GlobalKeys:
 
     @property
     def sweep_users(self) -> str:
-        """ZSET user scope → earliest expires_at among its items (a hint for the sweep)."""
+        """ZSET user scope → earliest expires_at among its items, rounded up to the second
+        as ``expire`` files it (a hint for the sweep)."""
         return f"{self.namespace}:sweep:users"
 
     @property

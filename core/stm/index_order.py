@@ -53,7 +53,9 @@ return {#rows / 2, rows[2] or ''}
 
 
 def score_of(at: float) -> float:
-    """The index score of a time (``updated_at`` or ``expires_at``)."""
+    """The index score of a time: ``updated_at`` exactly; ``expire`` files an expiry under
+    :func:`expire_second` of it, and a range bound such as ``score_of(now)`` still selects
+    the entries due by ``now``."""
     return -at
 
 

@@ -13,6 +13,7 @@ from redis.retry import Retry
 
 from memstrata.core.errors import InvalidId, InvalidInput, PayloadTooLarge, StoreUnavailable
 from memstrata.core.ids import entity_key_part
+from memstrata.core.lifecycle.views import read_users
 from memstrata.core.models.memory import MemoryItem, MemoryStatus, MemoryType
 from memstrata.core.runtime import Runtime
 from memstrata.core.stm.store import StmStore
@@ -169,27 +170,36 @@ def test_insert_writes_the_item_every_index_and_both_dedup_maps(res: Runtime) ->
     assert res.stm.get("u_1", "m_1") == new
 
 
-def test_expiry_and_eviction_scores_are_whole_seconds_and_the_sweep_goes_by_them(
+def test_expiry_scores_are_whole_seconds_and_the_sweep_and_promotion_scan_go_by_them(
     res: Runtime,
 ) -> None:
     # Given an item written between two seconds
     at = T0 + 0.75
     res.stm.upsert(item("m_1", at=at, ttl=HOUR, importance=0.25))
     z = zsets(res)
-    # Then the time indexes keep its exact time (recall's recency order)
+    # Then the time indexes and the eviction order keep its exact time (recall's recency
+    # order; least important, then oldest)
     assert z["recent"] == {"m_1": -at}
-    # And `expire` and the eviction order file it under whole seconds, which a listpack
-    # keeps as integers: the expiry rounded up, the eviction time down
+    assert z["evict:s_1"] == {"m_1": 2500 * 1e10 + at}
+    # And `expire` files it under its expiry's whole second, rounded up (an integer,
+    # which a listpack keeps as one), and so does the sweep hint
     assert z["expire"] == {"m_1": -(T0 + HOUR + 1)}
-    assert z["evict:s_1"] == {"m_1": 2500 * 1e10 + T0}
-    # And the sweep hint names the same second
     assert res.redis.zscore(res.stm.gkeys.sweep_users, "default/u_1") == T0 + HOUR + 1
-    # When the sweep runs after the exact expiry but within its second
-    # Then the item stays until that second, and the sweep names it as the next expiry
+    # When the promotion scan runs before the exact expiry, and after it within its second
+    # Then it reads the item only while it is live
+    assert promotable(res, now=T0 + HOUR + 0.5) == ["m_1"]
+    assert promotable(res, now=T0 + HOUR + 0.9) == []
+    # And the sweep leaves it until that second and names it as the next expiry
     assert res.stm.sweep_user("u_1", now=T0 + HOUR + 0.9, limit=10) == (0, T0 + HOUR + 1)
-    # And it is taken at that second
+    # And takes it at that second
     assert res.stm.sweep_user("u_1", now=T0 + HOUR + 1, limit=10) == (1, None)
     assert zsets(res) == {}
+
+
+def promotable(res: Runtime, *, now: float, user: str = "u_1") -> list[str]:
+    """The ids the promotion scan reads as live for ``user`` at ``now``."""
+    [batch] = read_users(res.lifecycle_store, [f"default/{user}"], now=now)
+    return [view.memory_id for view in batch.items]
 
 
 def test_an_item_of_the_earlier_layout_reads_the_same_and_is_compacted_when_rewritten(

@@ -4,35 +4,37 @@
 local P = KEYS[1]
 
 -- Index order (docs/KEYS.md): the item indexes (`recent`, `session:`, `task:`, `entity:`)
--- score an entry by its item's NEGATED updated_at and `expire` by the negated expires_at,
--- so the head of each is the newest item (the latest expiry) and a new item's entry goes
--- first.  An owner's sorted sets are listpacks (ops/redis.conf), whose ZADD scans for the
--- score's place from the head: at the head the scan stops at once, at the tail it reads
--- every entry (issue 17: ~0.45 ms of Redis CPU a drained turn).  Readers take newest
--- first with ZRANGE; entries with a positive score were written before 2026-12-07 and
--- are turned by `memstrata migrate` (core/stm/index_order.py); until then the sweep and
--- the promotion scan leave them alone.
+-- score an entry by its item's NEGATED updated_at and `expire` by the negated expires_at
+-- (in whole seconds, below), so the head of each is the newest item (the latest expiry)
+-- and a new item's entry goes first.  An owner's sorted sets are listpacks
+-- (ops/redis.conf), whose ZADD scans for the score's place from the head: at the head the
+-- scan stops at once, at the tail it reads every entry (issue 17: ~0.45 ms of Redis CPU
+-- a drained turn).  Readers take newest first with ZRANGE; entries with a positive score
+-- were written before 2026-12-07 and are turned by `memstrata migrate`
+-- (core/stm/index_order.py); until then the sweep and the promotion scan leave them alone.
 
--- Integer scores (issue 17): a listpack keeps an integral score as an integer and reads
--- it back without parsing, while a fractional one is printed on every insert and parsed
--- again (strtod) at every entry an insert or a range walks past.  `expire` and the
--- eviction zsets, whose inserts land mid-list, therefore hold whole seconds: an expiry
--- rounded up (an item is swept at most a second late, never early), an eviction time
--- rounded down.  The time indexes keep exact times: their inserts stop at the head, and
--- their order is recall's recency.
+-- `expire` holds whole seconds (issue 17): a listpack keeps an integral score as an
+-- integer and reads it back without parsing, while a fractional one is printed on every
+-- insert and parsed again (strtod) at every entry an insert or a range walks past, and an
+-- expire insert lands anywhere in the list (the order is the kind's TTL, not the write
+-- time).  The expiry is rounded up: the sweep takes an item at most a second late, never
+-- early; the promotion scan checks the exact time within the boundary second.  A Lua
+-- number: Redis passes it on as "%.17g", an integer's digits.
 local function expire_score(expires_at)
-  return string.format('%d', -math.ceil(tonumber(expires_at)))
+  return -math.ceil(tonumber(expires_at))
 end
 
--- A time index's score, the negated time as written: no number conversion on the way.
+-- A time index's score: the negated time as written (a plain decimal, as the store
+-- writes every time), without a conversion to a number and back; anything else through
+-- tonumber, as before.
 local function time_score(at)
-  if string.sub(at, 1, 1) == '-' then return string.sub(at, 2) end
-  return '-' .. at
+  if string.find(at, '^%d+%.?%d*$') then return '-' .. at end
+  return -tonumber(at)
 end
 
 -- Per-session eviction order (DESIGN §3 addition): ZSET id -> importance, then updated_at,
--- in one score (importance to 4 decimals above the timestamp in whole seconds), so the
--- per-session cap evicts with one ZRANGE instead of reading every item of a full session.
+-- in one score (importance to 4 decimals above the timestamp), so the per-session cap
+-- evicts with one ZRANGE instead of reading every item of a full session.
 local function evict_key(session_suffix)
   return P .. 'evict:' .. string.sub(session_suffix, 9)  -- 'session:' is 8 characters
 end
@@ -40,10 +42,9 @@ end
 -- Least important, then oldest, first; a durable statement (one that becomes an episode
 -- card when its session ends) only after every item of task state.
 local function evict_score(importance, updated_at, durable)
-  local score = math.floor((tonumber(importance) or 0) * 10000) * 1e10
-    + math.floor(tonumber(updated_at) or 0)
+  local score = math.floor((tonumber(importance) or 0) * 10000) * 1e10 + (tonumber(updated_at) or 0)
   if durable then score = score + 1e15 end
-  return string.format('%d', score)  -- below 2^53: exact as a double and as an integer
+  return score
 end
 
 -- The index suffixes an item hash lists (docs/KEYS.md "Compact items"): compact, `ix`

@@ -5,8 +5,21 @@
 -- policy never promotes (counted, not sent) and items already settled for their current
 -- fingerprint (queued, promoted, merged, dropped, retracted).
 -- Returns ONE JSON string {rows, lifecycle records (flat), access hits (flat), never, settled}.
--- items not yet expired, soonest expiry first (`expire` holds negated times, common.lua)
-local ids = redis.call('ZREVRANGEBYSCORE', KEYS[1] .. 'expire', '(-' .. ARGV[1], '-inf')
+-- items not yet expired (expires_at > now), soonest expiry first: `expire` holds negated
+-- expiries rounded up to whole seconds (common.lua), so an entry of the second `now` is
+-- in may have expired already and is checked against its exact time
+local now = tonumber(ARGV[1])
+local boundary = -math.ceil(now)
+local scored = redis.call('ZREVRANGEBYSCORE', KEYS[1] .. 'expire', '(-' .. ARGV[1], '-inf',
+                          'WITHSCORES')
+local ids = {}
+for i = 1, #scored, 2 do
+  local id = scored[i]
+  if tonumber(scored[i + 1]) < boundary
+      or (tonumber(redis.call('HGET', KEYS[1] .. 'item:' .. id, 'expires_at')) or now) > now then
+    ids[#ids + 1] = id
+  end
+end
 local never = cjson.decode(ARGV[2])
 local skip_type, skip_sub = {}, {}
 for _, t in ipairs(never.types) do skip_type[t] = true end
