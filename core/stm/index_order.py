@@ -1,8 +1,9 @@
 """The order of an owner's STM indexes: scores are negated times, the newest entry first.
 
 The item indexes (``recent``, ``session:``, ``task:``, ``entity:``) score an entry by the
-negated ``updated_at`` of its item and ``expire`` by the negated ``expires_at``
-(``common.lua``, "Index order").  An owner's sorted sets are listpacks
+negated ``updated_at`` of its item and ``expire`` by the negated ``expires_at``, rounded
+up to the whole second since 2026-12-07 (``common.lua``, "Index order"; :func:`time_of`
+of an ``expire`` score is that second).  An owner's sorted sets are listpacks
 (``ops/redis.conf``), and a listpack ``ZADD`` scans from the head for the new score's
 place: a new item, always the newest, used to be placed after a scan of every entry and
 is now placed at once (issue 17; docs/PERFORMANCE.md).  Readers take the newest first

@@ -710,6 +710,19 @@ def test_session_cap_evicts_the_least_important_then_the_oldest(res: Runtime) ->
     assert assert_no_dangling_references(res) == {"m_6", "m_5", "m_keep_important"}
 
 
+def test_the_session_cap_tells_the_older_of_two_items_of_one_second(res: Runtime) -> None:
+    # Given two equally important items written within one second, the older with the
+    # id that sorts last
+    capped = StmStore(res.redis, namespace=res.settings.key_namespace, session_cap=2)
+    capped.upsert_many([item("m_z_older", importance=0.3, at=T0 + 0.25),
+                        item("m_a_newer", importance=0.3, at=T0 + 0.75)])  # fmt: skip
+    # When a third item arrives in the same session
+    result = capped.upsert(item("m_c", importance=0.9, at=T0 + 0.9))
+    # Then the older of the two goes, not the one whose id sorts first
+    assert result.evicted == ("m_z_older",)
+    assert ids(capped.by_session("u_1", "s_1")) == ["m_c", "m_a_newer"]
+
+
 def test_a_newcomer_less_important_than_everything_else_is_evicted_at_once(
     res: Runtime,
 ) -> None:

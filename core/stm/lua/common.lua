@@ -19,7 +19,7 @@ local P = KEYS[1]
 -- expire insert lands anywhere in the list (the order is the kind's TTL, not the write
 -- time).  The expiry is rounded up: the sweep takes an item at most a second late, never
 -- early; the promotion scan checks the exact time within the boundary second.  A Lua
--- number: Redis passes it on as "%.17g", an integer's digits.
+-- number: Redis passes a whole number on as its digits, and ZADD stores it as an integer.
 local function expire_score(expires_at)
   return -math.ceil(tonumber(expires_at))
 end

@@ -6,19 +6,20 @@
 -- fingerprint (queued, promoted, merged, dropped, retracted).
 -- Returns ONE JSON string {rows, lifecycle records (flat), access hits (flat), never, settled}.
 -- items not yet expired (expires_at > now), soonest expiry first: `expire` holds negated
--- expiries rounded up to whole seconds (common.lua), so an entry of the second `now` is
--- in may have expired already and is checked against its exact time
+-- expiries rounded up to whole seconds (common.lua), so the entries of the second `now` is
+-- in (none when `now` is whole) are checked against their item's exact time
 local now = tonumber(ARGV[1])
 local boundary = -math.ceil(now)
-local scored = redis.call('ZREVRANGEBYSCORE', KEYS[1] .. 'expire', '(-' .. ARGV[1], '-inf',
-                          'WITHSCORES')
 local ids = {}
-for i = 1, #scored, 2 do
-  local id = scored[i]
-  if tonumber(scored[i + 1]) < boundary
-      or (tonumber(redis.call('HGET', KEYS[1] .. 'item:' .. id, 'expires_at')) or now) > now then
+for _, id in ipairs(redis.call('ZREVRANGEBYSCORE', KEYS[1] .. 'expire', '(-' .. ARGV[1],
+                               boundary)) do  -- the current second
+  if (tonumber(redis.call('HGET', KEYS[1] .. 'item:' .. id, 'expires_at')) or now) > now then
     ids[#ids + 1] = id
   end
+end
+for _, id in ipairs(redis.call('ZREVRANGEBYSCORE', KEYS[1] .. 'expire', '(' .. boundary,
+                               '-inf')) do
+  ids[#ids + 1] = id
 end
 local never = cjson.decode(ARGV[2])
 local skip_type, skip_sub = {}, {}

@@ -1,5 +1,6 @@
 -- Bounded expire sweep for one user (seed 十七.3): remove up to ARGV[2] items whose
--- expires_at <= ARGV[1] from the item store and from every index, batched: one variadic
+-- expiry, rounded up to the second as `expire` files it (common.lua), is <= ARGV[1],
+-- from the item store and from every index, batched: one variadic
 -- ZREM per index (per-session eviction zsets included), one HMGET + HDEL per dedup map,
 -- one DEL for the items, instead of ~13 calls per item in unindex().  A mapping is deleted
 -- only while it still points at the swept item.
