@@ -27,6 +27,21 @@ def available() -> bool:
     return shutil.which("redis-server") is not None
 
 
+def wait_until_up(
+    client: redis.Redis, proc: subprocess.Popen[bytes], *, timeout_s: float, poll_s: float
+) -> None:
+    """Until the server answers ``PING``; raises if it exits or is not up in ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            client.ping()
+            return
+        except redis.ConnectionError:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise
+            time.sleep(poll_s)
+
+
 @contextlib.contextmanager
 def scratch_redis(*args: str, conf: Path | None = None) -> Iterator[redis.Redis]:
     """A client of a fresh ``redis-server`` (``conf`` first, then ``args``), then stop it.
@@ -44,15 +59,7 @@ def scratch_redis(*args: str, conf: Path | None = None) -> Iterator[redis.Redis]
     proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     client = redis.Redis(host="127.0.0.1", port=port, decode_responses=True, socket_timeout=10)
     try:
-        deadline = time.monotonic() + 15
-        while True:
-            try:
-                client.ping()
-                break
-            except redis.ConnectionError:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    raise
-                time.sleep(0.02)
+        wait_until_up(client, proc, timeout_s=15, poll_s=0.02)
         yield client
     finally:
         client.close()

@@ -22,14 +22,13 @@ import re
 import shutil
 import subprocess
 import tempfile
-import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import redis
 
-from memstrata.ops.bench.common.scratch_redis import SHIPPED_CONF
+from memstrata.ops.bench.common.scratch_redis import SHIPPED_CONF, wait_until_up
 from memstrata.ops.bench.ingest.profile import _pass
 
 _TOTAL = re.compile(r"^(?:totals|summary):\s+(\d+)", re.MULTILINE)
@@ -58,15 +57,8 @@ def redis_instructions(
     proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     client = redis.Redis(host="127.0.0.1", port=port, decode_responses=True, socket_timeout=600)
     try:
-        deadline = time.monotonic() + 120  # valgrind takes seconds to start the server
-        while True:
-            try:
-                client.ping()
-                break
-            except redis.ConnectionError:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    raise
-                time.sleep(0.2)
+        # valgrind takes seconds to start the server
+        wait_until_up(client, proc, timeout_s=120, poll_s=0.2)
         _pass(client, turns, batch, "plain")
         # the server closes the connection as it stops
         with contextlib.suppress(redis.ConnectionError):
