@@ -13,13 +13,12 @@ from typing import Any, cast
 
 import pytest
 
-from memstrata.core.lifecycle.views import read_users
 from memstrata.core.runtime import Runtime, close_runtime, reset_runtime
 from memstrata.core.stm.index_order import Negated, legacy_index_found, negate_legacy_scores
 from memstrata.ops.cli import main
 from tests.integration.conftest import user_state
 from tests.integration.test_lifecycle_env import lifecycle_pg
-from tests.integration.test_stm_store import HOUR, T0, item
+from tests.integration.test_stm_store import HOUR, T0, item, promotable
 
 pytestmark = pytest.mark.integration
 __all__ = ["lifecycle_pg"]
@@ -44,11 +43,6 @@ def to_earlier_order(res: Runtime, user: str) -> tuple[int, int]:
 def _stored(res: Runtime) -> list[str]:
     return sorted(i.id for i in res.stm.get_many("u_1", ["m_1", "m_2", "m_3"],
                                                    include_expired=True))  # fmt: skip
-
-
-def promotable(res: Runtime, *, now: float) -> list[str]:
-    [batch] = read_users(res.lifecycle_store, ["default/u_1"], now=now)
-    return [view.memory_id for view in batch.items]
 
 
 def test_indexes_of_the_earlier_order_lose_nothing_and_migrate_turns_them_once(

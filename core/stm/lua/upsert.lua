@@ -96,7 +96,7 @@ local function union(a, b, limit)
 end
 
 local function rewrite_hash(key, stored, tbl)
-  -- `stored` (the HGETALL reply the merge read) becomes exactly `tbl`: only the fields
+  -- `stored` (the HGETALL reply the merge read; {} for a new key) becomes exactly `tbl`: only the fields
   -- that changed are set and the ones compacted away removed, the same fields as a DEL
   -- and an HSET of every field (issue 17: a merge used to rebuild the hash field by field)
   local old = {}
@@ -174,9 +174,7 @@ local function upsert_item(payload)
       -- (with no hash there is nothing to unindex: index() rewrites the expiry's entry)
     end
     index(id, new)
-    local flat = {}
-    for k, v in pairs(compact(new)) do flat[#flat + 1] = k; flat[#flat + 1] = v end
-    redis.call('HSET', ikey, unpack(flat))  -- a new key: nothing to delete first
+    rewrite_hash(ikey, {}, compact(new))  -- a new key: every field is set, none removed
     op = 'inserted'
   else
     id = existing

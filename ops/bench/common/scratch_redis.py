@@ -27,6 +27,15 @@ def available() -> bool:
     return shutil.which("redis-server") is not None
 
 
+def server_command(port: int, folder: Path, *args: str, conf: Path | None = None) -> list[str]:
+    """A throwaway ``redis-server``'s command line: ``conf`` first, then no persistence and
+    no ``maxmemory`` (a caller that wants a limit passes it in ``args``), then ``args``."""
+    first = [str(conf)] if conf is not None else []
+    return ["redis-server", *first, "--port", str(port), "--bind", "127.0.0.1",
+            "--dir", str(folder), "--save", "", "--appendonly", "no", "--maxmemory", "0",
+            *args]  # fmt: skip
+
+
 def wait_until_up(
     client: redis.Redis, proc: subprocess.Popen[bytes], *, timeout_s: float, poll_s: float
 ) -> None:
@@ -53,10 +62,8 @@ def scratch_redis(*args: str, conf: Path | None = None) -> Iterator[redis.Redis]
 
     folder = Path(tempfile.mkdtemp(prefix="memstrata-redis-"))
     port = free_port()
-    command = ["redis-server"] + ([str(conf)] if conf is not None else [])
-    command += ["--port", str(port), "--bind", "127.0.0.1", "--dir", str(folder),
-                "--save", "", "--appendonly", "no", "--maxmemory", "0", *args]  # fmt: skip
-    proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(server_command(port, folder, *args, conf=conf),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
     client = redis.Redis(host="127.0.0.1", port=port, decode_responses=True, socket_timeout=10)
     try:
         wait_until_up(client, proc, timeout_s=15, poll_s=0.02)

@@ -28,7 +28,11 @@ from typing import Any
 
 import redis
 
-from memstrata.ops.bench.common.scratch_redis import SHIPPED_CONF, wait_until_up
+from memstrata.ops.bench.common.scratch_redis import (
+    SHIPPED_CONF,
+    server_command,
+    wait_until_up,
+)
 from memstrata.ops.bench.ingest.profile import _pass
 
 _TOTAL = re.compile(r"^(?:totals|summary):\s+(\d+)", re.MULTILINE)
@@ -51,9 +55,7 @@ def redis_instructions(
     out = folder / "callgrind.out"
     port = free_port()
     command = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}",
-               "redis-server", str(SHIPPED_CONF), "--port", str(port), "--bind", "127.0.0.1",
-               "--dir", str(folder), "--save", "", "--appendonly", "no", "--maxmemory", "0",
-               *server_args]  # fmt: skip
+               *server_command(port, folder, *server_args, conf=SHIPPED_CONF)]  # fmt: skip
     proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     client = redis.Redis(host="127.0.0.1", port=port, decode_responses=True, socket_timeout=600)
     try:
