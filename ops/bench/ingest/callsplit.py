@@ -2,16 +2,16 @@
 
 ``python -m memstrata.ops.bench.ingest.callsplit [--calls N] [--json]``.  The ingest
 benchmark's turn mix (``fixtures.turn_messages``) recorded on a scratch namespace of the
-configured Redis and a temporary L0 folder, four loops of ``calls`` calls each, one after
-the other:
+configured Redis and a temporary L0 folder, in loops of ``calls`` calls each (after a
+warm-up), one after the other:
 
 - ``record_turn``: the whole call (``MemoryClient.record_turn``, ``fsync`` on as shipped,
   a kicker that only counts), its CPU and wall time;
 - ``steps``: the call's three parts done by hand in one loop — parsing the messages,
   the L0 append, the enqueue script — each one's CPU;
-- ``append_without_fsync``: the same append with ``fsync`` off, so the difference is
-  what the ``fsync`` costs the caller in CPU (its kernel work is the caller's system
-  time: ``time.process_time`` counts it);
+- ``append_alone``: the append in a loop of its own, with ``fsync`` and without, so the
+  difference is what the ``fsync`` costs the caller in CPU (its kernel work is the
+  caller's system time: ``time.process_time`` counts it);
 - ``ping``: a bare redis-py ``PING``, the round trip under every Redis call.
 
 CPU figures are means (the CPU clock's resolution is coarse next to one call), wall
@@ -62,7 +62,7 @@ def _loop(calls: int, one: Callable[[int], object]) -> tuple[list[int], list[int
 
 
 def split(calls: int = 3000) -> dict[str, Any]:
-    """The four loops on a scratch namespace and folder, removed afterwards."""
+    """The loops on a scratch namespace and folder, both removed afterwards."""
     if calls < 1:
         raise ValueError("calls must be at least 1")
     client = redis.Redis.from_url(redis_url(), decode_responses=True)
