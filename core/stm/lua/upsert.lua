@@ -96,9 +96,10 @@ local function union(a, b, limit)
 end
 
 local function rewrite_hash(key, stored, tbl)
-  -- `stored` (the HGETALL reply the merge read; {} for a new key) becomes exactly `tbl`: only the fields
-  -- that changed are set and the ones compacted away removed, the same fields as a DEL
-  -- and an HSET of every field (issue 17: a merge used to rebuild the hash field by field)
+  -- `stored` (the HGETALL reply the merge read; {} for a new key) becomes exactly `tbl`:
+  -- only the fields that changed are set and the ones compacted away removed, the same
+  -- fields as a DEL and an HSET of every field (issue 17: a merge used to rebuild the
+  -- hash field by field)
   local old = {}
   for i = 1, #stored, 2 do old[stored[i]] = stored[i + 1] end
   local set, gone = {}, {}

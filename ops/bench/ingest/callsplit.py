@@ -111,18 +111,17 @@ def split(calls: int = 3000) -> dict[str, Any]:
             _loop(calls, steps)
             parsed_turns = [parse_messages(m, limit=unsynced.max_turn_messages) for m in messages]
 
-            def append_unsynced(i: int) -> None:
-                user, sess = session("unsynced", i)
-                unsynced.append_turn(user_id=user, session_id=sess, tenant_id=TENANT,
-                                     messages=parsed_turns[i % len(parsed_turns)])  # fmt: skip
+            def appending(store: TranscriptStore, prefix: str) -> Callable[[int], object]:
+                def append(i: int) -> object:
+                    user, sess = session(prefix, i)
+                    turn = parsed_turns[i % len(parsed_turns)]
+                    return store.append_turn(user_id=user, session_id=sess, tenant_id=TENANT,
+                                             messages=turn)  # fmt: skip
 
-            def append_synced(i: int) -> None:
-                user, sess = session("synced", i)
-                synced.append_turn(user_id=user, session_id=sess, tenant_id=TENANT,
-                                   messages=parsed_turns[i % len(parsed_turns)])  # fmt: skip
+                return append
 
-            synced_cpu, _ = _loop(calls, append_synced)
-            unsynced_cpu, _ = _loop(calls, append_unsynced)
+            synced_cpu, _ = _loop(calls, appending(synced, "synced"))
+            unsynced_cpu, _ = _loop(calls, appending(unsynced, "unsynced"))
             ping_cpu, ping_wall = _loop(calls, lambda _i: client.ping())
     finally:
         purge(client, ns)
