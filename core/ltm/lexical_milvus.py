@@ -8,7 +8,6 @@ returning card text (seed 七.2: the lexical index returns the body).
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -17,9 +16,10 @@ from memstrata.core.ids import validate_id
 from memstrata.core.ltm.card import LtmCard
 from memstrata.core.ltm.filters import CardFilter, milvus_expr
 from memstrata.core.ltm.milvus import (
+    EMPTY_RECHECK_S,
     MilvusConnection,
+    RowPresence,
     count_owner,
-    count_rows,
     delete_owner,
     milvus_errors,
     rpc_timeout,
@@ -35,9 +35,7 @@ from memstrata.core.ltm.vector import (
 )
 
 _OUT = ["importance", "updated_at", "title", "summary"]
-# how long a collection found empty is answered as empty without asking again: a card
-# another process projects meanwhile is found by lexical search at most this much later
-EMPTY_RECHECK_S = 1.0
+__all__ = ["EMPTY_RECHECK_S", "MilvusLexicalIndex"]
 
 
 def _rows(cards: Sequence[LtmCard], keys: Sequence[str] | None = None) -> list[dict[str, Any]]:
@@ -74,8 +72,7 @@ class MilvusLexicalIndex:
         # milvus-lite 2.5.1 computes BM25 over an empty corpus as NaN and fails the search
         # (logging an ERROR each time): until the collection is known to hold rows, its
         # size is asked first, at most once per EMPTY_RECHECK_S
-        self._has_rows = False
-        self._empty_at = -EMPTY_RECHECK_S
+        self._presence = RowPresence(conn, collection, "lexical", timeout=self._rpc_timeout)
 
     def ensure_schema(self) -> None:
         with milvus_errors("ensure lexical schema", self.conn):
@@ -119,7 +116,7 @@ class MilvusLexicalIndex:
             rows = _rows(cards, keys)
             with milvus_errors("upsert lexical", self.conn):
                 self.conn.client.upsert(self.collection, rows, timeout=self._rpc_timeout)
-            self._has_rows = True
+            self._presence.filled()
 
     def insert(self, cards: Sequence[LtmCard], *, keys: Sequence[str] | None = None) -> None:
         """Rows the collection has never held: no lookup of the id (ports.py)."""
@@ -127,7 +124,7 @@ class MilvusLexicalIndex:
             rows = _rows(cards, keys)
             with milvus_errors("insert lexical", self.conn):
                 self.conn.client.insert(self.collection, rows, timeout=self._rpc_timeout)
-            self._has_rows = True
+            self._presence.filled()
 
     def delete(self, memory_ids: Sequence[str]) -> None:
         ids = validate_row_keys(memory_ids)
@@ -136,7 +133,7 @@ class MilvusLexicalIndex:
                 self.conn.client.delete(self.collection, ids=ids, timeout=self._rpc_timeout)
 
     def search(self, normalised_query: str, flt: CardFilter, limit: int) -> list[Hit]:
-        if not normalised_query.strip() or not self._holds_rows():
+        if not normalised_query.strip() or not self._presence.holds_rows():
             return []
         try:
             with milvus_errors("lexical search", self.conn):
@@ -154,23 +151,10 @@ class MilvusLexicalIndex:
             # milvus-lite 2.5.1 computes BM25 over an empty corpus as NaN and refuses the
             # query: an empty collection simply has no lexical hits
             if "NaN or Inf" in str(exc):  # emptied since (every row deleted)
-                self._has_rows, self._empty_at = False, time.monotonic()
+                self._presence.emptied()
                 return []
             raise
         return hits_of(result)
-
-    def _holds_rows(self) -> bool:
-        """Whether the collection holds a row; asked of Milvus only while it did not."""
-        if self._has_rows:
-            return True
-        now = time.monotonic()
-        if now - self._empty_at < EMPTY_RECHECK_S:
-            return False
-        self._has_rows = count_rows(self.conn, self.collection, "lexical",
-                                    timeout=self._rpc_timeout) > 0  # fmt: skip
-        if not self._has_rows:
-            self._empty_at = now
-        return self._has_rows
 
     def get(self, memory_ids: Sequence[str]) -> list[Hit]:
         ids = [validate_id(m, kind="memory_id") for m in memory_ids]

@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import math
 import re
+import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -137,6 +138,49 @@ def count_rows(conn: MilvusConnection, collection: str, what: str, *, timeout: i
         rows = conn.client.query(collection, filter=expr, output_fields=["count(*)"],
                                  timeout=timeout, **consistency)  # fmt: skip
     return int(rows[0]["count(*)"]) if rows else 0
+
+
+EMPTY_RECHECK_S = 1.0
+"""How long a collection found empty is answered as empty without asking again: a row
+another process projects meanwhile is found by search at most this much later."""
+
+
+class RowPresence:
+    """Whether a collection is known to hold a row, asked of Milvus only while it did not
+    (a ``count(*)``, at most once per :data:`EMPTY_RECHECK_S`).
+
+    An empty collection is not searched: milvus-lite fails BM25 over an empty corpus
+    ("NaN or Inf") and still serves a vector search of one, which waits its turn behind
+    the other collection's searches (it serves them about one at a time) for nothing.
+    A fresh deployment's raw-history collections stay empty until L0 is projected."""
+
+    def __init__(self, conn: MilvusConnection, collection: str, what: str, *, timeout: int) -> None:
+        self._conn = conn
+        self._collection = collection
+        self._what = what
+        self._timeout = timeout
+        self._has_rows = False
+        self._empty_at = -EMPTY_RECHECK_S
+
+    def holds_rows(self) -> bool:
+        if self._has_rows:
+            return True
+        now = time.monotonic()
+        if now - self._empty_at < EMPTY_RECHECK_S:
+            return False
+        self._has_rows = count_rows(self._conn, self._collection, self._what,
+                                    timeout=self._timeout) > 0  # fmt: skip
+        if not self._has_rows:
+            self._empty_at = now
+        return self._has_rows
+
+    def filled(self) -> None:
+        """This process wrote a row: searched from now on, without a size check."""
+        self._has_rows = True
+
+    def emptied(self) -> None:
+        """The server said the collection is empty (every row deleted since)."""
+        self._has_rows, self._empty_at = False, time.monotonic()
 
 
 def count_owner(conn: MilvusConnection, collection: str, tenant_id: str, user_id: str,

@@ -21,6 +21,7 @@ from memstrata.core.ltm.errors import EmbeddingDimensionMismatch
 from memstrata.core.ltm.filters import CardFilter, milvus_expr
 from memstrata.core.ltm.milvus import (
     MilvusConnection,
+    RowPresence,
     count_owner,
     count_rows,
     delete_owner,
@@ -128,6 +129,7 @@ class MilvusVectorIndex:
         self._rpc_timeout = rpc_timeout(timeout_s)
         self.with_text = with_text
         self.stores_text = with_text  # what the collection holds: ensure_schema knows
+        self._presence = RowPresence(conn, collection, "vectors", timeout=self._rpc_timeout)
 
     def ensure_schema(self) -> None:
         """Create the collection and its index if missing; check the dimension (and
@@ -187,6 +189,7 @@ class MilvusVectorIndex:
         if rows:
             with milvus_errors("upsert vectors", self.conn):
                 self.conn.client.upsert(self.collection, rows, timeout=self._rpc_timeout)
+            self._presence.filled()
 
     def insert(
         self, cards: Sequence[LtmCard], vectors: Vectors, *, keys: Sequence[str] | None = None
@@ -196,6 +199,7 @@ class MilvusVectorIndex:
         if rows:
             with milvus_errors("insert vectors", self.conn):
                 self.conn.client.insert(self.collection, rows, timeout=self._rpc_timeout)
+            self._presence.filled()
 
     def _rows(
         self, cards: Sequence[LtmCard], vectors: Vectors, keys: Sequence[str] | None
@@ -226,6 +230,8 @@ class MilvusVectorIndex:
                 self.conn.client.delete(self.collection, ids=ids, timeout=self._rpc_timeout)
 
     def search(self, vector: Vectors, flt: CardFilter, limit: int) -> list[Hit]:
+        if not self._presence.holds_rows():  # core.ltm.milvus.RowPresence
+            return []
         with milvus_errors("vector search", self.conn):
             result = self.conn.client.search(
                 self.collection,
