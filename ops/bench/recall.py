@@ -25,11 +25,14 @@ Figures are medians and p95 of wall time around ``Recaller.recall()`` in this pr
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import random
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
+
+from sqlalchemy import text
 
 from memstrata.core import migrations
 from memstrata.core.authority.admin import create_project, create_tenant, create_user
@@ -41,6 +44,7 @@ from memstrata.core.recall.pool import SourceType
 from memstrata.core.recall.service import Recaller, RecallRequest, RecallSettings
 from memstrata.core.runtime import Runtime
 from memstrata.core.stm.store import lua
+from memstrata.ops.bench.common.cpu import children_cpu_seconds, cpu_seconds
 from memstrata.ops.bench.common.db import scratch_postgres
 from memstrata.ops.bench.common.env import new_namespace, purge, redis_url
 from memstrata.ops.bench.common.machine import machine
@@ -427,6 +431,37 @@ def profile_stm_only(calls: int = 300) -> dict[str, Any]:
     return {"cpu_ms_per_call": r3(cpu_ms), "calls": calls, "profiled_share_pct": share}
 
 
+def _backends(res: Runtime) -> list[int]:
+    """The PostgreSQL backends of this benchmark's scratch database (its own connections)."""
+    with res.engine.connect() as conn:
+        rows = conn.execute(
+            text("SELECT pid FROM pg_stat_activity WHERE datname = current_database()")
+        )
+        return [int(r[0]) for r in rows]
+
+
+def _serving_cpu_s(res: Runtime, backends: list[int]) -> dict[str, float]:
+    """CPU seconds so far of each process a recall keeps busy: this one (recall's Python,
+    the query embedding, the store clients), its children (the bench's milvus-lite
+    server), the Redis server (every client of it) and ``backends`` (PostgreSQL)."""
+    info: dict[str, Any] = res.redis.info("cpu")
+    me = os.getpid()
+    return {
+        "recall process": time.process_time(),
+        "milvus-lite": children_cpu_seconds(me) - cpu_seconds(me),
+        "redis": float(info["used_cpu_user"]) + float(info["used_cpu_sys"]),
+        "postgres": sum(c for c in map(cpu_seconds, backends) if not math.isnan(c)),
+    }
+
+
+def _cpu_per_recall(
+    before: dict[str, float], after: dict[str, float], calls: int
+) -> dict[str, float]:
+    """Milliseconds of CPU per recall in each process, and their sum: what two cores share."""
+    per = {k: (after[k] - before[k]) * 1000 / calls for k in before}
+    return {**{k: r3(v) for k, v in per.items()}, "sum": r3(sum(per.values()))}
+
+
 def profile_hybrid(
     cards: int = 10_000, queries: int = 200, history: int | None = None
 ) -> dict[str, Any]:
@@ -434,6 +469,10 @@ def profile_hybrid(
     p95 ms over ``queries`` new texts, then the same texts again with their embeddings
     cached), timed around the runtime's index, embedder and ledger calls; the text
     summary in docs/BENCHMARKS.md.  Stages overlap (threads): they do not add up.
+    ``cpu_ms_per_recall``: the CPU each serving process spent per recall (this process,
+    the milvus-lite server, Redis, the database's PostgreSQL backends) and their sum,
+    which the machine's cores share: on 2 cores, half the sum is a floor under the wall
+    time however well the stages overlap.
     ``history`` raw messages are indexed too (``MEMSTRATA_BENCH_RECALL_HISTORY``, by
     default as many as ``cards``; 0 leaves the raw-history index empty)."""
     if history is None:
@@ -486,18 +525,23 @@ def profile_hybrid(
             words = ["超时", "线程池", "数据库", "网关", "缓存", "重试", "限流", "发布"]
             texts = [f"按我的偏好，这个 createOrder {rng.choice(words)}以前有没有类似案例？#{i}"
                      for i in range(queries)]  # fmt: skip
-            recaller.recall(RecallRequest(query="warm", **base))
+            for i in range(10):  # the pools open their connections: the backends are known
+                recaller.recall(RecallRequest(query=f"warm {words[i % len(words)]} #{i}", **base))
+            backends = _backends(res)
             for run in ("new", "repeat"):
                 per: dict[str, list[float]] = {}
-                for text in texts:
+                cpu0 = _serving_cpu_s(res, backends)
+                for query in texts:
                     spent.clear()
                     t0 = time.perf_counter()
-                    recaller.recall(RecallRequest(query=text, **base))
+                    recaller.recall(RecallRequest(query=query, **base))
                     per.setdefault("recall (wall)", []).append((time.perf_counter() - t0) * 1000)
                     for label, ms in spent.items():
                         per.setdefault(label, []).append(ms)
+                cpu = _cpu_per_recall(cpu0, _serving_cpu_s(res, backends), len(texts))
                 out[run] = {k: {"p50": r3(median(v)), "p95": r3(percentile(v, 95))}
                             for k, v in per.items()}  # fmt: skip
+                out[run]["cpu_ms_per_recall"] = cpu
             recaller.close()
             out["machine"] = machine(res.redis)
         finally:
