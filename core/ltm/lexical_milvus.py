@@ -16,7 +16,6 @@ from memstrata.core.ids import validate_id
 from memstrata.core.ltm.card import LtmCard
 from memstrata.core.ltm.filters import CardFilter, milvus_expr
 from memstrata.core.ltm.milvus import (
-    EMPTY_RECHECK_S,
     MilvusConnection,
     RowPresence,
     count_owner,
@@ -35,7 +34,6 @@ from memstrata.core.ltm.vector import (
 )
 
 _OUT = ["importance", "updated_at", "title", "summary"]
-__all__ = ["EMPTY_RECHECK_S", "MilvusLexicalIndex"]
 
 
 def _rows(cards: Sequence[LtmCard], keys: Sequence[str] | None = None) -> list[dict[str, Any]]:
