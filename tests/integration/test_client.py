@@ -28,7 +28,7 @@ from memstrata.core.ingest.drain import drain_shard
 from memstrata.core.ltm.config import LtmSettings
 from memstrata.core.runtime import Runtime
 from memstrata.core.settings import Settings, load_settings
-from tests.conftest import REDIS_URL
+from tests.conftest import REDIS_URL, _purge
 from tests.integration.test_lifecycle_env import lifecycle_pg
 
 pytestmark = pytest.mark.integration
@@ -190,7 +190,8 @@ def test_refuse_policy_raises_before_anything_is_written(settings: Settings) -> 
         assert not list(Path(settings.transcript_dir).rglob("*.jsonl"))
         m.admin.create_user("dave")
         assert m.record_turn(user_id="dave", session_id="s1", messages=TURN).message_ids
-    finally:
+    finally:  # its own runtime, not the purging fixture's: the queued turn goes too
+        _purge(rt.redis, settings.key_namespace)
         rt.close()
 
 
