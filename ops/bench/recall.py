@@ -44,7 +44,11 @@ from memstrata.core.recall.pool import SourceType
 from memstrata.core.recall.service import Recaller, RecallRequest, RecallSettings
 from memstrata.core.runtime import Runtime
 from memstrata.core.stm.store import lua
-from memstrata.ops.bench.common.cpu import children_cpu_seconds, cpu_seconds
+from memstrata.ops.bench.common.cpu import (
+    cpu_seconds,
+    descendants_cpu_seconds,
+    redis_cpu_seconds,
+)
 from memstrata.ops.bench.common.db import scratch_postgres
 from memstrata.ops.bench.common.env import new_namespace, purge, redis_url
 from memstrata.ops.bench.common.machine import machine
@@ -444,12 +448,10 @@ def _serving_cpu_s(res: Runtime, backends: list[int]) -> dict[str, float]:
     """CPU seconds so far of each process a recall keeps busy: this one (recall's Python,
     the query embedding, the store clients), its children (the bench's milvus-lite
     server), the Redis server (every client of it) and ``backends`` (PostgreSQL)."""
-    info: dict[str, Any] = res.redis.info("cpu")
-    me = os.getpid()
     return {
         "recall process": time.process_time(),
-        "milvus-lite": children_cpu_seconds(me) - cpu_seconds(me),
-        "redis": float(info["used_cpu_user"]) + float(info["used_cpu_sys"]),
+        "milvus-lite": descendants_cpu_seconds(os.getpid()),
+        "redis": redis_cpu_seconds(res.redis),
         "postgres": sum(c for c in map(cpu_seconds, backends) if not math.isnan(c)),
     }
 

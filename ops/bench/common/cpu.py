@@ -1,10 +1,14 @@
-"""CPU seconds from /proc: of one process, of a process tree, of the whole machine."""
+"""CPU seconds from /proc: of one process, of a process tree, of the whole machine; and
+of a Redis server, from its own count."""
 
 from __future__ import annotations
 
 import math
 import os
 from pathlib import Path
+from typing import Any
+
+import redis
 
 
 def machine_busy() -> tuple[float, float]:
@@ -41,12 +45,24 @@ def cpu_seconds(pid: int) -> float:
 
 def children_cpu_seconds(root_pid: int) -> float:
     """CPU seconds of ``root_pid`` and every descendant still alive (a worker + its pool)."""
-    total = 0.0
-    for pid in [*_descendants(root_pid), root_pid]:
-        value = cpu_seconds(pid)
-        if not math.isnan(value):
-            total += value
-    return total
+    return _alive_cpu_seconds([*_descendants(root_pid), root_pid])
+
+
+def descendants_cpu_seconds(root_pid: int) -> float:
+    """CPU seconds of every descendant of ``root_pid`` still alive, not the root itself
+    (the servers a benchmark started as its own children)."""
+    return _alive_cpu_seconds(_descendants(root_pid))
+
+
+def _alive_cpu_seconds(pids: list[int]) -> float:
+    return sum(c for c in map(cpu_seconds, pids) if not math.isnan(c))
+
+
+def redis_cpu_seconds(client: redis.Redis) -> float:
+    """User + system CPU seconds the Redis server has used so far (``INFO cpu``), every
+    client's work included."""
+    info: dict[str, Any] = client.info("cpu")
+    return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
 
 
 def _descendants(root: int) -> list[int]:

@@ -17,7 +17,12 @@ from typing import Any
 import redis
 
 from memstrata.core.keys import GlobalKeys
-from memstrata.ops.bench.common.cpu import busy_share, children_cpu_seconds, machine_busy
+from memstrata.ops.bench.common.cpu import (
+    busy_share,
+    children_cpu_seconds,
+    machine_busy,
+    redis_cpu_seconds,
+)
 from memstrata.ops.bench.common.fixtures import turn_messages
 from memstrata.ops.bench.common.stats import percentile, r3
 from memstrata.ops.bench.common.workers import WorkerGroup
@@ -55,11 +60,6 @@ IDLE_GAP_S = 0.02
 WARM_CALLS = 100
 
 
-def _redis_cpu(client: redis.Redis) -> float:
-    info: dict[str, Any] = client.info("cpu")
-    return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
-
-
 def _backlog(client: redis.Redis, ns: str, shards: int) -> int:
     pipe = client.pipeline(transaction=False)
     for s in range(shards):
@@ -84,7 +84,7 @@ def steady(
     """(a) e2e latency and (b) record_turn latency at an open-loop offered rate, in-process."""
     users = producer_users(tag)[::WATCH_EVERY]
     ns, shards = env["MEMSTRATA_KEY_NAMESPACE"], int(env.get("MEMSTRATA_INGEST_SHARDS", "4"))
-    cpu_w0, cpu_r0, busy0 = group.cpu_seconds(), _redis_cpu(client), machine_busy()
+    cpu_w0, cpu_r0, busy0 = group.cpu_seconds(), redis_cpu_seconds(client), machine_busy()
     t_wall0 = time.perf_counter()
     with watcher(env, users) as seen:
         start = time.time() + 0.05
@@ -93,7 +93,7 @@ def steady(
         drain_after_s = time.time() - res.end_wall  # backlog left when the producer stopped
         time.sleep(0.1)
         busy1 = machine_busy()
-    cpu_w, cpu_r = group.cpu_seconds() - cpu_w0, _redis_cpu(client) - cpu_r0
+    cpu_w, cpu_r = group.cpu_seconds() - cpu_w0, redis_cpu_seconds(client) - cpu_r0
     ours = cpu_w + cpu_r + res.cpu_s + seen["cpu_s"]
     wall = max(1e-9, time.perf_counter() - t_wall0)
     warm = start + min(1.0, duration_s / 5)  # skip the first second (imports, first kicks)
@@ -153,11 +153,11 @@ def task_overhead(
     from memstrata.tasks.app import app
 
     ns = env["MEMSTRATA_KEY_NAMESPACE"]
-    w0, r0, t0 = group.cpu_seconds(), _redis_cpu(client), time.perf_counter()
+    w0, r0, t0 = group.cpu_seconds(), redis_cpu_seconds(client), time.perf_counter()
     time.sleep(idle_s)
     idle_s = time.perf_counter() - t0
-    idle_w, idle_r = (group.cpu_seconds() - w0) / idle_s, (_redis_cpu(client) - r0) / idle_s
-    w0, r0, t0 = group.cpu_seconds(), _redis_cpu(client), time.perf_counter()
+    idle_w, idle_r = (group.cpu_seconds() - w0) / idle_s, (redis_cpu_seconds(client) - r0) / idle_s
+    w0, r0, t0 = group.cpu_seconds(), redis_cpu_seconds(client), time.perf_counter()
     for _ in range(tasks):
         app.send_task(DRAIN, args=[0])
     while client.llen(GlobalKeys(ns).celery_prefix + "ingest") > 0:  # the Celery queue
@@ -165,7 +165,7 @@ def task_overhead(
     time.sleep(0.3)  # the last ones finish
     wall = time.perf_counter() - t0
     cpu_w = group.cpu_seconds() - w0 - idle_w * wall
-    cpu_r = _redis_cpu(client) - r0 - idle_r * wall
+    cpu_r = redis_cpu_seconds(client) - r0 - idle_r * wall
     return {
         "tasks": tasks,
         "idle_cores_workers": r3(idle_w),
@@ -212,7 +212,9 @@ def backlog_drain(
             for name, frac in (("hi", 0.9), ("lo", 0.1)):
                 if name not in marks and left <= frac * turns:
                     cpu_w = sum(children_cpu_seconds(pid) for pid in group.pids)
-                    marks[name] = (cpu_w, _redis_cpu(client), machine_busy(), time.perf_counter())
+                    marks[name] = (
+                        cpu_w, redis_cpu_seconds(client), machine_busy(), time.perf_counter()
+                    )
             if left == 0:
                 break
             time.sleep(0.02)
@@ -294,14 +296,14 @@ def ladder(
             while time.time() < start:
                 time.sleep(0.005)
             cpu_w0, cpu_r0, busy0, t0 = (
-                group.cpu_seconds(), _redis_cpu(client), machine_busy(), time.perf_counter()
+                group.cpu_seconds(), redis_cpu_seconds(client), machine_busy(), time.perf_counter()
             )  # fmt: skip
             got = [results.get(timeout=duration_s + 60)[1] for _ in procs]
             _wait_drained(client, ns, shards, 60)
             end = max(g.end_wall for g in got)
             drain_after_s = time.time() - end  # backlog left when the producers stopped
             cpu_w, cpu_r, busy1 = (
-                group.cpu_seconds() - cpu_w0, _redis_cpu(client) - cpu_r0, machine_busy()
+                group.cpu_seconds() - cpu_w0, redis_cpu_seconds(client) - cpu_r0, machine_busy()
             )  # fmt: skip
             wall = time.perf_counter() - t0
             for p in procs:

@@ -44,6 +44,7 @@ from memstrata.core.settings import load_settings
 from memstrata.core.stm.store import StmStore
 from memstrata.core.transcript.store import TranscriptStore
 from memstrata.ops.bench.common import scratch_redis
+from memstrata.ops.bench.common.cpu import redis_cpu_seconds
 from memstrata.ops.bench.common.env import new_namespace, purge
 from memstrata.ops.bench.common.fixtures import turn_messages
 from memstrata.ops.bench.common.stats import r3
@@ -107,7 +108,7 @@ def _pass(client: redis.Redis, turns: int, batch: int, mode: str) -> dict[str, A
             spent: defaultdict[str, float] = defaultdict(float)
             stats0: dict[str, Any] = client.info("commandstats") if mode == "commands" else {}
             profiler = cProfile.Profile(time.process_time) if mode == "functions" else None
-            server0 = _server_cpu_s(client)
+            server0 = redis_cpu_seconds(client)
             cpu0 = time.process_time()
             if mode == "stages":
                 with (
@@ -131,7 +132,7 @@ def _pass(client: redis.Redis, turns: int, batch: int, mode: str) -> dict[str, A
                     if profiler is not None:
                         profiler.disable()
             cpu = time.process_time() - cpu0
-            server = _server_cpu_s(client) - server0
+            server = redis_cpu_seconds(client) - server0
         out["cpu_ms_per_turn"] = r3(cpu * 1e3 / turns)
         out["redis_cpu_ms_per_turn"] = r3(server * 1e3 / turns)
         if mode == "stages":
@@ -146,11 +147,6 @@ def _pass(client: redis.Redis, turns: int, batch: int, mode: str) -> dict[str, A
     finally:
         purge(client, ns)
     return out
-
-
-def _server_cpu_s(client: redis.Redis) -> float:
-    info: dict[str, Any] = client.info("cpu")
-    return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
 
 
 def _by_zset_encoding(turns: int, batch: int) -> list[dict[str, Any]]:
