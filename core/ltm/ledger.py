@@ -212,7 +212,7 @@ def _load_cards(conn: Connection, memory_ids: Sequence[str]) -> dict[str, LtmCar
     ids = [validate_id(m, kind="memory_id") for m in memory_ids]
     if not ids:
         return {}
-    rows = conn.execute(_CARDS_BY_ID, {"ids": ids}).mappings()
+    rows = conn.execute(_CARDS_BY_ID, {"ids": ids}).mappings().all()  # one fetch, not one a row
     return {row["memory_id"]: _card_of(row) for row in rows}
 
 
