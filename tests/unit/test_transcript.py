@@ -249,8 +249,21 @@ def store_turn(l0: TranscriptStore, messages: list[MessageIn]) -> AppendedTurn:
         ([MessageIn(role=Role.TOOL, content="p99 2300ms")], InvalidInput, "tool_call_id"),
         ([user("a", message_id="m1"), user("b", message_id="m1")], InvalidInput, "duplicate"),
         ([user("a"), user("b", message_id="t9.0")], InvalidInput, "duplicate"),
+        # a message built without validation: its id is still checked before it is written
+        (
+            [MessageIn.model_construct(role=Role.USER, content="a", message_id="../x")],
+            InvalidId,
+            "message_id",
+        ),
     ],
-    ids=["too-many", "empty", "tool-without-call-id", "dup-ids", "dup-generated"],
+    ids=[
+        "too-many",
+        "empty",
+        "tool-without-call-id",
+        "dup-ids",
+        "dup-generated",
+        "unchecked-message-id",
+    ],
 )
 def test_invalid_turn_leaves_an_existing_file_byte_for_byte_unchanged(
     store: TranscriptStore, messages: list[MessageIn], error: type[Exception], match: str

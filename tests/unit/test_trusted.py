@@ -16,6 +16,7 @@ from memstrata.core.models.candidate import (
     WriteProfile,
 )
 from memstrata.core.models.memory import MemoryItem, MemorySource, MemoryStatus, MemoryType
+from memstrata.core.models.transcript import Role, ToolCall, TranscriptRecord, TurnPointer
 
 SOURCE: dict[str, Any] = {"kind": "conversation", "message_ids": ["t1.0"], "tool_call_ids": []}
 PROFILE = WriteProfile(
@@ -56,6 +57,22 @@ CASES: list[tuple[type[BaseModel], dict[str, Any]]] = [
             updated_at=1.0, last_access_at=1.0, expires_at=100.0, fingerprint="f" * 24,
             canonical_fact_key="k", seen_sessions=["s"], version=1, status=MemoryStatus.ACTIVE,
             mention_count=1, history=[], agent_id=None, owner_agent=None, shared_scope=None,
+        ),
+    ),
+    (  # the L0 record and the stream's pointer, as TranscriptStore.append_turn builds them
+        TranscriptRecord,
+        dict(
+            message_id="t1.0", turn_id="t1", recorded_at=2.0, user_id="u", tenant_id="default",
+            session_id="s", task_id=None, role=Role.ASSISTANT, content="db is fine",
+            tool_call_id=None, tool_calls=[ToolCall(id="c1", name="sql", arguments="{}")],
+            name=None, at=1.0,
+        ),
+    ),
+    (
+        TurnPointer,
+        dict(
+            user_id="u", tenant_id="default", session_id="s", task_id="bug7", turn_id="t1",
+            at=1.0, offset=0, length=321,
         ),
     ),
 ]  # fmt: skip
