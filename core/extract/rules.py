@@ -29,11 +29,11 @@ from typing import Protocol
 
 from memstrata.core.extract.entities import extract_entities, topic_of
 from memstrata.core.extract.lexicon import Lexicon, default_lexicon
-from memstrata.core.extract.trusted import trusted
 from memstrata.core.extract.windows import Reading, read_windows
 from memstrata.core.models.candidate import Candidate, CandidateSignals
 from memstrata.core.models.memory import MemorySource, MemoryType
 from memstrata.core.models.transcript import Role, TranscriptRecord
+from memstrata.core.models.trusted import trusted
 from memstrata.core.textcut import fair_shares
 
 _SENTENCE_SPLIT = re.compile(
@@ -784,7 +784,7 @@ class RuleExtractor:
     ) -> Candidate:
         tool_ids = [rec.tool_call_id] if rec.tool_call_id else []
         # every part is valid already (the L0 record, the rule's constants): the hot path
-        # sets the fields instead of re-validating them (core.extract.trusted); a tool call
+        # sets the fields instead of re-validating them (core.models.trusted); a tool call
         # id is still checked (L0 may hold one the provenance refuses)
         src = dict(
             kind="tool" if rec.role is Role.TOOL else "conversation",

@@ -30,7 +30,6 @@ from typing import Protocol
 
 from memstrata.core.errors import NotFound
 from memstrata.core.extract.rules import BudgetNote, ExtractionContext, Extractor, clip
-from memstrata.core.extract.trusted import trusted
 from memstrata.core.keys import user_scope
 from memstrata.core.metrics import count_decisions
 from memstrata.core.models.candidate import Candidate, Verdict, WriteDecision, WriteProfile
@@ -38,6 +37,7 @@ from memstrata.core.models.decision_record import BUDGET_RULE, DecisionRecord, c
 from memstrata.core.models.identity import fingerprint
 from memstrata.core.models.memory import MemoryItem, MemoryStatus, MemoryType
 from memstrata.core.models.transcript import TranscriptRecord, TurnPointer
+from memstrata.core.models.trusted import trusted
 from memstrata.core.policy.write import (
     Existing,
     WritePolicy,

@@ -10,9 +10,9 @@ from dataclasses import dataclass
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from memstrata.core.extract.trusted import trusted
 from memstrata.core.models.candidate import Candidate, Verdict, WriteProfile
 from memstrata.core.models.memory import MemoryType
+from memstrata.core.models.trusted import trusted
 
 
 class TtlPolicy(BaseModel):

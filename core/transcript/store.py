@@ -37,10 +37,10 @@ from functools import lru_cache
 from pathlib import Path
 
 from memstrata.core.errors import Conflict, CorruptRecord, InvalidInput, NotFound, PayloadTooLarge
-from memstrata.core.extract.trusted import trusted
 from memstrata.core.ids import is_valid_id, owner_tenant, validate_id
 from memstrata.core.models.inputs import validate_event_time
 from memstrata.core.models.transcript import MessageIn, TranscriptRecord, TurnPointer
+from memstrata.core.models.trusted import trusted
 from memstrata.core.textcut import cut_middle, fair_shares
 
 DEDUP_WINDOW_BYTES = 256 * 1024

@@ -1,4 +1,4 @@
-"""``core.extract.trusted`` builds what validation would have built (issue 17 hot path)."""
+"""``core.models.trusted`` builds what validation would have built (issue 17 hot path)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,6 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
-from memstrata.core.extract.trusted import trusted
 from memstrata.core.models.candidate import (
     Candidate,
     CandidateSignals,
@@ -17,6 +16,7 @@ from memstrata.core.models.candidate import (
 )
 from memstrata.core.models.memory import MemoryItem, MemorySource, MemoryStatus, MemoryType
 from memstrata.core.models.transcript import Role, ToolCall, TranscriptRecord, TurnPointer
+from memstrata.core.models.trusted import trusted
 
 SOURCE: dict[str, Any] = {"kind": "conversation", "message_ids": ["t1.0"], "tool_call_ids": []}
 PROFILE = WriteProfile(
