@@ -2,10 +2,16 @@
 
 Schema (seed 七.3): ``id`` (primary key = memory_id), ``vector`` (FLOAT_VECTOR, dim of
 the embedder), ``tenant_id``, ``user_id``, ``project_id`` ("" for none), ``memory_type``,
-``status``, ``importance``, ``updated_at``.  The index is FLAT with COSINE: exact, and
-the only vector index milvus-lite 2.5.1 serves without losing filtered results
-(MEASURED.md); a real Milvus may use HNSW through ``index_type``.  Nothing touches the
-server in the constructor: :meth:`MilvusVectorIndex.ensure_schema` creates or checks.
+``status``, ``importance``, ``updated_at``.  The index is FLAT: exact, and the only
+vector index milvus-lite 2.5.1 serves without losing filtered results (MEASURED.md); a
+real Milvus may use HNSW through ``index_type``.  Its metric is the inner product (IP)
+of unit vectors, which ranks and scores as cosine does: every embedder's rows are
+normalised (``core.ltm.embedding``) and the index normalises again what it writes and
+asks, so no provider can make the two differ.  milvus-lite's FLAT scan costs less CPU
+with IP than with COSINE (docs/PERFORMANCE.md, 2026-12-07 third sitting).  A collection
+made with COSINE before keeps it (read from its index) until it is rebuilt.  Nothing
+touches the server in the constructor: :meth:`MilvusVectorIndex.ensure_schema` creates
+or checks.
 """
 
 from __future__ import annotations
@@ -13,6 +19,8 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from typing import Any
+
+import numpy as np
 
 from memstrata.core.errors import InvalidInput
 from memstrata.core.ltm.card import LtmCard
@@ -33,6 +41,10 @@ from memstrata.core.ltm.rows import card_of, keys_for, validate_row_keys
 
 _OUT = ["importance", "updated_at"]
 _TEXT_OUT = ["title", "summary"]
+METRIC = "IP"
+"""The metric of a new collection's index: inner product of unit vectors (= cosine)."""
+METRICS = frozenset({"IP", "COSINE"})
+"""Metrics a collection may hold: both rank unit vectors alike."""
 MAX_VARCHAR_BYTES = 65_535
 """Milvus's limit of one VARCHAR value, in bytes."""
 
@@ -89,6 +101,15 @@ def hits_of(result: Any) -> list[Hit]:
     return out
 
 
+def unit_rows(vectors: Vectors) -> Vectors:
+    """``vectors`` scaled to unit length (a zero row stays zero): the inner product of
+    two of them is their cosine."""
+    norms = np.linalg.norm(vectors, axis=1, keepdims=True)
+    norms[norms == 0] = 1.0
+    out: Vectors = (vectors / norms).astype(np.float32, copy=False)
+    return out
+
+
 def _dim_of(fields: dict[str, dict[str, Any]], collection: str) -> int:
     field = fields.get("vector")
     if field is None:
@@ -129,6 +150,7 @@ class MilvusVectorIndex:
         self._rpc_timeout = rpc_timeout(timeout_s)
         self.with_text = with_text
         self.stores_text = with_text  # what the collection holds: ensure_schema knows
+        self.metric = METRIC  # the index's, once ensure_schema has read an existing one
         self._presence = RowPresence(conn, collection, "vectors", timeout=self._rpc_timeout)
 
     def ensure_schema(self) -> None:
@@ -139,6 +161,7 @@ class MilvusVectorIndex:
                 fields = self._fields()  # one describe for both checks
                 self._check_dim(_dim_of(fields, self.collection))
                 self._check_text(fields)
+                self.metric = self._index_metric()
                 self.conn.client.load_collection(self.collection, timeout=self._rpc_timeout)
                 return
             from pymilvus import DataType
@@ -151,10 +174,28 @@ class MilvusVectorIndex:
                 add_text_fields(schema)
             self.stores_text = self.with_text
             index = self.conn.client.prepare_index_params()
-            index.add_index(field_name="vector", index_type=self.index_type, metric_type="COSINE")
+            index.add_index(field_name="vector", index_type=self.index_type, metric_type=METRIC)
             self.conn.client.create_collection(
                 self.collection, schema=schema, index_params=index, timeout=self._rpc_timeout
             )
+            self.metric = METRIC
+
+    def _index_metric(self) -> str:
+        """The metric of the collection's vector index (COSINE in collections made before
+        IP was the default); :data:`METRIC` when it has none yet."""
+        client, timeout = self.conn.client, self._rpc_timeout
+        for name in client.list_indexes(self.collection, field_name="vector", timeout=timeout):
+            found = str(client.describe_index(self.collection, name, timeout=timeout).get(
+                "metric_type", "")).upper()  # fmt: skip
+            if found not in METRICS:
+                raise InvalidInput(
+                    f"Milvus collection {self.collection!r}: its vector index's metric is "
+                    f"{found or 'unknown'}; memstrata searches unit vectors by IP or COSINE "
+                    "(rebuild it: `memstrata ltm reindex`; raw history: `ltm reindex-history "
+                    "--drop --yes`)"
+                )
+            return found
+        return METRIC
 
     def _fields(self) -> dict[str, dict[str, Any]]:
         with milvus_errors("describe vector collection", self.conn):
@@ -216,7 +257,7 @@ class MilvusVectorIndex:
             )
         rows = [
             {**card.vector_record(vec.tolist()), "id": key}
-            for card, vec, key in zip(cards, vectors, ids, strict=True)
+            for card, vec, key in zip(cards, unit_rows(vectors), ids, strict=True)
         ]
         if self.stores_text:
             for row, card in zip(rows, cards, strict=True):
@@ -235,12 +276,12 @@ class MilvusVectorIndex:
         with milvus_errors("vector search", self.conn):
             result = self.conn.client.search(
                 self.collection,
-                data=[vector.tolist()],
+                data=[unit_rows(vector.reshape(1, -1))[0].tolist()],
                 anns_field="vector",
                 filter=milvus_expr(flt),
                 limit=limit,
                 output_fields=_OUT + _TEXT_OUT if self.stores_text else _OUT,
-                search_params={"metric_type": "COSINE"},
+                search_params={"metric_type": self.metric},
                 timeout=self._rpc_timeout,
             )
         return hits_of(result)
