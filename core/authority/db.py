@@ -72,7 +72,7 @@ def _parse_json_in_rust(dbapi_connection: Any, _record: Any) -> None:
     """JSON and JSONB columns parsed by pydantic-core's parser instead of ``json.loads``.
 
     A card carries four JSONB lists (entities, tags, message and card ids): read for every
-    recall, the standard parser was a fifth of the ledger read's CPU (docs/PERFORMANCE.md,
+    recall, the standard parser was a sixth of the ledger read's CPU (docs/PERFORMANCE.md,
     2026-12-07 third sitting).  Same values for every JSON document; pydantic-core is a
     dependency already.
     """

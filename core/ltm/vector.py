@@ -185,8 +185,8 @@ class MilvusVectorIndex:
         IP was the default); :data:`METRIC` when it has none yet."""
         client, timeout = self.conn.client, self._rpc_timeout
         for name in client.list_indexes(self.collection, field_name="vector", timeout=timeout):
-            found = str(client.describe_index(self.collection, name, timeout=timeout).get(
-                "metric_type", "")).upper()  # fmt: skip
+            described = client.describe_index(self.collection, name, timeout=timeout)
+            found = str(described.get("metric_type", "")).upper()
             if found not in METRICS:
                 raise InvalidInput(
                     f"Milvus collection {self.collection!r}: its vector index's metric is "

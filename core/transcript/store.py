@@ -230,8 +230,8 @@ class TranscriptStore:
             if mid in seen:
                 raise InvalidInput(f"duplicate message_id {mid!r} in one turn")
             seen.add(mid)
-            # every part is checked above or was by MessageIn: no second validation (a
-            # record's six id checks were a tenth of record_turn's CPU, issue 17)
+            # every part is checked above or was by MessageIn: no second validation (its
+            # six id checks per record; docs/PERFORMANCE.md, 2026-12-07 third sitting)
             records.append(
                 trusted(
                     TranscriptRecord,

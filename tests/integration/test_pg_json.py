@@ -1,7 +1,7 @@
 """The engine parses JSON and JSONB columns with pydantic-core, to the values json.loads gives.
 
 ``core.authority.db.make_engine`` installs the parser on each connection (a card's four
-JSONB lists were a fifth of recall's ledger read; docs/PERFORMANCE.md).  What a row
+JSONB lists were a sixth of recall's ledger read; docs/PERFORMANCE.md).  What a row
 reads must not change with it: every document below is read back through the engine and
 compared with the standard library's reading of the same text.
 """
