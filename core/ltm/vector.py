@@ -150,7 +150,9 @@ class MilvusVectorIndex:
         self._rpc_timeout = rpc_timeout(timeout_s)
         self.with_text = with_text
         self.stores_text = with_text  # what the collection holds: ensure_schema knows
-        self.metric = METRIC  # the index's, once ensure_schema has read an existing one
+        # the index's metric: set by ensure_schema, else read before the first search (an
+        # adapter a routed index makes lazily for a generation someone else created)
+        self.metric: str | None = None
         self._presence = RowPresence(conn, collection, "vectors", timeout=self._rpc_timeout)
 
     def ensure_schema(self) -> None:
@@ -179,6 +181,12 @@ class MilvusVectorIndex:
                 self.collection, schema=schema, index_params=index, timeout=self._rpc_timeout
             )
             self.metric = METRIC
+
+    def _search_metric(self) -> str:
+        if self.metric is None:
+            with milvus_errors("describe vector index", self.conn):
+                self.metric = self._index_metric()
+        return self.metric
 
     def _index_metric(self) -> str:
         """The metric of the collection's vector index (COSINE in collections made before
@@ -273,6 +281,7 @@ class MilvusVectorIndex:
     def search(self, vector: Vectors, flt: CardFilter, limit: int) -> list[Hit]:
         if not self._presence.holds_rows():  # core.ltm.milvus.RowPresence
             return []
+        metric = self._search_metric()
         with milvus_errors("vector search", self.conn):
             result = self.conn.client.search(
                 self.collection,
@@ -281,7 +290,7 @@ class MilvusVectorIndex:
                 filter=milvus_expr(flt),
                 limit=limit,
                 output_fields=_OUT + _TEXT_OUT if self.stores_text else _OUT,
-                search_params={"metric_type": self.metric},
+                search_params={"metric_type": metric},
                 timeout=self._rpc_timeout,
             )
         return hits_of(result)

@@ -93,6 +93,13 @@ def test_inner_product_and_cosine_collections_rank_and_score_alike(
         cards, vectors = _cards_and_vectors(40)
         ip.insert(cards, vectors)
         opened.insert(cards, vectors)
+        # an adapter made without ensure_schema (a routed index's generation made by
+        # another process) reads the metric before its first search
+        lazy = MilvusVectorIndex(conn, collection=cosine.collection, dim=DIM)
+        assert lazy.metric is None
+        query = np.ones(DIM, dtype=np.float32)
+        assert lazy.search(query, OWNER, 5) == opened.search(query, OWNER, 5)
+        assert lazy.metric == "COSINE"
         units = vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
         rng = np.random.default_rng(11)
         for _ in range(10):
