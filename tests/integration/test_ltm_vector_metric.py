@@ -17,17 +17,23 @@ import numpy as np
 import pytest
 
 from memstrata.core.errors import InvalidInput
+from memstrata.core.ltm import admin
 from memstrata.core.ltm import vector as vector_module
 from memstrata.core.ltm.card import LtmCard
+from memstrata.core.ltm.embedding import CachedEmbedder
 from memstrata.core.ltm.filters import CardFilter
 from memstrata.core.ltm.milvus import MilvusConnection
 from memstrata.core.ltm.milvus_server import MilvusServer
+from memstrata.core.ltm.search import SearchMode
 from memstrata.core.ltm.vector import MilvusVectorIndex
 from tests.integration import ltm_env
 
 pytestmark = pytest.mark.integration
 
 milvus_server = ltm_env.milvus_server
+ltm_pg_url = ltm_env.ltm_pg_url
+embedder = ltm_env.embedder
+tenant = ltm_env.tenant
 OWNER = CardFilter(tenant_id="t_1", user_id="u_42")
 DIM = 16
 
@@ -127,3 +133,39 @@ def test_a_collection_with_another_metric_is_refused_at_start(
             MilvusVectorIndex(conn, collection=l2.collection, dim=DIM).ensure_schema()
     finally:
         l2.drop()
+
+
+def test_a_cosine_deployment_keeps_answering_and_a_reindex_moves_it_to_inner_product(
+    milvus_server: MilvusServer,
+    ltm_pg_url: str,
+    embedder: CachedEmbedder,
+    tenant: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An upgrade in place: the card collection an earlier version made (COSINE) is read
+    with its own metric; ``ltm reindex`` builds the next generation with IP and swaps
+    it in, and the vector search finds the same cards in the same order."""
+    with monkeypatch.context() as m:  # the earlier version's runtime made the collection
+        m.setattr(vector_module, "METRIC", "COSINE")
+        made = ltm_env.make_runtime(milvus_server.uri, ltm_pg_url, embedder).start()
+    rt = ltm_env.runtime_for(made.settings, ltm_pg_url, embedder).start()  # this version's
+    try:
+        ltm_env.seed_corpus(rt, tenant)
+        flt = CardFilter(tenant_id=tenant)
+
+        def found() -> list[str]:
+            hits = rt.search.search("ORA-00942 reporting job", flt, mode=SearchMode.VECTOR)
+            return [h.memory_id for h in hits]
+
+        old = rt.vector.serving
+        assert old.metric == "COSINE"
+        before = found()
+        assert before
+        admin.reindex(rt)
+        assert rt.vector.serving.collection != old.collection
+        assert rt.vector.serving.metric == "IP"
+        assert found() == before
+    finally:
+        ltm_env.teardown_runtime(rt)
+        made.close()
+        made.engine.dispose()
