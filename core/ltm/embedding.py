@@ -63,16 +63,23 @@ class Embedder(Protocol):
         ...
 
 
+def unit_rows(rows: Any) -> Vectors:
+    """``rows`` (n × dim) scaled to unit length, as float32 (a zero row stays zero): the
+    inner product of two of them is their cosine (the vector index relies on it)."""
+    arr = np.asarray(rows, dtype=np.float32)
+    norms = np.linalg.norm(arr, axis=1, keepdims=True)
+    norms[norms == 0] = 1.0
+    out: Vectors = arr / norms
+    return out
+
+
 def _normalised(rows: Any, dim: int, name: str) -> Vectors:
     arr = np.asarray(rows, dtype=np.float32)
     if arr.ndim != 2 or arr.shape[1] != dim:
         raise EmbeddingDimensionMismatch(
             f"embedder {name} returned shape {arr.shape}, expected (n, {dim})"
         )
-    norms = np.linalg.norm(arr, axis=1, keepdims=True)
-    norms[norms == 0] = 1.0
-    out: Vectors = arr / norms
-    return out
+    return unit_rows(arr)
 
 
 class UseEmbedder:

@@ -20,11 +20,9 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
-import numpy as np
-
 from memstrata.core.errors import InvalidInput
 from memstrata.core.ltm.card import LtmCard
-from memstrata.core.ltm.embedding import Vectors
+from memstrata.core.ltm.embedding import Vectors, unit_rows
 from memstrata.core.ltm.errors import EmbeddingDimensionMismatch
 from memstrata.core.ltm.filters import CardFilter, milvus_expr
 from memstrata.core.ltm.milvus import (
@@ -98,15 +96,6 @@ def hits_of(result: Any) -> list[Hit]:
                 summary=str(entity.get("summary", "")),
             )
         )
-    return out
-
-
-def unit_rows(vectors: Vectors) -> Vectors:
-    """``vectors`` scaled to unit length (a zero row stays zero): the inner product of
-    two of them is their cosine."""
-    norms = np.linalg.norm(vectors, axis=1, keepdims=True)
-    norms[norms == 0] = 1.0
-    out: Vectors = (vectors / norms).astype(np.float32, copy=False)
     return out
 
 

@@ -25,7 +25,6 @@ Figures are medians and p95 of wall time around ``Recaller.recall()`` in this pr
 from __future__ import annotations
 
 import contextlib
-import math
 import os
 import random
 import time
@@ -45,7 +44,7 @@ from memstrata.core.recall.service import Recaller, RecallRequest, RecallSetting
 from memstrata.core.runtime import Runtime
 from memstrata.core.stm.store import lua
 from memstrata.ops.bench.common.cpu import (
-    cpu_seconds,
+    alive_cpu_seconds,
     descendants_cpu_seconds,
     redis_cpu_seconds,
 )
@@ -452,7 +451,7 @@ def _serving_cpu_s(res: Runtime, backends: list[int]) -> dict[str, float]:
         "recall process": time.process_time(),
         "milvus-lite": descendants_cpu_seconds(os.getpid()),
         "redis": redis_cpu_seconds(res.redis),
-        "postgres": sum(c for c in map(cpu_seconds, backends) if not math.isnan(c)),
+        "postgres": alive_cpu_seconds(backends),
     }
 
 

@@ -68,7 +68,7 @@ def _cards_and_vectors(n: int) -> tuple[list[LtmCard], np.ndarray]:
     ]
     # lengths far from 1: what a provider that forgot to normalise would hand over
     vectors = rng.standard_normal((n, DIM)).astype(np.float32) * rng.uniform(0.1, 9, (n, 1))
-    return cards, vectors.astype(np.float32)
+    return cards, vectors
 
 
 def test_a_new_collection_is_indexed_by_inner_product(

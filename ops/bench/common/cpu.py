@@ -45,16 +45,17 @@ def cpu_seconds(pid: int) -> float:
 
 def children_cpu_seconds(root_pid: int) -> float:
     """CPU seconds of ``root_pid`` and every descendant still alive (a worker + its pool)."""
-    return _alive_cpu_seconds([*_descendants(root_pid), root_pid])
+    return alive_cpu_seconds([*_descendants(root_pid), root_pid])
 
 
 def descendants_cpu_seconds(root_pid: int) -> float:
     """CPU seconds of every descendant of ``root_pid`` still alive, not the root itself
     (the servers a benchmark started as its own children)."""
-    return _alive_cpu_seconds(_descendants(root_pid))
+    return alive_cpu_seconds(_descendants(root_pid))
 
 
-def _alive_cpu_seconds(pids: list[int]) -> float:
+def alive_cpu_seconds(pids: list[int]) -> float:
+    """CPU seconds of those of ``pids`` still alive (a gone process counts nothing)."""
     return sum(c for c in map(cpu_seconds, pids) if not math.isnan(c))
 
 

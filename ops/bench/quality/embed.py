@@ -24,6 +24,8 @@ from typing import Any, Protocol
 import numpy as np
 import numpy.typing as npt
 
+from memstrata.core.ltm.embedding import unit_rows
+
 Vector = npt.NDArray[np.float32]
 DEFAULT_CACHE = Path("var/bench-cache")
 BATCH = 32
@@ -99,9 +101,7 @@ class SharedEmbedder:
                 rows = rows.reshape(len(chunk), -1)
                 per_text = (time.perf_counter() - t0) / len(chunk)
                 self.embed_seconds.extend([per_text] * len(chunk))
-                norms = np.linalg.norm(rows, axis=1, keepdims=True)
-                norms[norms == 0] = 1.0
-                for k, row in zip(chunk, rows / norms, strict=True):
+                for k, row in zip(chunk, unit_rows(rows), strict=True):
                     self._cache[k] = row
                 self._dirty = True
             if not keys:
