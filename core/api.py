@@ -102,7 +102,7 @@ class MemoryClient:
         if at is not None:
             validate_event_time(at, kind="at")
         parsed = parse_messages(messages, limit=self.transcript.max_turn_messages)
-        appended = self.transcript.append_turn(
+        with self.transcript.write_turn(
             user_id=user_id,
             session_id=session_id,
             messages=parsed,
@@ -110,8 +110,13 @@ class MemoryClient:
             task_id=task_id,
             turn_id=turn_id,
             at=at,
-        )
-        queued = self.queue.enqueue_once(appended.pointer, generation=appended.generation)
+        ) as written:
+            appended = written.turn
+            # the pointer goes out before the fsync and its reply is read after it: Redis
+            # runs the enqueue while the disk syncs; the receipt still waits for both
+            with self.queue.send_once(appended.pointer, generation=appended.generation) as sent:
+                written.sync()
+                queued = sent.result()
         kicked = queued.kicked and self._kick(
             queued.shard, appended.pointer.tenant_id, appended.pointer.user_id
         )

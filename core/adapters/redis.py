@@ -28,11 +28,14 @@ redis-py                    memstrata             why
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from typing import Any
 
 import redis
 from redis import exceptions as rx
+from redis.commands.core import Script
+from redis.connection import Connection
 
 from memstrata.core.errors import (
     ConcurrentWrite,
@@ -77,3 +80,66 @@ def redis_errors(what: str = "redis") -> Iterator[None]:
         yield
     except redis.RedisError as exc:
         raise translate(exc, what) from exc
+
+
+class SentScript:
+    """A Lua script call on the wire whose reply is read later (:meth:`reply`).
+
+    Why: ``record_turn`` must both ``fsync`` its L0 file and put the turn's pointer on
+    the stream; sent first, the script runs in Redis while the ``fsync`` waits on the
+    disk, instead of after it.  Only for scripts that are safe to run twice: when the
+    send or the reply fails on the connection (reset, timeout) or the script cache is
+    empty, :meth:`reply` runs the call again through redis-py's own path, with its
+    retries and its ``SCRIPT LOAD``, as a plain call would have.  A caller that does not
+    want the reply calls :meth:`abandon` (the connection is dropped, not reused with an
+    answer still unread).
+    """
+
+    def __init__(
+        self, client: redis.Redis, script: Script, keys: Sequence[str], args: Sequence[str | int]
+    ) -> None:
+        self._client = client
+        self._script = script
+        self._keys = keys
+        self._args = args
+        self._conn: Connection | None = None
+        if client.connection is not None:  # a single-connection client: call in reply()
+            return
+        pool = client.connection_pool
+        try:
+            conn = pool.get_connection()
+        except redis.RedisError:  # not connected: reply() calls again, with the retries
+            return
+        command = ("EVALSHA", script.sha, len(keys), *keys, *args)
+        try:
+            conn.send_command(*command)  # type: ignore[no-untyped-call]
+        except redis.RedisError:  # nothing to read back: reply() calls again
+            conn.disconnect()  # type: ignore[no-untyped-call]
+            pool.release(conn)
+            return
+        self._conn = conn
+
+    def reply(self) -> Any:
+        """The script's reply (redis-py errors translated, :func:`redis_errors`)."""
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            try:
+                with redis_errors():
+                    try:
+                        parse = self._client.parse_response
+                        return parse(conn, "EVALSHA")  # type: ignore[no-untyped-call]
+                    except (rx.ConnectionError, rx.TimeoutError):  # the reply is lost
+                        conn.disconnect()  # type: ignore[no-untyped-call]
+                    except rx.NoScriptError:  # a restart or flush emptied the cache
+                        pass
+            finally:
+                self._client.connection_pool.release(conn)
+        with redis_errors():
+            return self._script(keys=list(self._keys), args=list(self._args))
+
+    def abandon(self) -> None:
+        """Give the call up unread: drop its connection (the script may have run)."""
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            conn.disconnect()  # type: ignore[no-untyped-call]
+            self._client.connection_pool.release(conn)

@@ -29,7 +29,7 @@ from typing import Any
 
 import redis
 
-from memstrata.core.adapters.redis import redis_errors
+from memstrata.core.adapters.redis import SentScript, redis_errors
 from memstrata.core.keys import GlobalKeys, user_scope
 from memstrata.core.models.transcript import TurnPointer
 
@@ -78,6 +78,29 @@ class Enqueued:
     shard: int
     kicked: bool  # this call took the shard's kick flag: the caller must kick a drain
     added: bool  # False: the turn was on the stream already (at or below the watermark)
+
+
+def _enqueued(shard: int, status: Any) -> Enqueued:
+    """The enqueue script's reply: -1 queued before, 1 added and the flag taken, 0 added."""
+    code = int(status)
+    return Enqueued(shard, kicked=code == 1, added=code >= 0)
+
+
+class PendingEnqueue:
+    """An enqueue on the wire (:meth:`IngestQueue.send_once`); :meth:`result` reads it."""
+
+    def __init__(self, shard: int, call: SentScript) -> None:
+        self.shard = shard
+        self._call = call
+
+    def result(self) -> Enqueued:
+        return _enqueued(self.shard, self._call.reply())
+
+    def __enter__(self) -> PendingEnqueue:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._call.abandon()  # nothing left to do once result() has read the reply
 
 
 @dataclass(frozen=True)
@@ -156,7 +179,26 @@ class IngestQueue:
         with redis_errors():
             return bool(self._r.set(key, offset, nx=True, px=self.watermark_ttl_ms))
 
+    def send_once(self, pointer: TurnPointer, *, generation: str) -> PendingEnqueue:
+        """:meth:`enqueue_once` (``base`` 0) sent now, its outcome read at ``result()``.
+
+        ``record_turn`` sends the pointer before its L0 ``fsync`` and reads the reply
+        after it, so the two waits overlap (docs/RELIABILITY.md, "The receipt").  Use it
+        as a context manager: a reply not read by the end of the block is abandoned.
+        """
+        shard, keys, args = self._call(pointer, generation=generation, base=0, once=True)
+        with redis_errors():
+            return PendingEnqueue(shard, SentScript(self._r, self._enqueue, keys, args))
+
     def _add(self, pointer: TurnPointer, *, generation: str, base: int, once: bool) -> Enqueued:
+        shard, keys, args = self._call(pointer, generation=generation, base=base, once=once)
+        with redis_errors():
+            return _enqueued(shard, self._enqueue(keys=keys, args=args))
+
+    def _call(
+        self, pointer: TurnPointer, *, generation: str, base: int, once: bool
+    ) -> tuple[int, list[str], list[str | int]]:
+        """The shard, keys and arguments of the enqueue script for ``pointer``."""
         shard = shard_for(pointer.user_id, self.shards)
         self.ensure_group(shard)
         stream, kick = self.keys.ingest_stream(shard), self.keys.ingest_kick(shard)
@@ -169,9 +211,7 @@ class IngestQueue:
         )
         args: list[str | int] = [pointer.model_dump_json(exclude_none=True), self.kick_ttl_ms]
         args += [pointer.offset, end, base, self.watermark_ttl_ms, int(once), GROUP]
-        with redis_errors():
-            status = int(self._enqueue(keys=[stream, kick, mark], args=args))
-        return Enqueued(shard, kicked=status == 1, added=status >= 0)
+        return shard, [stream, kick, mark], args
 
     def try_kick(self, shard: int) -> bool:
         """Take the shard's kick flag if nobody holds it (Beat's safety net, continuations)."""

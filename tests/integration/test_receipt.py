@@ -9,6 +9,8 @@ test namespace's queues), so the test is about the write path, not about kombu (
 
 from __future__ import annotations
 
+import errno
+import os
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -355,3 +357,51 @@ def test_a_session_file_written_anew_is_never_taken_for_its_predecessor(
     assert stream_len(res, "u") == 1
     drain(res, "u")
     assert markers_in_stm(res, "u", "s") == {"mkfresh": 1}
+
+
+# --------------------------------------------------------------------- the fsync and the send
+def test_the_receipt_waits_for_the_fsync_of_the_turns_session_file(
+    shared_res: Runtime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # record_turn sends the stream pointer before the fsync and reads the reply after
+    # it: the receipt must still come after the session file's fsync (R1)
+    res, memory = shared_res, client(shared_res)
+    synced: list[str] = []
+    real_fsync = os.fsync
+
+    def fsync(fd: int) -> None:
+        real_fsync(fd)
+        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    receipt = memory.record_turn(user_id="u", session_id="s", messages=marker("sync"))
+    assert synced == [str(res.transcript.path(user_id="u", session_id="s"))]
+    assert receipt.kicked and stream_len(res, "u") == 1
+
+
+def test_a_failed_fsync_fails_the_call_and_a_retry_queues_the_turn_once(
+    shared_res: Runtime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    res, memory = shared_res, client(shared_res)
+    real_fsync = os.fsync
+
+    def failing_fsync(fd: int) -> None:
+        raise OSError(errno.EIO, "Input/output error")
+
+    # Given a disk whose fsync fails after the pointer went out to Redis
+    monkeypatch.setattr(os, "fsync", failing_fsync)
+    with pytest.raises(OSError, match="Input/output error"):
+        memory.record_turn(user_id="u", session_id="s", messages=marker("eio"), turn_id="t1")
+    monkeypatch.setattr(os, "fsync", real_fsync)
+    # Then the unread reply did not stay on a pooled connection for the next command,
+    # and no connection was kept out of the pool
+    assert res.redis.ping() is True
+    assert not res.redis.connection_pool._in_use_connections
+    # When the agent retries (no receipt, so it must), Then the turn is neither appended
+    # nor queued twice, and it is processed once
+    receipt = memory.record_turn(user_id="u", session_id="s", messages=marker("eio"), turn_id="t1")
+    assert receipt.already_recorded
+    assert l0_turn_ids(res, "u", "s") == ["t1"]
+    assert stream_len(res, "u") == 1
+    drain(res, "u")
+    assert markers_in_stm(res, "u", "s") == {"mkeio": 1}
