@@ -33,6 +33,7 @@ from contextlib import contextmanager
 from typing import Any
 
 import redis
+from hiredis import pack_command
 from redis import exceptions as rx
 from redis.commands.core import Script
 from redis.connection import Connection
@@ -110,9 +111,12 @@ class SentScript:
             conn = pool.get_connection()
         except redis.RedisError:  # not connected: reply() calls again, with the retries
             return
-        command = ("EVALSHA", script.sha, len(keys), *keys, *args)
         try:
-            conn.send_command(*command)  # type: ignore[no-untyped-call]
+            # hiredis packs the call in C, the same bytes as redis-py's packer (which
+            # checks each argument's type in Python first: 19 µs of a 14-argument call)
+            command = ("EVALSHA", script.sha, len(keys), *keys, *args)
+            packed = pack_command(command)  # type: ignore[arg-type]  # its stub: a 1-tuple
+            conn.send_packed_command([packed])  # type: ignore[no-untyped-call]
         except redis.RedisError:  # nothing to read back: reply() calls again
             conn.disconnect()  # type: ignore[no-untyped-call]
             pool.release(conn)
