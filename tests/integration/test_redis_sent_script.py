@@ -21,7 +21,7 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from memstrata.core.adapters.redis import SentScript
-from memstrata.core.errors import StoreUnavailable
+from memstrata.core.errors import StoreRejected, StoreUnavailable
 from memstrata.core.ltm.milvus_server import free_port
 from memstrata.core.runtime import Runtime
 from memstrata.ops.bench.common.scratch_redis import RedisServer
@@ -97,6 +97,17 @@ def test_an_abandoned_call_drops_its_connection(res: Runtime) -> None:
     assert res.redis.incrby(key, 1) == 8  # the abandoned call ran (it was sent)
 
 
+def test_an_argument_redis_cannot_encode_is_rejected_before_anything_is_sent(
+    res: Runtime,
+) -> None:
+    key = f"{res.settings.key_namespace}:count"
+    script = res.redis.register_script(COUNT)
+    with pytest.raises(StoreRejected, match="cannot encode"):
+        SentScript(res.redis, script, [key], [True])  # redis-py refuses a bool too
+    assert in_use(res.redis) == 0
+    assert res.redis.get(key) is None
+
+
 def test_a_single_connection_client_makes_the_call_at_reply(res: Runtime) -> None:
     key = f"{res.settings.key_namespace}:count"
     single = redis.Redis.from_url(
@@ -119,8 +130,8 @@ def test_a_reply_that_never_comes_is_unavailable_and_leaves_no_reply_behind(
     client = throwaway_client(server, timeout_s=0.3)
     script = client.register_script(COUNT)
     script(keys=["n"], args=[0])
+    pause(server, signal.SIGSTOP)  # stopped first: the command sits unanswered in its socket
     sent = SentScript(client, script, ["n"], [1])
-    pause(server, signal.SIGSTOP)  # the command sits unanswered in the server's socket
     with pytest.raises(StoreUnavailable) as info:
         sent.reply()  # the read times out, and so does the call made again
     assert isinstance(info.value.__cause__, redis.TimeoutError)
@@ -135,8 +146,8 @@ def test_a_lost_reply_is_read_from_the_call_made_again(server: RedisServer) -> N
     client = throwaway_client(server, timeout_s=1.0)
     script = client.register_script(COUNT)
     script(keys=["n"], args=[0])
-    sent = SentScript(client, script, ["n"], [1])
     pause(server, signal.SIGSTOP)
+    sent = SentScript(client, script, ["n"], [1])
     # resumed after the first read gave up (1 s) and before the second does (2 s)
     resume = threading.Timer(1.4, pause, args=(server, signal.SIGCONT))
     resume.start()
