@@ -34,6 +34,7 @@ from typing import Any
 from sqlalchemy import text
 
 from memstrata.core import migrations
+from memstrata.core.adapters.redis import run_script
 from memstrata.core.authority.admin import create_project, create_tenant, create_user
 from memstrata.core.authority.facts import grant_role, set_profile
 from memstrata.core.extract.entities import extract_entities
@@ -124,8 +125,8 @@ def _bare_reads(res: Runtime, req: RecallRequest, now: float) -> Callable[[], An
                                k.last_recall(req.session_id)[p:], 2, k.suffix(ck.snapshot),
                                k.suffix(ck.version), *suffixes]  # fmt: skip
 
-    def reads() -> None:
-        script(keys=[k.prefix], args=args)
+    def reads() -> None:  # the lean call recall's own read makes (core.adapters.redis)
+        run_script(r, script, [k.prefix], args)
 
     return reads
 
