@@ -114,7 +114,9 @@ class MemoryClient:
             appended = written.turn
             # the pointer goes out before the fsync and its reply is read after it: Redis
             # runs the enqueue while the disk syncs; the receipt still waits for both
-            with self.queue.send_once(appended.pointer, generation=appended.generation) as sent:
+            fresh = not appended.existing
+            pointer, generation = appended.pointer, appended.generation
+            with self.queue.send_once(pointer, generation=generation, fresh=fresh) as sent:
                 written.sync()
                 queued = sent.result()
         kicked = queued.kicked and self._kick(

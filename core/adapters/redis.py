@@ -88,12 +88,18 @@ class SentScript:
 
     Why: ``record_turn`` must both ``fsync`` its L0 file and put the turn's pointer on
     the stream; sent first, the script runs in Redis while the ``fsync`` waits on the
-    disk, instead of after it.  Only for scripts that are safe to run twice: when the
-    send or the reply fails on the connection (reset, timeout) or the script cache is
-    empty, :meth:`reply` runs the call again through redis-py's own path, with its
-    retries and its ``SCRIPT LOAD``, as a plain call would have.  A caller that does not
-    want the reply calls :meth:`abandon` (the connection is dropped, not reused with an
-    answer still unread).
+    disk, instead of after it.  The command is packed by hiredis and sent on a pooled
+    connection directly, without redis-py's per-command wrapper.
+
+    Failures end as a plain call's would, with one difference: when the early send
+    cannot get a connection (redis-py has already retried connecting, per the client's
+    settings), :meth:`reply` raises that error; when the send fails on the connection
+    or the reply is lost (reset, timeout), or the script cache is empty, :meth:`reply`
+    makes the call again through redis-py's own path, with its retries and its ``SCRIPT
+    LOAD``.  So a lost reply costs one attempt more than the client's retry count, and
+    the script may run twice: only for scripts that are safe to run twice (as redis-py's
+    own retry of a lost reply assumes).  A caller that does not want the reply calls
+    :meth:`abandon` (the connection is dropped, not reused with an answer still unread).
     """
 
     def __init__(
@@ -108,6 +114,7 @@ class SentScript:
         self._keys = keys
         self._args = args
         self._conn: Connection | None = None
+        self._failed: redis.RedisError | None = None
         if client.connection is not None:  # a single-connection client: call in reply()
             return
         # hiredis packs the call in C, the same bytes as redis-py's packer (which checks
@@ -120,18 +127,23 @@ class SentScript:
         pool = client.connection_pool
         try:
             conn = pool.get_connection()
-        except redis.RedisError:  # not connected: reply() calls again, with the retries
+        except redis.RedisError as exc:  # connecting was retried already: reply() raises
+            self._failed = exc
             return
         try:
             conn.send_packed_command([packed])  # type: ignore[no-untyped-call]
-        except redis.RedisError:  # nothing to read back: reply() calls again
+        except BaseException as exc:
             conn.disconnect()  # type: ignore[no-untyped-call]
             pool.release(conn)
-            return
+            if isinstance(exc, redis.RedisError):  # nothing to read back: reply() calls
+                return
+            raise
         self._conn = conn
 
     def reply(self) -> Any:
         """The script's reply (redis-py errors translated, :func:`redis_errors`)."""
+        if self._failed is not None:
+            raise translate(self._failed) from self._failed
         conn, self._conn = self._conn, None
         if conn is not None:
             try:
@@ -143,10 +155,15 @@ class SentScript:
                         conn.disconnect()  # type: ignore[no-untyped-call]
                     except rx.NoScriptError:  # a restart or flush emptied the cache
                         pass
+            except MemstrataError:  # a whole error reply was read: the connection is clean
+                raise
+            except BaseException:  # interrupted mid-reply: never reuse what is half-read
+                conn.disconnect()  # type: ignore[no-untyped-call]
+                raise
             finally:
                 self._client.connection_pool.release(conn)
         with redis_errors():
-            return self._script(keys=list(self._keys), args=list(self._args))
+            return self._script(keys=list(self._keys), args=list(self._args), client=self._client)
 
     def abandon(self) -> None:
         """Give the call up unread: drop its connection (the script may have run)."""
@@ -161,6 +178,6 @@ def run_script(
 ) -> Any:
     """``script(keys=keys, args=args)`` sent and read directly (:class:`SentScript`): for
     the hot paths, where redis-py's per-command wrapper and packer are a measurable part
-    of the call (the STM recall read: −0.06 ms of CPU a recall, docs/PERFORMANCE.md).
-    Errors are translated; a lost reply makes the call again, as redis-py's retry does."""
+    of the call (the STM recall read: 0.05–0.10 ms of CPU a recall, docs/PERFORMANCE.md).
+    Errors are translated; a lost reply makes the call again (:class:`SentScript`)."""
     return SentScript(client, script, keys, args).reply()

@@ -706,7 +706,7 @@ class StmStore:
         # last, the user's most recent items: a fresh session still sees its recent past
         suffixes.append(k.recent[p:])
         flag_suffix = k.last_recall(session_id)[p:] if with_flag else ""
-        # the lean call: redis-py's command wrapper and packer were 6 % of this read's
+        # the lean call: redis-py's command wrapper and packer were 3.5-6 % of an STM-only
         # recall (docs/PERFORMANCE.md, 2026-12-07 fourth sitting)
         args: list[str | int | float] = [limit, now, flag_suffix, len(gets), *gets, *suffixes]
         raw = run_script(self._r, self._recall_read, [k.prefix], args)

@@ -78,7 +78,7 @@ class WrittenTurn:
 
     def __init__(self, turn: AppendedTurn, fd: int, fsync: bool = True) -> None:
         self.turn = turn
-        self._fd = fd  # -1: nothing to sync (a retried turn found in the file)
+        self._fd = fd  # -1: synced and closed
         self._fsync = fsync
 
     def sync(self) -> None:
@@ -318,10 +318,11 @@ class TranscriptStore:
             offset = _cut_torn_tail(fd, os.fstat(fd).st_size, path)
             if turn_id is not None and offset:
                 found = _find_turn(fd, offset, turn_id, self.dedup_window_bytes, path)
-                if found is not None:  # durable already: its first attempt synced it
+                if found is not None:
+                    # synced again on the way out: its first attempt's fsync may have
+                    # failed, or its writer died before it (no receipt was given then)
                     existing = _existing(found, records, path, _generation(fd))
-                    os.close(fd)
-                    return WrittenTurn(existing, -1)
+                    return WrittenTurn(existing, fd, self.fsync)
             _write_all(fd, blob, offset)
             generation = _generation_of(blob) if offset == 0 else _generation(fd)
             pointer = trusted(
