@@ -102,7 +102,7 @@ class MemoryClient:
         if at is not None:
             validate_event_time(at, kind="at")
         parsed = parse_messages(messages, limit=self.transcript.max_turn_messages)
-        with self.transcript.write_turn(
+        appended = self.transcript.append_turn(
             user_id=user_id,
             session_id=session_id,
             messages=parsed,
@@ -110,15 +110,8 @@ class MemoryClient:
             task_id=task_id,
             turn_id=turn_id,
             at=at,
-        ) as written:
-            appended = written.turn
-            # the pointer goes out before the fsync and its reply is read after it: Redis
-            # runs the enqueue while the disk syncs; the receipt still waits for both
-            fresh = not appended.existing
-            pointer, generation = appended.pointer, appended.generation
-            with self.queue.send_once(pointer, generation=generation, fresh=fresh) as sent:
-                written.sync()
-                queued = sent.result()
+        )
+        queued = self.queue.enqueue_once(appended.pointer, generation=appended.generation)
         kicked = queued.kicked and self._kick(
             queued.shard, appended.pointer.tenant_id, appended.pointer.user_id
         )

@@ -36,7 +36,6 @@ import redis
 from hiredis import pack_command
 from redis import exceptions as rx
 from redis.commands.core import Script
-from redis.connection import Connection
 
 from memstrata.core.errors import (
     ConcurrentWrite,
@@ -83,42 +82,26 @@ def redis_errors(what: str = "redis") -> Iterator[None]:
         raise translate(exc, what) from exc
 
 
-class SentScript:
-    """A Lua script call on the wire whose reply is read later (:meth:`reply`).
+def run_script(
+    client: redis.Redis, script: Script, keys: Sequence[str], args: Sequence[str | int | float]
+) -> Any:
+    """``script(keys=keys, args=args)``, packed by hiredis and sent and read on a pooled
+    connection directly, for the hot paths (the ingest enqueue of ``record_turn``, the
+    STM recall read): redis-py's per-command wrapper (retry, instrumentation) and its
+    packer, which checks every argument's type in Python, were 4-8 % of those calls
+    (docs/PERFORMANCE.md, 2026-12-07 fourth sitting).  The bytes sent are redis-py's.
 
-    Why: ``record_turn`` must both ``fsync`` its L0 file and put the turn's pointer on
-    the stream; sent first, the script runs in Redis while the ``fsync`` waits on the
-    disk, instead of after it.  The command is packed by hiredis and sent on a pooled
-    connection directly, without redis-py's per-command wrapper.
-
-    Failures end as a plain call's would, with one difference: when the early send
-    cannot get a connection (redis-py has already retried connecting, per the client's
-    settings), :meth:`reply` raises that error; when the send fails on the connection
-    or the reply is lost (reset, timeout), or the script cache is empty, :meth:`reply`
-    makes the call again through redis-py's own path, with its retries and its ``SCRIPT
-    LOAD``.  So a lost reply costs one attempt more than the client's retry count, and
-    the script may run twice: only for scripts that are safe to run twice (as redis-py's
-    own retry of a lost reply assumes).  A caller that does not want the reply calls
-    :meth:`abandon` (the connection is dropped, not reused with an answer still unread).
+    Failures end as a plain call's would.  When no connection can be made (redis-py
+    retried connecting already, per the client's settings) that error is raised.  When
+    the send fails on the connection, the reply is lost (reset, timeout) or the script
+    cache is empty, the call is made again through redis-py's own path, with its
+    retries and its ``SCRIPT LOAD``: one attempt more than the client's retry count, so
+    only for scripts that are safe to run twice (as redis-py's own retry of a lost reply
+    assumes).  Errors are translated (:func:`redis_errors`); a connection is never put
+    back with a reply unread.  A single-connection client makes the plain call.
     """
-
-    def __init__(
-        self,
-        client: redis.Redis,
-        script: Script,
-        keys: Sequence[str],
-        args: Sequence[str | int | float],
-    ) -> None:
-        self._client = client
-        self._script = script
-        self._keys = keys
-        self._args = args
-        self._conn: Connection | None = None
-        self._failed: redis.RedisError | None = None
-        if client.connection is not None:  # a single-connection client: call in reply()
-            return
-        # hiredis packs the call in C, the same bytes as redis-py's packer (which checks
-        # each argument's type in Python first: 19 µs of a 14-argument call)
+    if client.connection is None:
+        # hiredis packs in C; redis-py hands its own packer's checked arguments to it
         command = ("EVALSHA", script.sha, len(keys), *keys, *args)
         try:
             packed = pack_command(command)  # type: ignore[arg-type]  # its stub: a 1-tuple
@@ -127,57 +110,23 @@ class SentScript:
         pool = client.connection_pool
         try:
             conn = pool.get_connection()
-        except redis.RedisError as exc:  # connecting was retried already: reply() raises
-            self._failed = exc
-            return
+        except redis.RedisError as exc:  # connecting was retried already
+            raise translate(exc) from exc
         try:
-            conn.send_packed_command([packed])  # type: ignore[no-untyped-call]
-        except BaseException as exc:
-            conn.disconnect()  # type: ignore[no-untyped-call]
-            pool.release(conn)
-            if isinstance(exc, redis.RedisError):  # nothing to read back: reply() calls
-                return
+            with redis_errors():
+                try:
+                    conn.send_packed_command([packed])  # type: ignore[no-untyped-call]
+                    return client.parse_response(conn, "EVALSHA")  # type: ignore[no-untyped-call]
+                except (rx.ConnectionError, rx.TimeoutError):  # not sent, or the reply lost
+                    conn.disconnect()  # type: ignore[no-untyped-call]
+                except rx.NoScriptError:  # a restart or flush emptied the cache
+                    pass
+        except MemstrataError:  # a whole error reply was read: the connection is clean
             raise
-        self._conn = conn
-
-    def reply(self) -> Any:
-        """The script's reply (redis-py errors translated, :func:`redis_errors`)."""
-        if self._failed is not None:
-            raise translate(self._failed) from self._failed
-        conn, self._conn = self._conn, None
-        if conn is not None:
-            try:
-                with redis_errors():
-                    try:
-                        parse = self._client.parse_response
-                        return parse(conn, "EVALSHA")  # type: ignore[no-untyped-call]
-                    except (rx.ConnectionError, rx.TimeoutError):  # the reply is lost
-                        conn.disconnect()  # type: ignore[no-untyped-call]
-                    except rx.NoScriptError:  # a restart or flush emptied the cache
-                        pass
-            except MemstrataError:  # a whole error reply was read: the connection is clean
-                raise
-            except BaseException:  # interrupted mid-reply: never reuse what is half-read
-                conn.disconnect()  # type: ignore[no-untyped-call]
-                raise
-            finally:
-                self._client.connection_pool.release(conn)
-        with redis_errors():
-            return self._script(keys=list(self._keys), args=list(self._args), client=self._client)
-
-    def abandon(self) -> None:
-        """Give the call up unread: drop its connection (the script may have run)."""
-        conn, self._conn = self._conn, None
-        if conn is not None:
+        except BaseException:  # interrupted mid-call: never reuse what is half-read
             conn.disconnect()  # type: ignore[no-untyped-call]
-            self._client.connection_pool.release(conn)
-
-
-def run_script(
-    client: redis.Redis, script: Script, keys: Sequence[str], args: Sequence[str | int | float]
-) -> Any:
-    """``script(keys=keys, args=args)`` sent and read directly (:class:`SentScript`): for
-    the hot paths, where redis-py's per-command wrapper and packer are a measurable part
-    of the call (the STM recall read: 0.05–0.10 ms of CPU a recall, docs/PERFORMANCE.md).
-    Errors are translated; a lost reply makes the call again (:class:`SentScript`)."""
-    return SentScript(client, script, keys, args).reply()
+            raise
+        finally:
+            pool.release(conn)
+    with redis_errors():
+        return script(keys=list(keys), args=list(args), client=client)

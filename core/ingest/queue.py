@@ -15,10 +15,7 @@ moves forward over a turn that starts exactly there, so a turn written to L0 but
 queued (Redis down between the two steps, a crash) leaves the watermark below the file
 size until the reconciler (:mod:`core.ingest.reconcile`) queues it.  :meth:`enqueue_once`
 adds nothing for a turn at or below the watermark: a retried ``record_turn`` or a
-reconciler run never queues a turn twice.  ``record_turn`` sends its pointer before the
-turn's ``fsync`` (:meth:`IngestQueue.send_once`), so a crash can take back bytes the
-watermark already covers: the enqueue of a freshly appended turn repairs that.  See
-docs/RELIABILITY.md.
+reconciler run never queues a turn twice.  See docs/RELIABILITY.md.
 """
 
 from __future__ import annotations
@@ -32,33 +29,25 @@ from typing import Any
 
 import redis
 
-from memstrata.core.adapters.redis import SentScript, redis_errors
+from memstrata.core.adapters.redis import redis_errors, run_script
 from memstrata.core.keys import GlobalKeys, user_scope
 from memstrata.core.models.transcript import TurnPointer
 
 GROUP = "ingest"
-ADD, ONCE, FRESH = 0, 1, 2  # the enqueue script's modes (``_ENQUEUE``)
 
 # KEYS: stream, kick flag, session watermark.  ARGV: pointer, kick TTL (ms), turn offset,
-# turn end, the watermark to assume when there is none, watermark TTL (ms), mode, consumer
-# group.  Mode 0: add; 1 (once): add unless the watermark covers the turn (a retry, the
-# reconciler); 2 (fresh): a turn this call has just appended, so nothing can have queued
-# it, and a watermark past its offset covers bytes the file no longer holds (a crash took
-# back a turn whose pointer went out before its fsync returned): add it and move the
-# watermark to its end.  Returns -1: queued before (nothing added), 1: added and the flag
+# turn end, the watermark to assume when there is none, watermark TTL (ms), once (0/1),
+# consumer group.  Returns -1: queued before (nothing added), 1: added and the flag
 # taken, 0: added.  A stream that is gone (Redis lost its data) gets its group back
 # first, or drains that created the group before would read nothing from it.
 _ENQUEUE = """
 local wm = tonumber(redis.call('GET', KEYS[3]) or ARGV[5])
-local offset = tonumber(ARGV[3])
 if ARGV[7] == '1' and wm >= tonumber(ARGV[4]) then return -1 end
 if redis.call('EXISTS', KEYS[1]) == 0 then
   redis.call('XGROUP', 'CREATE', KEYS[1], ARGV[8], '0', 'MKSTREAM')
 end
 redis.call('XADD', KEYS[1], '*', 'p', ARGV[1])
-if wm == offset or (ARGV[7] == '2' and wm > offset) then
-  redis.call('SET', KEYS[3], ARGV[4], 'PX', ARGV[6])
-end
+if wm == tonumber(ARGV[3]) then redis.call('SET', KEYS[3], ARGV[4], 'PX', ARGV[6]) end
 if redis.call('SET', KEYS[2], '1', 'NX', 'PX', ARGV[2]) then return 1 end
 return 0
 """
@@ -89,29 +78,6 @@ class Enqueued:
     shard: int
     kicked: bool  # this call took the shard's kick flag: the caller must kick a drain
     added: bool  # False: the turn was on the stream already (at or below the watermark)
-
-
-def _enqueued(shard: int, status: Any) -> Enqueued:
-    """The enqueue script's reply: -1 queued before, 1 added and the flag taken, 0 added."""
-    code = int(status)
-    return Enqueued(shard, kicked=code == 1, added=code >= 0)
-
-
-class PendingEnqueue:
-    """An enqueue on the wire (:meth:`IngestQueue.send_once`); :meth:`result` reads it."""
-
-    def __init__(self, shard: int, call: SentScript) -> None:
-        self.shard = shard
-        self._call = call
-
-    def result(self) -> Enqueued:
-        return _enqueued(self.shard, self._call.reply())
-
-    def __enter__(self) -> PendingEnqueue:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._call.abandon()  # nothing left to do once result() has read the reply
 
 
 @dataclass(frozen=True)
@@ -190,32 +156,7 @@ class IngestQueue:
         with redis_errors():
             return bool(self._r.set(key, offset, nx=True, px=self.watermark_ttl_ms))
 
-    def send_once(self, pointer: TurnPointer, *, generation: str, fresh: bool) -> PendingEnqueue:
-        """:meth:`enqueue_once` (``base`` 0) sent now, its outcome read at ``result()``.
-
-        ``record_turn`` sends the pointer before its L0 ``fsync`` and reads the reply
-        after it, so the two waits overlap (docs/RELIABILITY.md, "The receipt").
-        ``fresh``: the caller has just appended the turn (not a retry that found it): it
-        is added even where the watermark says otherwise, since a watermark past a fresh
-        turn's offset covers bytes a crash took back before their ``fsync`` (see
-        ``_ENQUEUE``).  Use it as a context manager: a reply not read by the end of the
-        block is abandoned.
-        """
-        mode = FRESH if fresh else ONCE
-        shard, keys, args = self._call(pointer, generation=generation, base=0, mode=mode)
-        with redis_errors():
-            return PendingEnqueue(shard, SentScript(self._r, self._enqueue, keys, args))
-
     def _add(self, pointer: TurnPointer, *, generation: str, base: int, once: bool) -> Enqueued:
-        mode = ONCE if once else ADD
-        shard, keys, args = self._call(pointer, generation=generation, base=base, mode=mode)
-        with redis_errors():
-            return _enqueued(shard, self._enqueue(keys=keys, args=args))
-
-    def _call(
-        self, pointer: TurnPointer, *, generation: str, base: int, mode: int
-    ) -> tuple[int, list[str], list[str | int]]:
-        """The shard, keys and arguments of the enqueue script for ``pointer``."""
         shard = shard_for(pointer.user_id, self.shards)
         self.ensure_group(shard)
         stream, kick = self.keys.ingest_stream(shard), self.keys.ingest_kick(shard)
@@ -227,8 +168,11 @@ class IngestQueue:
             generation=generation,
         )
         args: list[str | int] = [pointer.model_dump_json(exclude_none=True), self.kick_ttl_ms]
-        args += [pointer.offset, end, base, self.watermark_ttl_ms, mode, GROUP]
-        return shard, [stream, kick, mark], args
+        args += [pointer.offset, end, base, self.watermark_ttl_ms, int(once), GROUP]
+        # the lean call (core.adapters.redis.run_script): record_turn's one Redis call,
+        # without redis-py's per-command wrapper and packer (docs/PERFORMANCE.md)
+        status = int(run_script(self._r, self._enqueue, [stream, kick, mark], args))
+        return Enqueued(shard, kicked=status == 1, added=status >= 0)
 
     def try_kick(self, shard: int) -> bool:
         """Take the shard's kick flag if nobody holds it (Beat's safety net, continuations)."""

@@ -2,9 +2,8 @@
 
 A turn (user input, assistant output, tool results, system events) is validated whole,
 then written with a single ``write()`` on an ``O_APPEND`` descriptor under an exclusive
-``flock`` and ``fsync``-ed before :meth:`TranscriptStore.append_turn` returns (or
-:meth:`WrittenTurn.sync`, the two-step form ``record_turn`` uses): once the agent gets
-its receipt the turn survives a crash.  The byte offset and length of the
+``flock`` and ``fsync``-ed before :meth:`TranscriptStore.append_turn` returns: once the
+agent gets its receipt the turn survives a crash.  The byte offset and length of the
 turn are returned so the ingest queue carries a pointer, not the text.
 
 **Size.**  A message (its content plus its tool-call arguments) is kept whole up to
@@ -71,32 +70,6 @@ class AppendedTurn:
     pointer: TurnPointer
     generation: str  # of the session file (:meth:`TranscriptStore.generation`)
     existing: bool = False  # the turn id was already recorded: nothing was appended
-
-
-class WrittenTurn:
-    """A turn written to its session file, still locked, durable once :meth:`sync` returns."""
-
-    def __init__(self, turn: AppendedTurn, fd: int, fsync: bool = True) -> None:
-        self.turn = turn
-        self._fd = fd  # -1: synced and closed
-        self._fsync = fsync
-
-    def sync(self) -> None:
-        """``fsync`` the file (unless the store is configured without) and release it."""
-        fd, self._fd = self._fd, -1
-        if fd < 0:
-            return
-        try:
-            if self._fsync:
-                os.fsync(fd)
-        finally:
-            os.close(fd)
-
-    def __enter__(self) -> WrittenTurn:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.sync()
 
 
 @dataclass(frozen=True)
@@ -231,33 +204,6 @@ class TranscriptStore:
         ``existing=True`` (its messages must be the same, else :class:`Conflict`).
         Over-long texts are kept as head and tail (:meth:`_fit`), never refused.
         """
-        with self.write_turn(
-            user_id=user_id, session_id=session_id, messages=messages, tenant_id=tenant_id,
-            task_id=task_id, turn_id=turn_id, at=at,
-        ) as written:  # fmt: skip
-            written.sync()
-        return written.turn
-
-    def write_turn(
-        self,
-        *,
-        user_id: str,
-        session_id: str,
-        messages: Sequence[MessageIn],
-        tenant_id: str | None = None,
-        task_id: str | None = None,
-        turn_id: str | None = None,
-        at: float | None = None,
-    ) -> WrittenTurn:
-        """:meth:`append_turn` in two steps: the turn is written now, durable at ``sync()``.
-
-        Between the two the caller may start what needs only the turn's place in the file
-        (``record_turn`` sends its stream pointer, so Redis runs the enqueue while the
-        ``fsync`` waits on the disk).  Use it as a context manager: leaving the block
-        syncs a turn not synced yet, on an error too (a written turn must be durable,
-        docs/RELIABILITY.md R2).  The file stays locked until then, so the reconciler
-        never reads a turn that is not durable.
-        """
         self._validate(messages)
         messages = self._fit(messages)
         tenant_id = owner_tenant(tenant_id)
@@ -319,29 +265,32 @@ class TranscriptStore:
             if turn_id is not None and offset:
                 found = _find_turn(fd, offset, turn_id, self.dedup_window_bytes, path)
                 if found is not None:
-                    # synced again on the way out: its first attempt's fsync may have
-                    # failed, or its writer died before it (no receipt was given then)
                     existing = _existing(found, records, path, _generation(fd))
-                    return WrittenTurn(existing, fd, self.fsync)
+                    # synced again: its first attempt's fsync may have failed, or its
+                    # writer died before it (no receipt was given then, R3)
+                    if self.fsync:
+                        os.fsync(fd)
+                    return existing
             _write_all(fd, blob, offset)
+            if self.fsync:
+                os.fsync(fd)
             generation = _generation_of(blob) if offset == 0 else _generation(fd)
-            pointer = trusted(
-                TurnPointer,
-                {
-                    "user_id": user_id,
-                    "tenant_id": tenant_id,
-                    "session_id": session_id,
-                    "task_id": task_id,
-                    "turn_id": tid,
-                    "at": when,
-                    "offset": offset,
-                    "length": len(blob),
-                },
-            )
-        except BaseException:
+        finally:
             os.close(fd)
-            raise
-        return WrittenTurn(AppendedTurn(tuple(records), pointer, generation), fd, self.fsync)
+        pointer = trusted(
+            TurnPointer,
+            {
+                "user_id": user_id,
+                "tenant_id": tenant_id,
+                "session_id": session_id,
+                "task_id": task_id,
+                "turn_id": tid,
+                "at": when,
+                "offset": offset,
+                "length": len(blob),
+            },
+        )
+        return AppendedTurn(tuple(records), pointer, generation)
 
     def read_turn(self, pointer: TurnPointer) -> list[TranscriptRecord]:
         """Read back exactly the records of one appended turn."""

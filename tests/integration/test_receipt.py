@@ -31,7 +31,6 @@ from memstrata.ops.bench.common.scratch_redis import RedisServer
 from memstrata.tasks._options import DRAIN, RECONCILE
 from tests.conftest import REDIS_URL, _purge
 from tests.integration.conftest import CeleryProcess, wait_until
-from tests.integration.test_redis_sent_script import clean
 
 pytestmark = pytest.mark.integration
 
@@ -360,12 +359,10 @@ def test_a_session_file_written_anew_is_never_taken_for_its_predecessor(
     assert markers_in_stm(res, "u", "s") == {"mkfresh": 1}
 
 
-# --------------------------------------------------------------------- the fsync and the send
+# --------------------------------------------------------------------- the fsync
 def test_record_turn_fsyncs_the_turns_session_file(
     shared_res: Runtime, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # record_turn sends the stream pointer before the fsync and reads the reply after
-    # it: the fsync of the session file must still be part of the call (R1)
     res, memory = shared_res, client(shared_res)
     synced: list[str] = []
     real_fsync = os.fsync
@@ -380,7 +377,7 @@ def test_record_turn_fsyncs_the_turns_session_file(
     assert receipt.kicked and stream_len(res, "u") == 1
 
 
-def test_a_failed_fsync_fails_the_call_and_a_retry_queues_the_turn_once(
+def test_a_failed_fsync_fails_the_call_and_the_retry_syncs_and_queues_the_turn_once(
     shared_res: Runtime, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     res, memory = shared_res, client(shared_res)
@@ -389,14 +386,13 @@ def test_a_failed_fsync_fails_the_call_and_a_retry_queues_the_turn_once(
     def failing_fsync(fd: int) -> None:
         raise OSError(errno.EIO, "Input/output error")
 
-    # Given a disk whose fsync fails after the pointer went out to Redis
+    # Given a disk whose fsync fails: the call raises before anything is queued
     monkeypatch.setattr(os, "fsync", failing_fsync)
     with pytest.raises(OSError, match="Input/output error"):
         memory.record_turn(user_id="u", session_id="s", messages=marker("eio"), turn_id="t1")
-    # Then no connection was kept out of the pool or put back with a reply unread
-    assert clean(res.redis)
-    # When the agent retries (no receipt, so it must), Then the turn is neither appended
-    # nor queued twice, it is fsync-ed this time, and it is processed once
+    assert stream_len(res, "u") == 0
+    # When the agent retries (no receipt, so it must), Then the turn found in the file is
+    # fsync-ed before its receipt, not appended again, and queued and processed once
     synced: list[str] = []
 
     def fsync(fd: int) -> None:
@@ -405,34 +401,9 @@ def test_a_failed_fsync_fails_the_call_and_a_retry_queues_the_turn_once(
 
     monkeypatch.setattr(os, "fsync", fsync)
     receipt = memory.record_turn(user_id="u", session_id="s", messages=marker("eio"), turn_id="t1")
-    assert receipt.already_recorded
+    assert receipt.already_recorded and receipt.kicked
     assert synced == [str(res.transcript.path(user_id="u", session_id="s"))]
     assert l0_turn_ids(res, "u", "s") == ["t1"]
     assert stream_len(res, "u") == 1
     drain(res, "u")
     assert markers_in_stm(res, "u", "s") == {"mkeio": 1}
-
-
-def test_a_turn_written_where_a_crash_took_back_the_last_one_is_queued(
-    shared_res: Runtime,
-) -> None:
-    res, memory = shared_res, client(shared_res)
-    memory.record_turn(user_id="u", session_id="s", messages=marker("first"), turn_id="t1")
-    path = res.transcript.path(user_id="u", session_id="s")
-    durable = path.stat().st_size
-    # Given a turn whose pointer reached Redis (moving the watermark past it) while a crash
-    # took its bytes back from the file before the fsync returned (no receipt was given)
-    memory.record_turn(user_id="u", session_id="s", messages=marker("lost"), turn_id="t2")
-    os.truncate(path, durable)
-    covered = watermark(res, "s")
-    assert covered is not None and covered > durable
-    # When the agent's next turn, no longer than the lost one, is written where it was
-    receipt = memory.record_turn(user_id="u", session_id="s", messages=marker("next"))
-    # Then it is queued, not taken for queued, and the watermark is back at the file's end
-    assert not receipt.already_recorded
-    assert watermark(res, "s") == path.stat().st_size
-    assert stream_len(res, "u") == 3  # t1, the lost t2's stale pointer, the new turn
-    drain(res, "u")
-    # the stale pointer names bytes that are now another turn's: dead-lettered, not read
-    assert markers_in_stm(res, "u", "s") == {"mkfirst": 1, "mknext": 1}
-    assert run_reconcile(res).requeued == 0
