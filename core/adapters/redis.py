@@ -87,18 +87,18 @@ def run_script(
 ) -> Any:
     """``script(keys=keys, args=args)``, packed by hiredis and sent and read on a pooled
     connection directly, for the hot paths (the ingest enqueue of ``record_turn``, the
-    STM recall read): redis-py's per-command wrapper (retry, instrumentation) and its
-    packer, which checks every argument's type in Python, were 4-8 % of those calls
-    (docs/PERFORMANCE.md, 2026-12-07 fourth sitting).  The bytes sent are redis-py's.
+    STM recall read): redis-py's per-command wrapper (retry loop, instrumentation) and
+    its packer, which checks every argument's type in Python, were 3.5-7.6 % of those
+    calls (docs/PERFORMANCE.md, 2026-12-07 fourth sitting).  The bytes sent are
+    redis-py's (``tests/integration/test_redis_run_script.py`` compares them).
 
-    Failures end as a plain call's would.  When no connection can be made (redis-py
-    retried connecting already, per the client's settings) that error is raised.  When
-    the send fails on the connection, the reply is lost (reset, timeout) or the script
-    cache is empty, the call is made again through redis-py's own path, with its
-    retries and its ``SCRIPT LOAD``: one attempt more than the client's retry count, so
-    only for scripts that are safe to run twice (as redis-py's own retry of a lost reply
-    assumes).  Errors are translated (:func:`redis_errors`); a connection is never put
-    back with a reply unread.  A single-connection client makes the plain call.
+    Failures end as a plain call's do: a connection that cannot be made raises; a lost
+    connection or reply goes through the connection's own retry policy (redis-py's
+    ``Retry``; none for the runtime's client), dropping the connection before each new
+    attempt, as ``execute_command`` does; an emptied script cache makes the plain call,
+    which loads the script.  Errors are translated (:func:`redis_errors`), and a
+    connection is never put back with a reply unread.  A single-connection client makes
+    the plain call.
     """
     if client.connection is None:
         # hiredis packs in C; redis-py hands its own packer's checked arguments to it
@@ -110,18 +110,23 @@ def run_script(
         pool = client.connection_pool
         try:
             conn = pool.get_connection()
-        except redis.RedisError as exc:  # connecting was retried already
+        except redis.RedisError as exc:  # connecting was retried already, if configured
             raise translate(exc) from exc
+
+        def call() -> Any:
+            conn.send_packed_command([packed])  # type: ignore[no-untyped-call]
+            return client.parse_response(conn, "EVALSHA")  # type: ignore[no-untyped-call]
+
+        def drop(_error: Exception) -> None:
+            conn.disconnect()  # type: ignore[no-untyped-call]
+
         try:
             with redis_errors():
                 try:
-                    conn.send_packed_command([packed])  # type: ignore[no-untyped-call]
-                    return client.parse_response(conn, "EVALSHA")  # type: ignore[no-untyped-call]
-                except (rx.ConnectionError, rx.TimeoutError):  # not sent, or the reply lost
-                    conn.disconnect()  # type: ignore[no-untyped-call]
+                    return conn.retry.call_with_retry(call, drop)
                 except rx.NoScriptError:  # a restart or flush emptied the cache
                     pass
-        except MemstrataError:  # a whole error reply was read: the connection is clean
+        except MemstrataError:  # a whole error reply read, or the connection dropped
             raise
         except BaseException:  # interrupted mid-call: never reuse what is half-read
             conn.disconnect()  # type: ignore[no-untyped-call]

@@ -266,8 +266,8 @@ class TranscriptStore:
                 found = _find_turn(fd, offset, turn_id, self.dedup_window_bytes, path)
                 if found is not None:
                     existing = _existing(found, records, path, _generation(fd))
-                    # synced again: its first attempt's fsync may have failed, or its
-                    # writer died before it (no receipt was given then, R3)
+                    # synced again: its writer may have died between its write() and its
+                    # fsync (no receipt was given then; docs/RELIABILITY.md R3)
                     if self.fsync:
                         os.fsync(fd)
                     return existing

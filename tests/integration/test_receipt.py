@@ -386,7 +386,8 @@ def test_a_failed_fsync_fails_the_call_and_the_retry_syncs_and_queues_the_turn_o
     def failing_fsync(fd: int) -> None:
         raise OSError(errno.EIO, "Input/output error")
 
-    # Given a disk whose fsync fails: the call raises before anything is queued
+    # Given a first attempt that never completed its fsync (here it raises; a writer
+    # that died between write() and fsync is the case): the call raises, nothing queued
     monkeypatch.setattr(os, "fsync", failing_fsync)
     with pytest.raises(OSError, match="Input/output error"):
         memory.record_turn(user_id="u", session_id="s", messages=marker("eio"), turn_id="t1")

@@ -5,7 +5,8 @@ sent and read on a pooled connection directly.  What must hold: the reply is the
 script's, the connection goes back to the pool with nothing unread on it, and every way
 the call can fail (an empty script cache, a reply that never comes, a server that is not
 there or never answers, an argument Redis cannot take) ends as a plain call would: the
-call made again through redis-py, or a translated error.  Real servers only: the shared
+client's retry policy, the script loaded, or a translated error; and the bytes sent
+are the ones redis-py's own packer makes.  Real servers only: the shared
 Redis, throwaway ``redis-server`` processes stopped (``SIGSTOP``) mid-call, and a bare
 TCP listener that never answers.
 """
@@ -20,7 +21,10 @@ from pathlib import Path
 
 import pytest
 import redis
+from hiredis import pack_command
+from redis._parsers.encoders import Encoder
 from redis.backoff import NoBackoff
+from redis.connection import PythonRespSerializer
 from redis.retry import Retry
 
 from memstrata.core.adapters.redis import run_script
@@ -60,10 +64,33 @@ def pause(srv: RedisServer, sig: signal.Signals) -> None:
     srv.proc.send_signal(sig)
 
 
-def throwaway_client(srv: RedisServer, timeout_s: float) -> redis.Redis:
+def throwaway_client(srv: RedisServer, timeout_s: float, retries: int = 0) -> redis.Redis:
     return redis.Redis.from_url(
-        srv.url, decode_responses=True, socket_timeout=timeout_s, retry=Retry(NoBackoff(), 0)
-    )
+        srv.url, decode_responses=True, socket_timeout=timeout_s,
+        retry=Retry(NoBackoff(), retries),
+    )  # fmt: skip
+
+
+def connections_received(probe: redis.Redis) -> int:
+    return int(probe.info("stats")["total_connections_received"])
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("k", 1, 0, -7, 10**30, "ü€𝄞", "a b"),
+        (0.1, 1 / 3, 1700000000.123, -0.0, 1e20, 5e-324, float("inf"), float("-inf")),
+        (b"raw\x00bytes", "", 123456789012345680.0),
+    ],
+)
+def test_hiredis_packs_the_bytes_redis_py_packs(args: tuple[str | int | float | bytes]) -> None:
+    # the lean call's packer against redis-py's own (a hiredis upgrade must not change
+    # what reaches Redis: float formatting above all)
+    encoder = Encoder("utf-8", "strict", False)  # type: ignore[no-untyped-call]
+    reference = PythonRespSerializer(6000, encoder.encode)
+    command = ("EVALSHA", "0" * 40, 1, *args)
+    expected = b"".join(reference.pack(*command))  # type: ignore[no-untyped-call]
+    assert pack_command(command) == expected  # type: ignore[arg-type]
 
 
 def test_the_reply_is_the_scripts_and_the_connection_comes_back_clean(res: Runtime) -> None:
@@ -121,31 +148,36 @@ def test_a_single_connection_client_makes_the_plain_call(res: Runtime) -> None:
         single.close()
 
 
-def test_a_reply_that_never_comes_is_unavailable_and_leaves_no_reply_behind(
+def test_a_reply_that_never_comes_is_unavailable_after_one_attempt(
     server: RedisServer,
 ) -> None:
-    client = throwaway_client(server, timeout_s=0.3)
+    client = throwaway_client(server, timeout_s=0.3)  # no retries, as the runtime's client
     script = client.register_script(COUNT)
     script(keys=["n"], args=[0])
+    probe = throwaway_client(server, timeout_s=5.0)
+    before = connections_received(probe)
     pause(server, signal.SIGSTOP)  # stopped first: the command sits unanswered in its socket
     with pytest.raises(StoreUnavailable) as info:
-        run_script(client, script, ["n"], [1])  # the read times out, and the plain call's
+        run_script(client, script, ["n"], [1])  # the read times out
     assert isinstance(info.value.__cause__, redis.TimeoutError)
     pause(server, signal.SIGCONT)
+    # no second attempt on a new connection (the server would have counted it)
+    assert connections_received(probe) == before
     assert clean(client)
     client.close()
+    probe.close()
 
 
-def test_a_lost_reply_is_read_from_the_call_made_again(server: RedisServer) -> None:
-    client = throwaway_client(server, timeout_s=2.0)
+def test_a_lost_reply_is_retried_as_the_clients_retry_policy_says(server: RedisServer) -> None:
+    client = throwaway_client(server, timeout_s=2.0, retries=1)
     script = client.register_script(COUNT)
     script(keys=["n"], args=[0])
     pause(server, signal.SIGSTOP)
-    # resumed after the first read gave up (2 s) and well before the second does (4 s)
+    # resumed after the first read gave up (2 s) and well before the retry's does (4 s)
     resume = threading.Timer(3.0, pause, args=(server, signal.SIGCONT))
     resume.start()
     try:
-        # the call made again; the lost one ran first (the script is run twice)
+        # the retry's reply; the lost call ran first (a retried script may run twice)
         assert run_script(client, script, ["n"], [1]) == 2
     finally:
         resume.join()
