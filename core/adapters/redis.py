@@ -88,7 +88,7 @@ def run_script(
     """``script(keys=keys, args=args)``, packed by hiredis and sent and read on a pooled
     connection directly, for the hot paths (the ingest enqueue of ``record_turn``, the
     STM recall read): redis-py's per-command wrapper (retry loop, instrumentation) and
-    its packer, which checks every argument's type in Python, were 3.5-7.6 % of those
+    its packer, which checks every argument's type in Python, were 3.5-8.7 % of those
     calls (docs/PERFORMANCE.md, 2026-12-07 fourth sitting).  The bytes sent are
     redis-py's (``tests/integration/test_redis_run_script.py`` compares them).
 
