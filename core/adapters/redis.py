@@ -121,13 +121,11 @@ def run_script(
             conn.disconnect()  # type: ignore[no-untyped-call]
 
         try:
-            with redis_errors():
-                try:
-                    return conn.retry.call_with_retry(call, drop)
-                except rx.NoScriptError:  # a restart or flush emptied the cache
-                    pass
-        except MemstrataError:  # a whole error reply read, or the connection dropped
-            raise
+            return conn.retry.call_with_retry(call, drop)
+        except rx.NoScriptError:  # a restart or flush emptied the cache: the plain call
+            pass
+        except redis.RedisError as exc:  # a whole error reply read, or the conn dropped
+            raise translate(exc) from exc
         except BaseException:  # interrupted mid-call: never reuse what is half-read
             conn.disconnect()  # type: ignore[no-untyped-call]
             raise
