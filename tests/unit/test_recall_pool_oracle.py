@@ -93,12 +93,13 @@ def test_the_new_pool_ranks_every_fixed_pool_as_the_old_one(seed: int) -> None:
 
     others = _others(rng, rng.randint(0, 40))
     q_ents = rng.sample(ENTITIES, seed % 3)
-    # the oracle ranks as the pool did before the topic-word blend (a ranking change of
-    # its own, tested in test_recall_rules.py); the rewrite must match it without it
+    # the oracle ranks as the pool did before the topic-word blend and the topic rank
+    # (ranking changes of their own, tested in test_recall_rules.py); the rewrite must
+    # match it without them
     policy = PoolPolicy(
         top_k=rng.choice([1, 5, 8, 50]),
         token_budget=rng.choice([16, 120, 600]),
-        weights=RescoreWeights(topic_coverage=0.0),
+        weights=RescoreWeights(topic_coverage=0.0, topic_rank=0.0),
     )
 
     def override(c: PoolCandidate) -> str | None:

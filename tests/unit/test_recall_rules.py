@@ -744,16 +744,19 @@ def test_a_long_term_line_that_says_what_is_asked_wins_a_near_tie_of_the_layers_
         return build_pool([chat, camp, stm], query_entities=["Melanie"], now=NOW,
                           policy=PoolPolicy(weights=weights), query=q)  # fmt: skip
 
-    # Then the line that says "camped" ("camp", stemmed) ranks first: its similarity is
-    # 0.8 × its order + 0.2 × its coverage of the question's words beside the name
-    blended = {s.candidate.memory_id: s for s in ranked(RescoreWeights())}
+    # Then, with the exact-word blend on (since the topic rank, off by default), the line
+    # that says "camped" ("camp", stemmed) ranks first: its similarity is 0.8 × its order
+    # + 0.2 × its coverage of the question's words beside the name
+    exact = RescoreWeights(topic_coverage=0.2, topic_rank=0.0)
+    blended = {s.candidate.memory_id: s for s in ranked(exact)}
     assert blended["raw_camp"].parts["similarity"] == pytest.approx(0.7 * (0.8 * 0.36 + 0.2))
     assert blended["ltm_chat"].parts["similarity"] == pytest.approx(0.7 * 0.8 * 0.40)
     assert blended["raw_camp"].score > blended["ltm_chat"].score
     # And STM keeps its own similarity (it already is its term coverage)
     assert blended["m1"].parts["similarity"] == pytest.approx(0.7 * 0.25)
     # And without the blend the layers' order alone decides, as before
-    plain = {s.candidate.memory_id: s for s in ranked(RescoreWeights(topic_coverage=0.0))}
+    off = RescoreWeights(topic_coverage=0.0, topic_rank=0.0)
+    plain = {s.candidate.memory_id: s for s in ranked(off)}
     assert plain["ltm_chat"].score > plain["raw_camp"].score
 
 

@@ -1,0 +1,175 @@
+"""The pool's topic rank (docs/QUALITY.md, fourteenth wave): long-term and raw lines
+ranked by how closely they say the question's topic words, exactly or by a near word in
+the static word-vector table, and that rank blended into their similarity."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from functools import cache
+
+import numpy as np
+import numpy.typing as npt
+import pytest
+
+from memstrata.core.recall.pool import (
+    PoolCandidate,
+    PoolPolicy,
+    RescoreWeights,
+    Scored,
+    SourceType,
+    build_pool,
+    soft_coverages,
+    topic_ranks,
+)
+from memstrata.core.recall.wordsim import StaticWordVectors, best_matches, vector_words
+
+NOW = 1_780_000_000.0
+
+
+def line(mid: str, summary: str, *, similarity: float = 0.5, source: SourceType = SourceType.LTM,
+         entities: tuple[str, ...] = ()) -> PoolCandidate:  # fmt: skip
+    return PoolCandidate(
+        memory_id=mid, source_type=source, summary=summary, canonical_fact_key=f"k:{mid}",
+        fingerprint=f"f:{mid}", memory_type="fact", similarity=similarity,
+        updated_at=NOW - 60, entities=entities,
+    )  # fmt: skip
+
+
+class TableOf:
+    """A hand-made word table: each word's unit vector as given, zeros for the rest."""
+
+    def __init__(self, rows: dict[str, Sequence[float]]) -> None:
+        self.rows = {
+            w: np.asarray(v, dtype=np.float32) / np.linalg.norm(v) for w, v in rows.items()
+        }
+        self.asked: list[list[str]] = []
+
+    def vectors(self, words: Sequence[str]) -> npt.NDArray[np.float32]:
+        self.asked.append(list(words))
+        return np.stack([self.rows.get(w, np.zeros(2, dtype=np.float32)) for w in words])
+
+
+@cache
+def real_table() -> StaticWordVectors:
+    return StaticWordVectors.from_package()
+
+
+def by_id(scored: list[Scored]) -> dict[str, Scored]:
+    return {s.candidate.memory_id: s for s in scored}
+
+
+def test_a_line_that_says_a_near_word_of_the_question_wins_a_near_tie() -> None:
+    # Given a question about Caroline's pets, small talk a little higher in the layers'
+    # order, and a line about her dog that shares no word with the question
+    q = "What pets does Caroline have?"
+    chat = line("ltm_chat", "Caroline: Thanks, talk to you soon!", similarity=0.40,
+                entities=("Caroline",))  # fmt: skip
+    dog = line("ltm_dog", "Caroline: my dog Oscar loves the park", similarity=0.38,
+               entities=("Caroline",))  # fmt: skip
+    kw = {"query_entities": ["Caroline"], "now": NOW, "policy": PoolPolicy(), "query": q}
+    # When the pool ranks them with the real word vectors
+    ranked = by_id(build_pool([chat, dog], words=real_table(), **kw))  # type: ignore[arg-type]
+    # Then the dog line is first: "pets" meets "dog" (cosine ~0.6), small talk nothing near
+    assert ranked["ltm_dog"].score > ranked["ltm_chat"].score
+    # And its similarity is 0.7 × (0.7 × its layers' order + 0.3 × its topic rank: 1 for
+    # the first of the pool's order by soft coverage, 11 / 12 for the second)
+    assert ranked["ltm_dog"].parts["similarity"] == pytest.approx(0.7 * (0.7 * 0.38 + 0.3))
+    chat_rank = 0.3 * 11 / 12
+    assert ranked["ltm_chat"].parts["similarity"] == pytest.approx(0.7 * (0.7 * 0.40 + chat_rank))
+    # And without word vectors neither line says "pets": they tie, the layers' order decides
+    plain = by_id(build_pool([chat, dog], **kw))  # type: ignore[arg-type]
+    assert plain["ltm_chat"].score > plain["ltm_dog"].score
+
+
+def test_the_pets_question_finds_the_dog_and_not_the_weather_by_the_real_table() -> None:
+    table = real_table()
+    sims = best_matches(["pets"], ["dog", "weather", "tuesday"], table)
+    assert sims.shape == (1, 3)
+    assert sims[0, 0] > 0.3 > max(sims[0, 1], sims[0, 2])
+
+
+def test_equal_coverages_share_their_best_rank_so_ties_move_nothing() -> None:
+    # Given three lines: one says the topic word, two say nothing near it
+    table = TableOf({"camping": [1.0, 0.0], "tent": [0.9, 0.1], "soup": [0.0, 1.0]})
+    lines = [line("a", "we bought a tent"), line("b", "lovely soup"), line("c", "more soup"),
+             line("d", "we went camping")]  # fmt: skip
+    # When they are ranked for the topic word "camping"
+    ranks = topic_ranks(["camping"], lines, table, k=10)
+    # Then the exact word is first (1.0), the near word second, and the two soups share
+    # the third place: (k + 1) / (k + 2 + 1), whatever order they came in
+    assert ranks["d"] == 1.0
+    assert ranks["a"] == pytest.approx(11 / 12)
+    assert ranks["b"] == ranks["c"] == pytest.approx(11 / 13)
+    # And the whole pool's words were looked up once, in one product
+    assert len(table.asked) == 2  # the topic words, then the pool's vocabulary
+
+
+def test_soft_coverage_counts_exact_words_whole_and_near_words_by_their_cosine() -> None:
+    table = TableOf({"hike": [1.0, 0.0], "trail": [0.6, 0.8], "museum": [0.0, 1.0]})
+    lines = [line("a", "a long trail"), line("b", "the hike was long"), line("c", "museum")]
+    cov = soft_coverages(["hike", "long"], lines, table)
+    # "a long trail": "long" exactly (1), "hike" meets "trail" at cosine 0.6
+    assert cov[0] == pytest.approx((1.0 + 0.6) / 2)
+    assert cov[1] == pytest.approx(1.0)  # both words exactly
+    assert cov[2] == pytest.approx(0.0)  # orthogonal: clipped at 0, no word in common
+    # stems count as the same word, with or without a table ("hikes" → "hike")
+    assert soft_coverages(["hikes"], [line("d", "one hike")], None) == [1.0]
+
+
+def test_without_a_table_only_exact_words_count() -> None:
+    lines = [line("a", "a long trail"), line("b", "the hike was long")]
+    assert soft_coverages(["hike"], lines, None) == [0.0, 1.0]
+
+
+def test_chinese_topic_words_are_matched_exactly_and_never_looked_up() -> None:
+    table = TableOf({})
+    lines = [line("a", "数据库 超时 了"), line("b", "今天 天气 不错")]
+    cov = soft_coverages(["超时"], lines, table)
+    assert cov == [1.0, 0.0]
+    assert table.asked == []  # no English topic word: no vector asked for
+    assert vector_words({"超时", "x1", "ok", "timeout", "a" * 41, "o'neil"}) == [
+        "o'neil", "timeout",
+    ]  # fmt: skip
+
+
+def test_stm_items_and_questions_without_a_topic_keep_their_similarity() -> None:
+    table = TableOf({"camping": [1.0, 0.0]})
+    stm = line("m1", "camping trip planned", similarity=0.25, source=SourceType.REDIS_STM)
+    ltm = line("ltm_1", "Caroline: thanks!", similarity=0.4, entities=("Caroline",))
+    # an STM item's similarity is its own term coverage already: never blended
+    pool = by_id(build_pool([stm, ltm], query_entities=[], now=NOW, policy=PoolPolicy(),
+                            query="camping?", words=table))  # fmt: skip
+    assert pool["m1"].parts["similarity"] == pytest.approx(0.7 * 0.25)
+    # a question that is only a name has no topic: the layers' order alone
+    pool = by_id(build_pool([ltm], query_entities=["Caroline"], now=NOW, policy=PoolPolicy(),
+                            query="Caroline?", words=table))  # fmt: skip
+    assert pool["ltm_1"].parts["similarity"] == pytest.approx(0.7 * 0.4)
+    # and a weight of 0 turns the rank off
+    off = PoolPolicy(weights=RescoreWeights(topic_rank=0.0))
+    pool = by_id(build_pool([ltm], query_entities=[], now=NOW, policy=off, query="thanks",
+                            words=table))  # fmt: skip
+    assert pool["ltm_1"].parts["similarity"] == pytest.approx(0.7 * 0.4)
+
+
+def test_word_vectors_are_unit_rows_with_zeros_for_words_without_tokens() -> None:
+    table = real_table()
+    v = table.vectors(["camping", "camping", "pottery"])
+    assert v.shape == (3, table.dim) and v.dtype == np.float32
+    assert np.allclose(np.linalg.norm(v, axis=1), 1.0, atol=1e-5)
+    assert np.array_equal(v[0], v[1])
+    assert not table.vectors([""]).any()  # no token: a zero row, never NaN
+
+
+def test_the_word_cache_is_bounded_and_starts_over_when_full() -> None:
+    loaded = real_table()
+    small = StaticWordVectors(loaded._table[:-1], loaded._tokenizer, capacity=3)
+    first = small.vectors(["alpha", "beta", "gamma"])
+    assert small.cached == 3
+    # a fourth word does not fit: the cache starts over with it, and every vector is the same
+    again = small.vectors(["delta", "alpha"])
+    assert small.cached == 2
+    assert np.array_equal(again[1], first[0])
+    # more new words than it holds at once: computed, not kept, the same vectors
+    many = small.vectors(["alpha", "beta", "gamma", "delta", "epsilon"])
+    assert np.array_equal(many[:3], first)
+    assert small.cached == 2
