@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import math
 import re
+from bisect import bisect_left
 from collections.abc import Callable, Iterable, Sequence
 from enum import StrEnum
 from functools import lru_cache
 from operator import attrgetter
-from typing import Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
-import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from memstrata.core.ltm.text import stem
@@ -26,11 +26,14 @@ from memstrata.core.recall.text import (
     FUNCTION_TERMS,
     coverage,
     line_terms,
+    named_terms,
     question_topic,
     stemmed,
 )
 from memstrata.core.recall.when import Window, date_window, said_within
-from memstrata.core.recall.wordsim import WordVectors, best_matches, vector_words
+
+if TYPE_CHECKING:
+    from memstrata.core.recall.wordsim import WordVectors
 
 
 class SourceType(StrEnum):
@@ -381,9 +384,15 @@ def line_topic_coverage(topic: frozenset[str], c: PoolCandidate) -> float:
 
 @lru_cache(maxsize=1024)
 def _line_vector_words(summary: str, entities: tuple[str, ...]) -> tuple[str, ...]:
-    """A line's words that :func:`topic_ranks` looks vectors up for; cached as
+    """A line's words that :func:`topic_ranks` looks vectors up for, without the names
+    it carries: the question's names are not topic words, and a name is as near to
+    "activities" in the table (0.15 for "caroline") as "camping" is (0.14).  Cached as
     :func:`_line_stems` is."""
-    return tuple(vector_words(line_terms(summary, entities) - FUNCTION_TERMS))
+    from memstrata.core.recall.wordsim import vector_words  # numpy: never in the client
+
+    return tuple(
+        vector_words(line_terms(summary, entities) - FUNCTION_TERMS - named_terms(entities))
+    )
 
 
 def soft_coverages(
@@ -397,6 +406,12 @@ def soft_coverages(
     matrix product and one segmented max for the whole pool, no loop over word pairs."""
     if not topic or not lines:
         return [0.0] * len(lines)
+    # numpy here, not at the top: the remote client imports this module (Scored) alone
+    import numpy as np
+
+    from memstrata.core.recall.wordsim import best_matches, vector_words
+
+    topic = list(dict.fromkeys(topic))  # each word once: rows are looked up by word
     said = [_line_stems(c.summary, c.entities) for c in lines]
     cover = np.array([[stem(t) in s for s in said] for t in topic], dtype=np.float32)
     near = vector_words(topic) if table is not None else []
@@ -418,24 +433,33 @@ def soft_coverages(
 
 
 def topic_ranks(
-    topic: Sequence[str], lines: Sequence[PoolCandidate], table: WordVectors | None, k: int
+    topic: Sequence[str],
+    lines: Sequence[PoolCandidate],
+    table: WordVectors | None,
+    k: int,
+    *,
+    placed: Sequence[PoolCandidate] = (),
 ) -> dict[str, float]:
     """Each line's reciprocal rank in the pool's order by :func:`soft_coverages`, scaled
     so the first is 1: ``(k + 1) / (k + rank + 1)``, equal coverages sharing the best
     rank of their run ("1224"), so an arbitrary order among ties moves nothing.
+    ``placed`` (the pool's duplicates, for ``explain``): the rank their coverage would
+    take among ``lines``, without taking a place themselves.
 
     A rank, not the coverage itself: cosines of unrelated words sit near 0.1 and of
     related ones near 0.3, a scale no other feature shares; the order is what they say
     (docs/QUALITY.md, fourteenth wave: the coverage blended as a value moved nothing)."""
-    scores = soft_coverages(topic, lines, table)
-    order = sorted(range(len(lines)), key=lambda i: -scores[i])
+    scores = soft_coverages(topic, [*lines, *placed], table)
+    above = sorted(-x for x in scores[: len(lines)])  # bisect: how many score higher
+
+    def rank(score: float) -> float:
+        return (k + 1) / (k + bisect_left(above, -score) + 1)
+
     out: dict[str, float] = {}
-    rank = 0
-    for place, i in enumerate(order):
-        if place and scores[i] < scores[order[place - 1]]:
-            rank = place
-        mid = lines[i].memory_id
-        out[mid] = max(out.get(mid, 0.0), (k + 1) / (k + rank + 1))
+    for c, score in zip(lines, scores, strict=False):
+        out[c.memory_id] = max(out.get(c.memory_id, 0.0), rank(score))
+    for c, score in zip(placed, scores[len(lines) :], strict=True):
+        out.setdefault(c.memory_id, rank(score))
     return out
 
 
@@ -461,12 +485,19 @@ class _Rescorer:
         # memory id -> topic rank (:func:`topic_ranks`), set by :func:`build_pool`
         self.ranks: dict[str, float] = {}
 
-    def rank_topics(self, lines: Sequence[PoolCandidate], table: WordVectors | None) -> None:
-        """Work out :attr:`ranks` for the pool's long-term and raw ``lines``."""
+    def rank_topics(
+        self,
+        lines: Sequence[PoolCandidate],
+        table: WordVectors | None,
+        placed: Sequence[PoolCandidate] = (),
+    ) -> None:
+        """Work out :attr:`ranks` for the pool's long-term and raw ``lines`` (and
+        ``placed`` among them: :func:`topic_ranks`)."""
         if not (self.w.topic_rank and self.query and lines):
             return
         topic = sorted(question_topic(self.query, self.entities))
-        self.ranks = topic_ranks(topic, lines, table, self.w.topic_rank_k) if topic else {}
+        if topic:
+            self.ranks = topic_ranks(topic, lines, table, self.w.topic_rank_k, placed=placed)
 
     def _window(self) -> Window | None:
         if not self.windowed:
@@ -520,7 +551,9 @@ def rescore(
 ) -> tuple[float, dict[str, float]]:
     """Weighted features of one candidate.  Entity overlap counts the query's extracted
     entities, and also the candidate's own entities that the query names: a person or
-    project the extractor has no pattern for ("what did Caroline say…") still matches."""
+    project the extractor has no pattern for ("what did Caroline say…") still matches.
+    The topic rank is a place among a pool's lines: a candidate alone has none (it is
+    scored as if ``weights.topic_rank`` were 0, which :func:`build_pool` is not)."""
     f = _Rescorer(query_entities, now, weights, query).features(c)
     return sum(f), _named(f)
 
@@ -552,7 +585,12 @@ def build_pool(
     w = policy.weights
     unique, dups = dedup(corroborate(list(candidates), w.rank_fusion_k, w.uncurated_vote))
     rescorer = _Rescorer(query_entities, now, policy.weights, query)
-    rescorer.rank_topics([c for c in unique if c.source_type is not SourceType.REDIS_STM], words)
+    rescorer.rank_topics(
+        [c for c in unique if c.source_type is not SourceType.REDIS_STM],
+        words,
+        # a duplicate's verdict shows the rank it would have had: only when reported
+        [c for c, _ in dups if c.source_type is not SourceType.REDIS_STM] if report else (),
+    )
     overridden: list[Scored] = []
     live: list[tuple[float, _Features, PoolCandidate]] = []
     for c in unique:

@@ -78,7 +78,7 @@ def topic_terms(q_terms: AbstractSet[str], entities: Sequence[str]) -> set[str]:
     question to STM).  Counted again as term coverage, a name said in most of a person's
     memories made every one of them half relevant to "what did Caroline research?"
     (docs/QUALITY.md, ninth wave); the words beside the name say what is asked."""
-    rest = set(q_terms) - _named_terms(entities)
+    rest = set(q_terms) - named_terms(entities)
     return rest or set(q_terms)
 
 
@@ -90,10 +90,11 @@ def question_topic(text: str, entities: Sequence[str]) -> set[str]:
     would count the entity-overlap feature twice, its coverage of function words is noise,
     so the pool leaves the layers' order alone (docs/QUALITY.md, tenth wave)."""
     content = terms(text) - FUNCTION_TERMS
-    return content - _named_terms(entities)
+    return content - named_terms(entities)
 
 
-def _named_terms(entities: Sequence[str]) -> set[str]:
+def named_terms(entities: Sequence[str]) -> set[str]:
+    """The terms of the names ``entities`` spell."""
     named: set[str] = set()
     for e in entities:
         named |= terms(e)

@@ -1,12 +1,13 @@
 """Word-to-word similarity from static word vectors, for the pool's topic rank.
 
-A list question shares few words with the lines that answer it: "What activities does
-Melanie partake in?" is answered by "I signed up for a pottery class" and "we went
-camping".  The long-term layers' lexical list cannot see that, and a sentence embedding
-of the whole question is nearly flat over a person's chit-chat (docs/QUALITY.md, ninth
-and fourteenth waves).  Word vectors can: each topic word of the question meets its
-closest word of the line (late interaction, one vector per word, as in ColBERT, with a
-static table instead of a transformer).
+A question often shares no word with the line that answers it: "What pets does
+Caroline have?" is answered by "my dog Oscar loves the park", "Which instrument does
+she play?" by "I've been practising the guitar".  The long-term layers' lexical list
+cannot see that, and a sentence embedding of the whole question is nearly flat over a
+person's chit-chat (docs/QUALITY.md, ninth and fourteenth waves).  Word vectors can
+("pets"·"dog" 0.40, "instrument"·"guitar" 0.59, unrelated words near 0.1): each topic
+word of the question meets its closest word of the line (late interaction, one vector
+per word, as in ColBERT, with a static table instead of a transformer).
 
 The table is WordLlama's ``l2_supercat`` (Lee Miller, MIT): 32,000 Llama-2 sub-word
 tokens × 256 dimensions, float16, 16 MB, shipped inside the ``wordllama`` wheel, so
@@ -103,15 +104,20 @@ class StaticWordVectors:
 
     @classmethod
     def from_package(cls, *, capacity: int = 16_384) -> StaticWordVectors:
-        """The table and tokenizer inside the installed ``wordllama`` wheel."""
+        """The table and tokenizer inside the installed ``wordllama`` wheel;
+        ``ModuleNotFoundError`` without it, ``OSError`` when its files cannot be read."""
         from safetensors import safe_open
         from tokenizers import Tokenizer
 
         root = _package_dir("wordllama")
         config = root / "tokenizers" / "l2_supercat_tokenizer_config.json"
-        tokenizer = Tokenizer.from_file(str(config))
-        with safe_open(str(root / "weights" / "l2_supercat_256.safetensors"), framework="np") as f:
-            table = f.get_tensor("embedding.weight")
+        weights = root / "weights" / "l2_supercat_256.safetensors"
+        try:
+            tokenizer = Tokenizer.from_file(str(config))
+            with safe_open(str(weights), framework="np") as f:
+                table = f.get_tensor("embedding.weight")
+        except Exception as exc:  # both raise plain Exception subclasses on a bad file
+            raise OSError(f"cannot read the word vectors in {root}: {exc}") from exc
         return cls(table, tokenizer, capacity=capacity)
 
     @property

@@ -4,13 +4,17 @@ the static word-vector table, and that rank blended into their similarity."""
 
 from __future__ import annotations
 
+import random
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from functools import cache
+from pathlib import Path
 
 import numpy as np
 import numpy.typing as npt
 import pytest
 
+from memstrata.core.recall import wordsim
 from memstrata.core.recall.pool import (
     PoolCandidate,
     PoolPolicy,
@@ -69,7 +73,7 @@ def test_a_line_that_says_a_near_word_of_the_question_wins_a_near_tie() -> None:
     kw = {"query_entities": ["Caroline"], "now": NOW, "policy": PoolPolicy(), "query": q}
     # When the pool ranks them with the real word vectors
     ranked = by_id(build_pool([chat, dog], words=real_table(), **kw))  # type: ignore[arg-type]
-    # Then the dog line is first: "pets" meets "dog" (cosine ~0.6), small talk nothing near
+    # Then the dog line is first: "pets" meets "dog" (cosine ~0.4), small talk nothing near
     assert ranked["ltm_dog"].score > ranked["ltm_chat"].score
     # And its similarity is 0.7 × (0.7 × its layers' order + 0.3 × its topic rank: 1 for
     # the first of the pool's order by soft coverage, 11 / 12 for the second)
@@ -93,15 +97,73 @@ def test_equal_coverages_share_their_best_rank_so_ties_move_nothing() -> None:
     table = TableOf({"camping": [1.0, 0.0], "tent": [0.9, 0.1], "soup": [0.0, 1.0]})
     lines = [line("a", "we bought a tent"), line("b", "lovely soup"), line("c", "more soup"),
              line("d", "we went camping")]  # fmt: skip
-    # When they are ranked for the topic word "camping"
+    # When they are ranked for the topic word "camping", in two orders
     ranks = topic_ranks(["camping"], lines, table, k=10)
+    assert topic_ranks(["camping"], lines[::-1], table, k=10) == ranks
     # Then the exact word is first (1.0), the near word second, and the two soups share
     # the third place: (k + 1) / (k + 2 + 1), whatever order they came in
     assert ranks["d"] == 1.0
     assert ranks["a"] == pytest.approx(11 / 12)
     assert ranks["b"] == ranks["c"] == pytest.approx(11 / 13)
     # And the whole pool's words were looked up once, in one product
-    assert len(table.asked) == 2  # the topic words, then the pool's vocabulary
+    assert len(table.asked) == 4  # per call: the topic words, then the pool's vocabulary
+
+
+def test_a_line_without_words_and_a_topic_word_without_a_vector_count_nothing_near() -> None:
+    # Given a topic of a number (no vector) and a word, and a line with no English word
+    table = TableOf({"camping": [1.0, 0.0], "tent": [0.8, 0.6]})
+    lines = [line("a", "tent"), line("b", "2023 42"), line("c", "2023 camping")]
+    cov = soft_coverages(["2023", "camping"], lines, table)
+    # Then "2023" counts only where said, "camping" its match: the tent's 0.8, not the
+    # number's row; a line of digits points at no word of another line
+    assert cov == pytest.approx([(0 + 0.8) / 2, (1 + 0) / 2, (1 + 1) / 2])
+
+
+def test_a_memory_id_met_twice_keeps_its_better_rank_and_a_duplicate_is_placed() -> None:
+    table = TableOf({"camping": [1.0, 0.0], "soup": [0.0, 1.0]})
+    best, worse = line("x", "camping"), line("x", "soup")
+    other = line("y", "soup")
+    assert topic_ranks(["camping"], [worse, other, best], table, k=10)["x"] == 1.0
+    # a placed line takes the rank its coverage would have, and no place from the others
+    ranks = topic_ranks(["camping"], [other], table, k=10, placed=[line("z", "camping")])
+    assert ranks == {"y": 1.0, "z": 1.0}
+
+
+def test_names_on_the_line_are_not_near_words() -> None:
+    # "caroline" is as near to "activities" in the table as "camping" is: a line's own
+    # names must not rank another speaker's small talk above an activity
+    table = real_table()
+    chat = line("chat", "Caroline: Thanks, talk to you soon!", entities=("Caroline",))
+    camp = line("camp", "Melanie: We went camping with the kids", entities=("Melanie",))
+    cov = soft_coverages(["activities"], [chat, camp], table)
+    assert cov[1] > cov[0]
+
+
+def test_at_the_default_weights_a_line_that_says_what_is_asked_wins_a_near_tie() -> None:
+    # Given a pool of small talk a little higher in the layers' order than the line that
+    # says "camped" (0.40 against 0.38: a near tie of the fused order)
+    q = "Where has Melanie camped?"
+    talk = [line(f"ltm_{i}", f"Melanie: {w}!", similarity=0.40, entities=("Melanie",))
+            for i, w in enumerate(["Great chatting with you", "See you soon", "Thanks so much",
+                                   "Take care", "Love that", "Sounds good"])]  # fmt: skip
+    camp = line("ltm_camp", "Melanie: We camped at the beach", similarity=0.38,
+                entities=("Melanie",))  # fmt: skip
+    pool = build_pool([*talk, camp], query_entities=["Melanie"], now=NOW, policy=PoolPolicy(),
+                      query=q, words=real_table())  # fmt: skip
+    # Then it is kept first: the first topic rank is worth 0.3 × (1 − 11/12) = 0.025 more
+    # than the second, the most any small talk can have; a wider gap of the layers' order
+    # (0.7 × 0.036) is theirs to keep, a rank says nothing of how much better a line is
+    assert pool[0].candidate.memory_id == "ltm_camp"
+
+
+def test_a_duplicate_verdict_shows_the_topic_rank_it_would_have_had() -> None:
+    table = TableOf({"camping": [1.0, 0.0]})
+    kept = line("ltm_1", "we went camping", similarity=0.5)
+    twin = line("raw_1", "we went camping", similarity=0.5, source=SourceType.RAW_HISTORY)
+    pool = by_id(build_pool([kept, twin], query_entities=[], now=NOW, policy=PoolPolicy(),
+                            query="camping?", words=table))  # fmt: skip
+    assert pool["raw_1"].verdict.value == "duplicate"
+    assert pool["raw_1"].parts["similarity"] == pool["ltm_1"].parts["similarity"]
 
 
 def test_soft_coverage_counts_exact_words_whole_and_near_words_by_their_cosine() -> None:
@@ -173,3 +235,30 @@ def test_the_word_cache_is_bounded_and_starts_over_when_full() -> None:
     many = small.vectors(["alpha", "beta", "gamma", "delta", "epsilon"])
     assert np.array_equal(many[:3], first)
     assert small.cached == 2
+
+
+def test_threads_sharing_one_table_get_the_vectors_one_thread_gets() -> None:
+    loaded = real_table()
+    shared = StaticWordVectors(loaded._table[:-1], loaded._tokenizer, capacity=50)
+    alone = StaticWordVectors(loaded._table[:-1], loaded._tokenizer, capacity=10_000)
+    words = [f"word{i}" for i in range(40)] + ["camping", "pottery", "dog", "pets"]
+    rng = random.Random(5)
+    batches = [rng.sample(words, 12) for _ in range(200)]
+    with ThreadPoolExecutor(max_workers=6) as pool:
+        got = list(pool.map(shared.vectors, batches))  # the cache starts over again and again
+    for batch, vectors in zip(batches, got, strict=True):
+        assert np.array_equal(vectors, alone.vectors(batch))
+
+
+def test_unreadable_word_vector_files_are_an_os_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a package folder whose tokenizer and weights are not what they should be
+    (tmp_path / "tokenizers").mkdir()
+    (tmp_path / "weights").mkdir()
+    (tmp_path / "tokenizers" / "l2_supercat_tokenizer_config.json").write_text("{")
+    (tmp_path / "weights" / "l2_supercat_256.safetensors").write_bytes(b"\0" * 16)
+    monkeypatch.setattr(wordsim, "_package_dir", lambda name: tmp_path)
+    # Then loading it is an OSError naming the folder (the runtime falls back on it)
+    with pytest.raises(OSError, match="cannot read the word vectors"):
+        StaticWordVectors.from_package()
