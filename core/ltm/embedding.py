@@ -157,31 +157,19 @@ class MiniLMEmbedder:
 
 
 class WordLlamaEmbedder:
-    """WordLlama ``l2_supercat`` (256-d static token embeddings, average-pooled, numpy).
-
-    The weights and the tokenizer config ship inside the ``wordllama`` wheel, but its
-    ``WordLlama.load`` (0.4.0) looks for the tokenizer in ``tokenizer/`` while the wheel
-    has it in ``tokenizers/``, and then downloads it: so both files are opened here from
-    the package folder, and nothing is ever fetched.
-    """
+    """WordLlama ``l2_supercat`` (256-d static token embeddings, average-pooled, numpy),
+    its files read by :func:`memstrata.core.recall.wordsim.read_wordllama`, as recall's
+    word vectors are."""
 
     name = "wordllama"
     dim = 256
 
     def __init__(self) -> None:
-        import wordllama
-        from safetensors import safe_open
-        from wordllama import WordLlama
         from wordllama.inference import WordLlamaInference
 
-        root = Path(wordllama.__file__).parent
-        tokenizer = WordLlama.load_tokenizer(
-            root / "tokenizers" / "l2_supercat_tokenizer_config.json", hf_model_id=None
-        )
-        with safe_open(
-            str(root / "weights" / f"l2_supercat_{self.dim}.safetensors"), framework="np"
-        ) as f:
-            table = f.get_tensor("embedding.weight")
+        from memstrata.core.recall.wordsim import read_wordllama
+
+        table, tokenizer = read_wordllama(self.dim)
         self._model = WordLlamaInference(table, tokenizer, binary=False)
 
     def embed_documents(self, texts: Sequence[str]) -> Vectors:

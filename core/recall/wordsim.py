@@ -14,8 +14,8 @@ tokens × 256 dimensions, float16, 16 MB, shipped inside the ``wordllama`` wheel
 nothing is downloaded at run time.  A word's vector is the mean of its tokens',
 L2-normalised.  English only: other words get no vector (a Chinese question keeps its
 exact term matches).  The package itself is never imported (0.4 s of start-up for a
-loader this module does not need): its tokenizer file is read by ``tokenizers`` and its
-weights by ``safetensors``, both its own dependencies.
+loader this module does not need): :func:`read_wordllama` reads its two files, for the
+``wordllama`` embedder too.
 """
 
 from __future__ import annotations
@@ -25,12 +25,12 @@ import re
 import threading
 from collections.abc import Collection, Sequence
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["StaticWordVectors", "WordVectors", "best_matches", "vector_words"]
+__all__ = ["StaticWordVectors", "WordVectors", "best_matches", "read_wordllama", "vector_words"]
 
 _WORD = re.compile(r"[a-z][a-z'-]{2,}")
 MAX_WORD_CHARS = 40
@@ -73,11 +73,35 @@ class _Tokenizer(Protocol):
     ) -> Sequence[_Encoding]: ...
 
 
-def _package_dir(name: str) -> Path:
-    spec = importlib.util.find_spec(name)  # finds the folder without running its __init__
-    if spec is None or not spec.submodule_search_locations:
-        raise ModuleNotFoundError(f"{name} is not installed (pip install {name})")
-    return Path(next(iter(spec.submodule_search_locations)))
+def read_wordllama(dim: int = 256, root: Path | None = None) -> tuple[npt.NDArray[np.float16], Any]:
+    """WordLlama's ``l2_supercat`` token table (32,000 × ``dim``, float16) and its
+    tokenizer (a ``tokenizers.Tokenizer``), read from the installed ``wordllama`` wheel.
+
+    Its own ``WordLlama.load`` (0.4.0) looks for the tokenizer in ``tokenizer/`` while the
+    wheel has it in ``tokenizers/``, and then downloads it; and importing the package
+    costs 0.4 s.  So the folder is found without importing it and both files are read
+    here: nothing is ever fetched.  ``ModuleNotFoundError`` without the wheel,
+    ``OSError`` when its files cannot be read (``tokenizers`` and ``safetensors`` raise
+    plain ``Exception`` subclasses).  ``root``: another folder of the same layout."""
+    from safetensors import safe_open
+    from tokenizers import Tokenizer
+
+    if root is None:
+        spec = importlib.util.find_spec("wordllama")
+        if spec is None or not spec.submodule_search_locations:
+            raise ModuleNotFoundError("wordllama is not installed (pip install wordllama)")
+        root = Path(next(iter(spec.submodule_search_locations)))
+    try:
+        tokenizer = Tokenizer.from_file(
+            str(root / "tokenizers" / "l2_supercat_tokenizer_config.json")
+        )
+        with safe_open(
+            str(root / "weights" / f"l2_supercat_{dim}.safetensors"), framework="np"
+        ) as f:
+            table = f.get_tensor("embedding.weight")
+    except Exception as exc:
+        raise OSError(f"cannot read the word vectors in {root}: {exc}") from exc
+    return table, tokenizer
 
 
 class StaticWordVectors:
@@ -106,18 +130,7 @@ class StaticWordVectors:
     def from_package(cls, *, capacity: int = 16_384) -> StaticWordVectors:
         """The table and tokenizer inside the installed ``wordllama`` wheel;
         ``ModuleNotFoundError`` without it, ``OSError`` when its files cannot be read."""
-        from safetensors import safe_open
-        from tokenizers import Tokenizer
-
-        root = _package_dir("wordllama")
-        config = root / "tokenizers" / "l2_supercat_tokenizer_config.json"
-        weights = root / "weights" / "l2_supercat_256.safetensors"
-        try:
-            tokenizer = Tokenizer.from_file(str(config))
-            with safe_open(str(weights), framework="np") as f:
-                table = f.get_tensor("embedding.weight")
-        except Exception as exc:  # both raise plain Exception subclasses on a bad file
-            raise OSError(f"cannot read the word vectors in {root}: {exc}") from exc
+        table, tokenizer = read_wordllama()
         return cls(table, tokenizer, capacity=capacity)
 
     @property

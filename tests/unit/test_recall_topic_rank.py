@@ -14,7 +14,6 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
-from memstrata.core.recall import wordsim
 from memstrata.core.recall.pool import (
     PoolCandidate,
     PoolPolicy,
@@ -25,7 +24,12 @@ from memstrata.core.recall.pool import (
     soft_coverages,
     topic_ranks,
 )
-from memstrata.core.recall.wordsim import StaticWordVectors, best_matches, vector_words
+from memstrata.core.recall.wordsim import (
+    StaticWordVectors,
+    best_matches,
+    read_wordllama,
+    vector_words,
+)
 
 NOW = 1_780_000_000.0
 
@@ -250,15 +254,12 @@ def test_threads_sharing_one_table_get_the_vectors_one_thread_gets() -> None:
         assert np.array_equal(vectors, alone.vectors(batch))
 
 
-def test_unreadable_word_vector_files_are_an_os_error(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_unreadable_word_vector_files_are_an_os_error(tmp_path: Path) -> None:
     # Given a package folder whose tokenizer and weights are not what they should be
     (tmp_path / "tokenizers").mkdir()
     (tmp_path / "weights").mkdir()
     (tmp_path / "tokenizers" / "l2_supercat_tokenizer_config.json").write_text("{")
     (tmp_path / "weights" / "l2_supercat_256.safetensors").write_bytes(b"\0" * 16)
-    monkeypatch.setattr(wordsim, "_package_dir", lambda name: tmp_path)
-    # Then loading it is an OSError naming the folder (the runtime falls back on it)
+    # Then reading it is an OSError naming the folder (the runtime falls back on it)
     with pytest.raises(OSError, match="cannot read the word vectors"):
-        StaticWordVectors.from_package()
+        read_wordllama(root=tmp_path)
