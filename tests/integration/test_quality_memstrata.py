@@ -4,12 +4,14 @@ and the token-budget and stored-token figures come from what recall renders and 
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from memstrata.core.settings import Settings
 from memstrata.ops.bench import quality
+from memstrata.ops.bench.quality import embed
 from memstrata.ops.bench.quality.datasets import Dataset, Question, Space, Turn
 from memstrata.ops.bench.quality.runner import evaluate
 from tests.integration import authority_db
@@ -93,3 +95,19 @@ def test_a_refused_message_is_an_error_and_the_rest_is_measured(
     raw = figures["systems"]["bm25_raw"]
     assert raw["errors"] == [] and raw["memory_ratio"] == 1.0
     assert raw["stored_tokens"] == figures["transcript_tokens"]
+
+
+def test_memstrata_alone_keeps_the_vectors_it_embedded_for_the_next_run(
+    settings: Settings, pg_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given an empty vector cache (no raw system in the run to save it)
+    monkeypatch.setattr(embed, "_shared", embed.SharedEmbedder(tmp_path))
+    tight = settings.model_copy(update={"postgres_url": pg_url, "transcript_fsync": False})
+    # When memstrata runs alone
+    figures = evaluate(_chat(), ("memstrata",), system_kw={"memstrata": {"settings": tight}})
+    # Then what its long-term memory embedded is on disk: a rerun embeds nothing again
+    assert figures["embedder"]["embedded_now"] > 0
+    (saved,) = tmp_path.glob("*.npz")
+    again = embed.SharedEmbedder(tmp_path)
+    assert len(again._cache) == figures["embedder"]["embedded_now"] > 0
+    assert saved.name == f"{again.name}.npz"

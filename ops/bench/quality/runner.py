@@ -295,7 +295,8 @@ def evaluate(
             out["per_category"][name] = _by_category(ds, rows, brows)
         else:  # a diagnostic variant: same figures, kept out of the systems table
             out["diagnostics"][name] = {**figures, "per_category": _by_category(ds, rows, brows)}
-    if any(s.startswith(("dense", "hybrid", "mem0")) for s in systems):
+    # memstrata's LTM embeds through the same cache: a run of it alone keeps its vectors
+    if any(s.startswith(("dense", "hybrid", "mem0", "memstrata")) for s in systems):
         emb = shared_embedder()
         emb.save()
         out["embedder"] = {"name": emb.name, "dim": emb.dim, "embed_ms": _ms(emb.embed_seconds),
