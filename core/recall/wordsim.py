@@ -54,10 +54,16 @@ def best_matches(
 ) -> npt.NDArray[np.float32]:
     """Cosine similarity of every topic word with every word, clipped at 0: shape
     ``(len(topic), len(words))``, in one product (the pool asks once per recall with
-    every long-term line's words, then takes each line's columns)."""
+    every long-term line's words, then takes each line's columns).
+
+    The product is taken in float64 and rounded to float32 once: a float32 product's
+    last bit depends on how BLAS splits it (its thread count, the host's cores), and a
+    last bit decided near ties of the topic rank, which then moved a LoCoMo question
+    in eighty.  Rounded from float64, each cosine is the same on any host."""
     if not topic or not words:
         return np.zeros((len(topic), len(words)), dtype=np.float32)
-    sims: npt.NDArray[np.float32] = table.vectors(topic) @ table.vectors(words).T
+    exact = table.vectors(topic).astype(np.float64) @ table.vectors(words).T.astype(np.float64)
+    sims: npt.NDArray[np.float32] = exact.astype(np.float32)
     np.maximum(sims, 0.0, out=sims)
     return sims
 

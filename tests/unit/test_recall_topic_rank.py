@@ -263,3 +263,25 @@ def test_unreadable_word_vector_files_are_an_os_error(tmp_path: Path) -> None:
     # Then reading it is an OSError naming the folder (the runtime falls back on it)
     with pytest.raises(OSError, match="cannot read the word vectors"):
         read_wordllama(root=tmp_path)
+
+
+def test_word_similarities_are_the_same_whatever_blas_threads_compute_them() -> None:
+    # A float32 product's last bit depends on how BLAS splits it among its threads; near
+    # ties of the topic rank followed that bit (LoCoMo questions moved with the count)
+    threadpoolctl = pytest.importorskip("threadpoolctl")
+    blas = threadpoolctl.ThreadpoolController().select(user_api="blas")
+    if not blas.lib_controllers:
+        pytest.skip("numpy has no BLAS threadpoolctl can see")
+    rng = random.Random(3)
+    letters = "abcdefghijklmnopqrstuvwxyz"
+    words = ["".join(rng.choices(letters, k=rng.randint(4, 9))) for _ in range(700)]
+    topic, vocab = words[:16], words[16:]
+    table = real_table()
+    table.vectors(words)  # the vectors themselves are read once, outside the comparison
+    got = {}
+    for threads in (1, 2):
+        with threadpoolctl.threadpool_limits(limits=threads, user_api="blas"):
+            if {c["num_threads"] for c in blas.info()} != {threads}:
+                pytest.skip(f"BLAS cannot run {threads} threads here")
+            got[threads] = best_matches(topic, vocab, table)
+    assert np.array_equal(got[1], got[2])
