@@ -18,6 +18,8 @@ import json
 import multiprocessing
 import os
 import platform
+import signal
+import threading
 import time
 import traceback
 from collections.abc import Callable, Mapping
@@ -68,16 +70,56 @@ def skip_list(benches: Mapping[str, str]) -> set[str]:
 Measure = Callable[[str, bool], dict[str, Any]]
 
 
+_finished = threading.Event()  # a child's benchmark has returned or raised
+
+
 def measure(module_name: str, quick: bool) -> dict[str, Any]:
     """One benchmark's figures, in this process (a child's entry point)."""
-    return dict(import_module(module_name).run(quick=quick))
+    try:
+        return dict(import_module(module_name).run(quick=quick))
+    finally:
+        _finished.set()
+
+
+PARENT_POLL_S = 0.5
+CLEANUP_GRACE_S = 30.0
+
+
+def _parent_gone(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt("the bench process that started this benchmark is gone")
+
+
+def exit_with_parent(parent: int) -> None:
+    """A benchmark child's initializer: when the process that started it is gone (``bench
+    all`` killed, its own clean-up never run), interrupt the benchmark, so its ``finally``
+    blocks stop the servers and workers it started, then end the process (at the latest
+    ``CLEANUP_GRACE_S`` later).  Without it a killed run left its benchmark measuring on
+    for nobody, beside the next run (docs/PERFORMANCE.md, 2026-12-07 night).
+
+    The interrupt is a real signal, so it also ends a sleep or a socket wait
+    (``_thread.interrupt_main`` waits for those to return), and ``SIGUSR1``, not
+    ``SIGINT``: a job started in the background inherits ``SIGINT`` ignored."""
+    signal.signal(signal.SIGUSR1, _parent_gone)  # the initializer runs in the main thread
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(PARENT_POLL_S)
+        os.kill(os.getpid(), signal.SIGUSR1)
+        _finished.wait(CLEANUP_GRACE_S)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="exit-with-parent", daemon=True).start()
 
 
 def measure_in_child(module_name: str, quick: bool) -> dict[str, Any]:
     """One benchmark's figures from a fresh interpreter (``spawn``: nothing inherited but
     the environment and ``sys.path``); its exception is raised here, with the child's
-    traceback as its cause, and a child that dies raises ``BrokenProcessPool``."""
-    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as child:
+    traceback as its cause, and a child that dies raises ``BrokenProcessPool``.  The
+    child ends when this process does, however this one ends (:func:`exit_with_parent`)."""
+    with ProcessPoolExecutor(
+        1, mp_context=multiprocessing.get_context("spawn"),
+        initializer=exit_with_parent, initargs=(os.getpid(),),
+    ) as child:  # fmt: skip
         return child.submit(measure, module_name, quick).result()
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import os
 import sys
+import time
+from pathlib import Path
 from typing import Any
 
 PARENT_ONLY = "memstrata_bench_stub_parent_only"
@@ -16,6 +18,12 @@ def run(quick: bool) -> dict[str, Any]:
         raise RuntimeError("stub benchmark broke")
     if os.environ.get("BENCH_STUB_FAIL") == "die":
         os._exit(3)  # the interpreter ends without an exception
+    if marker := os.environ.get("BENCH_STUB_HANG"):  # a long benchmark, its clean-up seen
+        Path(marker).write_text(str(os.getpid()))
+        try:
+            time.sleep(120)
+        finally:
+            Path(marker + ".cleaned").write_text("stopped")
     return {"pid": os.getpid(), "quick": quick, "saw_parent_module": PARENT_ONLY in sys.modules}
 
 

@@ -6,13 +6,17 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
 from memstrata.ops.bench import report
 from memstrata.ops.bench.plots import embed, latency_rows, render
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 PNG = b"\x89PNG\r\n\x1a\n"
 
@@ -153,3 +157,44 @@ def test_a_benchmark_that_fails_in_its_process_is_recorded_and_the_rest_run(
     assert f"FAILED in this run: `{want}" in (tmp_path / "BENCHMARKS.md").read_text()
     if how == "raise":  # the child's traceback reaches the log
         assert any('bench_stub.py", line' in line for line in lines)
+
+
+def _gone(pid: int) -> bool:
+    """Exited (a zombie nobody reaps counts: it runs nothing)."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except FileNotFoundError:
+        return True
+    return "State:\tZ" in status
+
+
+@pytest.mark.skipif(not Path("/proc").is_dir(), reason="reads /proc")
+def test_a_killed_bench_all_takes_its_running_benchmark_down_with_its_clean_up(
+    tmp_path: Path,
+) -> None:
+    # Given bench all running a long benchmark in its child process
+    marker = tmp_path / "started"
+    env = {**os.environ, "BENCH_STUB_HANG": str(marker), "PYTHONPATH": str(REPO_ROOT)}
+    parent = subprocess.Popen(
+        [sys.executable, "-c", "from memstrata.ops.bench.report import measure_in_child; "
+         "measure_in_child('tests.unit.bench_stub', True)"],
+        env=env, cwd=REPO_ROOT,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        while not marker.exists():
+            assert parent.poll() is None and time.monotonic() < deadline, "never started"
+            time.sleep(0.1)
+        child = int(marker.read_text())
+        # When bench all is killed outright (no clean-up of its own runs)
+        parent.kill()
+        parent.wait()
+        # Then the benchmark is interrupted, runs its finally blocks and ends
+        deadline = time.monotonic() + 20
+        while not _gone(child) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert _gone(child), "the benchmark outlived bench all"
+        assert (tmp_path / "started.cleaned").read_text() == "stopped"
+    finally:
+        if parent.poll() is None:
+            parent.kill()
