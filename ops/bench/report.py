@@ -92,20 +92,25 @@ def _parent_gone(signum: int, frame: object) -> None:
 def exit_with_parent(parent: int) -> None:
     """A benchmark child's initializer: when the process that started it is gone (``bench
     all`` killed, its own clean-up never run), interrupt the benchmark, so its ``finally``
-    blocks stop the servers and workers it started, then end the process (at the latest
-    ``CLEANUP_GRACE_S`` later).  Without it a killed run left its benchmark measuring on
-    for nobody, beside the next run (docs/PERFORMANCE.md, 2026-12-07 night).
+    blocks stop the servers and workers it started, then end the process and its own
+    multiprocessing children (at the latest ``CLEANUP_GRACE_S`` later: a clean-up that
+    is under way when the parent goes is interrupted too).  Without it a killed run
+    left its benchmark measuring on for nobody, beside the next run
+    (docs/PERFORMANCE.md, 2026-12-07 night).
 
     The interrupt is a real signal, so it also ends a sleep or a socket wait
     (``_thread.interrupt_main`` waits for those to return), and ``SIGUSR1``, not
     ``SIGINT``: a job started in the background inherits ``SIGINT`` ignored."""
     signal.signal(signal.SIGUSR1, _parent_gone)  # the initializer runs in the main thread
+    main = threading.get_ident()
 
     def watch() -> None:
         while os.getppid() == parent:
             time.sleep(PARENT_POLL_S)
-        os.kill(os.getpid(), signal.SIGUSR1)
+        signal.pthread_kill(main, signal.SIGUSR1)
         _finished.wait(CLEANUP_GRACE_S)
+        for child in multiprocessing.active_children():  # os._exit skips their clean-up
+            child.terminate()
         os._exit(1)
 
     threading.Thread(target=watch, name="exit-with-parent", daemon=True).start()

@@ -19,7 +19,8 @@ def run(quick: bool) -> dict[str, Any]:
     if os.environ.get("BENCH_STUB_FAIL") == "die":
         os._exit(3)  # the interpreter ends without an exception
     if marker := os.environ.get("BENCH_STUB_HANG"):  # a long benchmark, its clean-up seen
-        Path(marker).write_text(str(os.getpid()))
+        Path(marker + ".tmp").write_text(str(os.getpid()))
+        os.replace(marker + ".tmp", marker)  # the test never reads it half written
         try:
             time.sleep(120)
         finally:
