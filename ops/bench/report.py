@@ -100,7 +100,10 @@ def exit_with_parent(parent: int) -> None:
 
     The interrupt is a real signal, so it also ends a sleep or a socket wait
     (``_thread.interrupt_main`` waits for those to return), and ``SIGUSR1``, not
-    ``SIGINT``: a job started in the background inherits ``SIGINT`` ignored."""
+    ``SIGINT``: a job started in the background inherits ``SIGINT`` ignored.  The parent
+    is watched by polling, not by ``PR_SET_PDEATHSIG`` as the milvus-lite server is
+    (``core.ltm.milvus_server``): that signal follows the thread that spawned the child,
+    here one of the executor's, not the process."""
     signal.signal(signal.SIGUSR1, _parent_gone)  # the initializer runs in the main thread
     main = threading.get_ident()
 

@@ -281,26 +281,15 @@ def test_default_model_relates_chinese_and_english_by_meaning() -> None:
     assert float(docs[0] @ query) > float(docs[1] @ query)
 
 
-def test_the_default_model_leaves_blas_at_its_threads_between_calls() -> None:
+def test_the_default_model_leaves_blas_at_its_threads_between_calls(blas: Any) -> None:
     """USE limits BLAS for each call and restores the count it found; restoring two
     threads set OpenBLAS's second thread up again after each call, up to 0.5 ms of a 2 ms
     query (docs/PERFORMANCE.md).  The embedder holds the process at its ``threads``, so
     each call's limit is a no-op."""
-    threadpoolctl = pytest.importorskip("threadpoolctl")
-    controller = threadpoolctl.ThreadpoolController()
-    blas = controller.select(user_api="blas")
-    if not blas.lib_controllers:
-        pytest.skip("numpy has no BLAS threadpoolctl can see")
-    before = blas.info()
-    try:
-        blas.limit(limits=2)  # what a fresh process on two cores starts with
-        emb = make_embedder("use-multilingual", threads=1)
-        emb.embed_queries(["what did the deploy change?"])
-        assert {c["num_threads"] for c in controller.select(user_api="blas").info()} == {1}
-    finally:
-        for lib in before:  # back to what this test found (one thread, after any
-            # earlier test built the embedder: the process keeps what it sets)
-            controller.select(filepath=lib["filepath"]).limit(limits=lib["num_threads"])
+    blas.limit(limits=2)  # what a fresh process on two cores starts with
+    emb = make_embedder("use-multilingual", threads=1)
+    emb.embed_queries(["what did the deploy change?"])
+    assert {c["num_threads"] for c in blas.info()} == {1}
 
 
 def test_blas_threads_that_cannot_be_set_leave_the_embedder_working(

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from functools import cache
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -265,13 +266,9 @@ def test_unreadable_word_vector_files_are_an_os_error(tmp_path: Path) -> None:
         read_wordllama(root=tmp_path)
 
 
-def test_word_similarities_are_the_same_whatever_blas_threads_compute_them() -> None:
+def test_word_similarities_are_the_same_whatever_blas_threads_compute_them(blas: Any) -> None:
     # A float32 product's last bit depends on how BLAS splits it among its threads; near
     # ties of the topic rank followed that bit (LoCoMo questions moved with the count)
-    threadpoolctl = pytest.importorskip("threadpoolctl")
-    blas = threadpoolctl.ThreadpoolController().select(user_api="blas")
-    if not blas.lib_controllers:
-        pytest.skip("numpy has no BLAS threadpoolctl can see")
     rng = random.Random(3)
     letters = "abcdefghijklmnopqrstuvwxyz"
     words = ["".join(rng.choices(letters, k=rng.randint(4, 9))) for _ in range(700)]
@@ -280,8 +277,8 @@ def test_word_similarities_are_the_same_whatever_blas_threads_compute_them() -> 
     table.vectors(words)  # the vectors themselves are read once, outside the comparison
     got = {}
     for threads in (1, 2):
-        with threadpoolctl.threadpool_limits(limits=threads, user_api="blas"):
-            if {c["num_threads"] for c in blas.info()} != {threads}:
-                pytest.skip(f"BLAS cannot run {threads} threads here")
-            got[threads] = best_matches(topic, vocab, table)
+        blas.limit(limits=threads)
+        if {c["num_threads"] for c in blas.info()} != {threads}:
+            pytest.skip(f"BLAS cannot run {threads} threads here")
+        got[threads] = best_matches(topic, vocab, table)
     assert np.array_equal(got[1], got[2])
