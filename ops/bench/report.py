@@ -102,8 +102,9 @@ def exit_with_parent(parent: int) -> None:
     (``_thread.interrupt_main`` waits for those to return), and ``SIGUSR1``, not
     ``SIGINT``: a job started in the background inherits ``SIGINT`` ignored.  The parent
     is watched by polling, not by ``PR_SET_PDEATHSIG`` as the milvus-lite server is
-    (``core.ltm.milvus_server``): that signal follows the thread that spawned the child,
-    here one of the executor's, not the process."""
+    (``core.ltm.milvus_server``): that signal follows the thread that spawned the child
+    (the caller of ``submit``, or the executor's manager thread when it replaces a
+    worker), not the process, and Linux alone sends it."""
     signal.signal(signal.SIGUSR1, _parent_gone)  # the initializer runs in the main thread
     main = threading.get_ident()
 
