@@ -373,9 +373,13 @@ class Runtime:
 
     def recaller(self, *, settings: RecallSettings | None = None, ltm: bool = True) -> Recaller:
         """A :class:`Recaller` on this runtime's stores; LTM unless ``ltm=False`` or disabled.
+        ``settings``: the process's ``MEMSTRATA_RECALL__`` limits with the code's rules
+        when None.
 
         It owns a thread pool: build it after fork and ``close()`` it when done.
         """
+        if settings is None:
+            settings = RecallSettings(**self.settings.recall.model_dump())
         on = ltm and self.settings.ltm.enabled
         return Recaller(
             stm=self.stm,

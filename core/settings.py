@@ -27,6 +27,7 @@ from memstrata.core.ids import validate_id
 from memstrata.core.lifecycle.config import LifecycleSettings
 from memstrata.core.ltm.config import LtmSettings
 from memstrata.core.policy.write import TtlPolicy
+from memstrata.core.recall.config import RecallLimits
 
 # passwords that ship in images, docs and tutorials (Milvus' root:Milvus, MinIO's
 # minioadmin, the old compose file's memstrata, ...): refused outside profile "dev"
@@ -137,6 +138,8 @@ class Settings(BaseSettings):
     # (seconds); then one probe call decides whether it is back (docs/OPERATIONS.md)
     recall_breaker_failures: int = Field(1, ge=1, le=100)
     recall_breaker_cooldown_s: float = Field(5.0, gt=0, le=3600)
+    # what recall reads per layer and how long it waits for long-term memory
+    recall: RecallLimits = Field(default_factory=RecallLimits)
 
     # write policy
     write_threshold: float = 3.0

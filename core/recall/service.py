@@ -40,7 +40,7 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import Protocol
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import Field, field_validator
 from sqlalchemy import Engine
 
 from memstrata.core.authority.blocks import build_blocks
@@ -67,6 +67,7 @@ from memstrata.core.ltm.text import ENGLISH_STOP_WORDS
 from memstrata.core.metrics import metrics, route_label
 from memstrata.core.models.inputs import EventTime, InputModel, StrictBool, StrictInt, Text
 from memstrata.core.recall.access import AccessLog
+from memstrata.core.recall.config import RecallLimits
 from memstrata.core.recall.pool import (
     PoolCandidate,
     PoolPolicy,
@@ -155,15 +156,12 @@ class RecallRequest(InputModel):
         return DEFAULT_TENANT if value is None else value
 
 
-class RecallSettings(BaseModel):
-    model_config = ConfigDict(frozen=True)
+class RecallSettings(RecallLimits):
+    """Everything a :class:`Recaller` follows: the operator's limits (``MEMSTRATA_RECALL__``,
+    :class:`~core.recall.config.RecallLimits`) and the rules and weights of the code."""
 
     routing: RoutingPolicy = RoutingPolicy()
     weights: RescoreWeights = RescoreWeights()  # the pool's rescoring blend
-    stm_per_index: int = Field(20, ge=1, le=1000)
-    ltm_candidates: int = Field(20, ge=1, le=200)
-    history_candidates: int = Field(20, ge=1, le=200)
-    ltm_timeout_s: float = Field(2.0, gt=0)
     session_recent_s: float = Field(1800.0, gt=0)
 
 

@@ -10,14 +10,17 @@ import pytest
 import redis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from pydantic import ValidationError
 from sqlalchemy import Engine
 
 from memstrata.core.authority.admin import create_tenant, create_user
 from memstrata.core.authority.cache import ProfileCache
 from memstrata.core.models.transcript import MessageIn
+from memstrata.core.recall.config import RecallLimits
 from memstrata.core.recall.pool import PoolCandidate, Verdict
-from memstrata.core.recall.service import Recaller, RecallRequest
+from memstrata.core.recall.service import Recaller, RecallRequest, RecallSettings
 from memstrata.core.runtime import Runtime
+from memstrata.core.settings import Settings
 from memstrata.core.stm.store import StmStore
 from tests.integration import authority_db
 from tests.integration.authority_db import World
@@ -184,6 +187,64 @@ def test_a_general_question_outside_a_task_also_reads_matching_stm_items(
     assert out.route.need_ltm and "general question outside a task" in out.route.reasons["ltm"]
     # Then the STM item whose words match is a candidate all the same (review: it was not)
     assert any("standup on Thursday" in m.text for m in out.memory.short_term)
+
+
+class CountingLongTerm:
+    """A long-term layer that holds nothing and notes how many candidates each search
+    asked for (the LtmSearcher port, no store behind it)."""
+
+    def __init__(self) -> None:
+        self.asked: list[int] = []
+
+    def search(self, *, k: int, **_: object) -> list[PoolCandidate]:
+        self.asked.append(k)
+        return []
+
+
+def test_recall_asks_long_term_memory_for_its_candidates_or_the_callers_top_k(
+    res: Runtime, world: World, engine: Engine, cache: ProfileCache
+) -> None:
+    # Given a recaller whose limits ask long-term memory for 45 candidates
+    ltm = CountingLongTerm()
+    limits = RecallSettings(ltm_candidates=45)
+    r = Recaller(stm=res.stm, profile_cache=cache, engine=engine, ltm=ltm, settings=limits)
+    try:
+        # When a similarity question (routed to LTM) asks for 8 lines, then for 60
+        for top_k in (8, 60):
+            out = r.recall(req(world, "以前有没有类似的超时案例？", top_k=top_k))
+            assert out.route.need_ltm
+    finally:
+        r.close()
+    # Then the search is asked for the limit, or for the caller's top_k when it is more
+    assert ltm.asked == [45, 60]
+
+
+def test_the_recall_limits_come_from_the_environment(
+    res: Runtime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given MEMSTRATA_RECALL__* in the environment of a process
+    monkeypatch.setenv("MEMSTRATA_RECALL__LTM_CANDIDATES", "50")
+    monkeypatch.setenv("MEMSTRATA_RECALL__HISTORY_CANDIDATES", "30")
+    monkeypatch.setenv("MEMSTRATA_RECALL__LTM_TIMEOUT_S", "0.5")
+    loaded = Settings(key_namespace=res.settings.key_namespace)
+    rt = Runtime(loaded)
+    try:
+        # When the runtime builds a recaller, then one with limits of the caller's own
+        made = rt.recaller(ltm=False)
+        own = rt.recaller(ltm=False, settings=RecallSettings(ltm_candidates=7))
+        made.close()
+        own.close()
+    finally:
+        rt.close()
+    # Then the first follows the environment and the caller's settings win over it
+    assert (made.settings.ltm_candidates, made.settings.history_candidates) == (50, 30)
+    assert made.settings.ltm_timeout_s == 0.5
+    assert made.settings.stm_per_index == RecallLimits().stm_per_index
+    assert own.settings.ltm_candidates == 7
+    # And a value out of range stops the process with the setting's name
+    monkeypatch.setenv("MEMSTRATA_RECALL__LTM_CANDIDATES", "500")
+    with pytest.raises(ValidationError, match=r"recall\.ltm_candidates"):
+        Settings()
 
 
 def test_a_similarity_question_without_an_ltm_backend_is_flagged_not_failed(

@@ -73,7 +73,7 @@ TENANT = "bench-quality"
 QUERY_DELAY_S = 60.0
 # quality, not latency: a layer timing out on a loaded shared machine must not count as a
 # miss (answers that still degrade are counted in ``stats.degraded``)
-BENCH_TIMEOUTS = {"stm_timeout_s": 30.0, "ltm_timeout_s": 30.0}
+BENCH_TIMEOUTS = {"ltm_timeout_s": 30.0}
 RECALL_TOP_K = 100  # the turn budget is cut by the harness, not by recall's top-k
 RECALL_TOKEN_BUDGET = 32_000
 
