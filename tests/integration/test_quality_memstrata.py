@@ -111,3 +111,17 @@ def test_memstrata_alone_keeps_the_vectors_it_embedded_for_the_next_run(
     again = embed.SharedEmbedder(tmp_path)
     assert len(again._cache) == figures["embedder"]["embedded_now"] > 0
     assert saved.name == f"{again.name}.npz"
+
+
+def test_each_run_counts_only_the_texts_it_embedded(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given the process's shared embedder with an empty cache (the suite's runs share one)
+    monkeypatch.setattr(embed, "_shared", embed.SharedEmbedder(tmp_path))
+    # When a dense baseline runs on a chat, then again on the same chat
+    first = evaluate(_chat(), ("dense_raw",))
+    second = evaluate(_chat(), ("dense_raw",))
+    # Then the first embedded its texts and the second, finding them cached, none
+    assert first["embedder"]["embedded_now"] > 0
+    assert second["embedder"]["embedded_now"] == 0
+    assert second["embedder"]["embed_ms"]["p50"] == 0.0

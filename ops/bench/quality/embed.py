@@ -129,6 +129,13 @@ class SharedEmbedder:
 _shared: SharedEmbedder | None = None
 
 
+def embedded_so_far() -> int:
+    """Texts the process's shared embedder has embedded (not found in its cache) since it
+    was built; 0 before.  A run subtracts the count it started at: the suite's runs share
+    one embedder, and its list of times grows across them."""
+    return len(_shared.embed_seconds) if _shared is not None else 0
+
+
 def shared_embedder(cache_dir: Path | None = DEFAULT_CACHE) -> SharedEmbedder:
     global _shared
     if _shared is None:

@@ -15,7 +15,7 @@ from typing import Any
 from memstrata.core.recall.pool import estimate_tokens
 from memstrata.ops.bench.quality import stageloss
 from memstrata.ops.bench.quality.datasets import Dataset, Format, Question, Space, load
-from memstrata.ops.bench.quality.embed import shared_embedder
+from memstrata.ops.bench.quality.embed import embedded_so_far, shared_embedder
 from memstrata.ops.bench.quality.metrics import (
     KS,
     TOKEN_BUDGETS,
@@ -245,6 +245,7 @@ def evaluate(
     scored as misses.  :func:`ops.bench.quality.failures` lists them for the exit code.
     """
     out: dict[str, Any] = {"systems": {}, "per_category": {}, "diagnostics": {}, "errors": {}}
+    embedded_before = embedded_so_far()  # this run's own embeddings are counted from here
     per_question: dict[str, dict[str, dict[str, float]]] = {}
     per_budget: dict[str, dict[str, dict[str, float | None]]] = {}
     stage: dict[str, Any] = {}  # memstrata (and variants) stage-loss attribution
@@ -299,8 +300,9 @@ def evaluate(
     if any(s.startswith(("dense", "hybrid", "mem0", "memstrata")) for s in systems):
         emb = shared_embedder()
         emb.save()
-        out["embedder"] = {"name": emb.name, "dim": emb.dim, "embed_ms": _ms(emb.embed_seconds),
-                           "embedded_now": len(emb.embed_seconds)}  # fmt: skip
+        now = emb.embed_seconds[embedded_before:]
+        out["embedder"] = {"name": emb.name, "dim": emb.dim, "embed_ms": _ms(now),
+                           "embedded_now": len(now)}  # fmt: skip
     variants = stage.pop("variants", {})
     out["stage_loss"] = variants.get("memstrata") or next(iter(variants.values()), {})
     out["stage_loss_variants"] = {k: v for k, v in variants.items() if k != "memstrata"}
