@@ -12,7 +12,9 @@ are its SQL, each on a Core ``Connection``.
 from __future__ import annotations
 
 import re
+import threading
 import time
+from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -216,12 +218,53 @@ def _load_cards(conn: Connection, memory_ids: Sequence[str]) -> dict[str, LtmCar
     return {row["memory_id"]: _card_of(row) for row in rows}
 
 
-def _card_of(row: Any) -> LtmCard:
+# what LtmCard.content_hash leaves out: with the hash, they say every field of a card
+_UNHASHED = ("memory_id", "content_hash", "status", "version", "access_count", "created_at",
+             "updated_at", "canonical_key", "fingerprint", "occurred_at")  # fmt: skip
+
+
+class _ValidatedCards:
+    """Cards validated from rows before, by every value of the row: the hash of the
+    indexed fields (``content_hash``, computed when the row is written) and the fields
+    it leaves out.  Recall reads the same cards again and again, and validating a row
+    was half of its ledger read at 100 cards (docs/PERFORMANCE.md); a row that differs
+    in any field has another key and is validated.  Bounded (least recently read out)."""
+
+    def __init__(self, size: int = 4096) -> None:
+        self.size = size
+        self._cards: OrderedDict[tuple[Any, ...], LtmCard] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def card(self, row: Any) -> LtmCard:
+        if not row["content_hash"]:
+            return _validated(row)
+        key = tuple(row[k] for k in _UNHASHED)
+        with self._lock:
+            card = self._cards.get(key)
+            if card is not None:
+                self._cards.move_to_end(key)
+                return card
+        card = _validated(row)
+        with self._lock:
+            self._cards[key] = card
+            if len(self._cards) > self.size:
+                self._cards.popitem(last=False)
+        return card
+
+
+def _validated(row: Any) -> LtmCard:
     data = {k: v for k, v in row.items() if k != "content_hash"}
     try:
         return LtmCard.model_validate(data)
     except ValueError as exc:
         raise CorruptRecord(f"unreadable LTM card {row['memory_id']}: {exc}") from exc
+
+
+_validated_cards = _ValidatedCards()
+
+
+def _card_of(row: Any) -> LtmCard:
+    return _validated_cards.card(row)
 
 
 def _load_projections(conn: Connection, memory_ids: Sequence[str]) -> list[Projection]:

@@ -22,7 +22,7 @@ from sqlalchemy import (
 )
 
 from memstrata.core import migrations
-from memstrata.core.errors import NotFound, PayloadTooLarge
+from memstrata.core.errors import CorruptRecord, NotFound, PayloadTooLarge
 from memstrata.core.ltm.card import CardStatus
 from memstrata.core.ltm.ledger import CURATED, Ledger
 from memstrata.core.ltm.projection import ProjectionState
@@ -167,6 +167,33 @@ def test_delete_is_a_tombstone_that_re_pends_both_projections(ledger: Ledger, te
     assert ledger.cards([mid])[mid].status.value == "deleted"
     with pytest.raises(NotFound):
         ledger.delete("ltm_missing")
+
+
+def test_a_card_read_again_unchanged_is_not_validated_again_and_any_change_is_read(
+    ledger: Ledger, engine: Engine, tenant: str
+) -> None:
+    # Given a card read once
+    mid = ledger.write(ltm_env.card_draft(tenant, "k1", "t", "s1"), now=100.0).memory_id
+    first = ledger.cards([mid])[mid]
+    # When it is read again unchanged: the card validated the first time (the same object)
+    assert ledger.cards([mid])[mid] is first
+    # Then each change of the row is read: a field the content hash leaves out ...
+    with engine.begin() as conn:
+        conn.execute(text("UPDATE ltm_cards SET access_count = 3 WHERE memory_id = :m"),
+                     {"m": mid})  # fmt: skip
+    counted = ledger.cards([mid])[mid]
+    assert counted is not first and counted.access_count == 3 and counted.summary == "s1"
+    # ... a re-promotion with new content, and a status change
+    ledger.write(ltm_env.card_draft(tenant, "k1", "t", "s2"), now=200.0)
+    assert ledger.cards([mid])[mid].summary == "s2"
+    ledger.delete(mid, now=300.0)
+    assert ledger.cards([mid])[mid].status is CardStatus.DELETED
+    # And a row that does not validate is still refused, whatever was read before
+    with engine.begin() as conn:
+        conn.execute(text("UPDATE ltm_cards SET importance = 5, content_hash = 'x' "
+                          "WHERE memory_id = :m"), {"m": mid})  # fmt: skip
+    with pytest.raises(CorruptRecord, match=mid):
+        ledger.cards([mid])
 
 
 def test_oversized_content_is_refused_before_anything_is_written(
