@@ -228,11 +228,15 @@ class _ValidatedCards:
     indexed fields (``content_hash``, computed when the row is written) and the fields
     it leaves out.  Recall reads the same cards again and again, and validating a row
     was half of its ledger read at 100 cards (docs/PERFORMANCE.md); a row that differs
-    in any field has another key and is validated.  Bounded (least recently read out)."""
+    in any field has another key and is validated.  Bounded in cards and in characters
+    of text (a card's content and BM25 text can be 80k characters; the least recently
+    read go first, and a card over 1/64 of the text budget is not kept)."""
 
-    def __init__(self, size: int = 4096) -> None:
+    def __init__(self, size: int = 4096, chars: int = 8_000_000) -> None:
         self.size = size
-        self._cards: OrderedDict[tuple[Any, ...], LtmCard] = OrderedDict()
+        self.chars = chars
+        self._cards: OrderedDict[tuple[Any, ...], tuple[LtmCard, int]] = OrderedDict()
+        self._held = 0  # characters of text the kept cards hold
         self._lock = threading.Lock()
 
     def card(self, row: Any) -> LtmCard:
@@ -240,15 +244,20 @@ class _ValidatedCards:
             return _validated(row)
         key = tuple(row[k] for k in _UNHASHED)
         with self._lock:
-            card = self._cards.get(key)
-            if card is not None:
+            kept = self._cards.get(key)
+            if kept is not None:
                 self._cards.move_to_end(key)
-                return card
+                return kept[0]
         card = _validated(row)
+        weight = len(card.title) + len(card.summary) + len(card.content) + len(card.bm25_text)
+        if weight > self.chars // 64:
+            return card
         with self._lock:
-            self._cards[key] = card
-            if len(self._cards) > self.size:
-                self._cards.popitem(last=False)
+            if key not in self._cards:
+                self._cards[key] = (card, weight)
+                self._held += weight
+            while len(self._cards) > self.size or self._held > self.chars:
+                self._held -= self._cards.popitem(last=False)[1][1]
         return card
 
 
