@@ -218,8 +218,9 @@ def _load_cards(conn: Connection, memory_ids: Sequence[str]) -> dict[str, LtmCar
     return {row["memory_id"]: _card_of(row) for row in rows}
 
 
-# what LtmCard.content_hash leaves out: with the hash, they say every field of a card
-_UNHASHED = ("memory_id", "content_hash", "status", "version", "access_count", "created_at",
+# a row's key in the cache: the hash of the indexed fields (LtmCard.content_hash, the
+# card's id among them) and the fields that hash leaves out; together, every field
+_CACHE_KEY = ("memory_id", "content_hash", "status", "version", "access_count", "created_at",
              "updated_at", "canonical_key", "fingerprint", "occurred_at")  # fmt: skip
 
 
@@ -240,9 +241,7 @@ class _ValidatedCards:
         self._lock = threading.Lock()
 
     def card(self, row: Any) -> LtmCard:
-        if not row["content_hash"]:
-            return _validated(row)
-        key = tuple(row[k] for k in _UNHASHED)
+        key = tuple(row[k] for k in _CACHE_KEY)
         with self._lock:
             kept = self._cards.get(key)
             if kept is not None:
